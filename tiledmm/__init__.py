@@ -1,0 +1,40 @@
+"""tiledmm: tiled matrix multiplication on any device.
+
+    import tiledmm
+    c = tiledmm.matmul(a, b, backend="numpy", kernel="register")
+    print(tiledmm.plan(4096, 4096, 4096, backend="numpy"))
+
+The core never imports a device library; backends do that lazily.
+"""
+
+from .api import matmul
+from .backend import KERNEL_FAMILIES, Backend, Geometry
+from .device import DeviceSpec, host_cpu
+from .hookspecs import hookimpl, hookspec
+from .planner import Occupancy, Plan, PlanError, make_plan, plan
+from .registry import BackendEntry, PluginInfo, backends, get_backend, plugins, register_backend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "matmul",
+    "plan",
+    "make_plan",
+    "backends",
+    "get_backend",
+    "plugins",
+    "register_backend",
+    "Backend",
+    "BackendEntry",
+    "Geometry",
+    "DeviceSpec",
+    "Plan",
+    "PlanError",
+    "Occupancy",
+    "PluginInfo",
+    "KERNEL_FAMILIES",
+    "host_cpu",
+    "hookimpl",
+    "hookspec",
+    "__version__",
+]

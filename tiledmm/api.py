@@ -1,0 +1,176 @@
+"""``tiledmm.matmul``: NumPy's matmul semantics on any registered backend.
+
+Shapes, 1-D promotion, batch broadcasting, result dtype, ``out=`` and error messages follow
+``numpy.matmul``. float32 and float64 run in the backend's kernels; every other dtype NumPy
+accepts (bool, integers, float16, complex, object) is delegated to the array library
+(``numpy.matmul`` on the host, the backend's ``vendor_matmul`` on a device), so the result is
+NumPy's exactly. Errors are NumPy's own: on a mismatch the same call is replayed on zero-size
+stand-ins of the operands, so the exception type and wording are exactly numpy's.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .backend import KERNEL_FAMILIES, Backend
+from .planner import Plan, _cached_plan
+from .registry import get_backend, resolve_backend_name
+
+__all__ = ["matmul"]
+
+_backend_cache: dict[Any, Backend] = {}
+
+
+def _clear_caches() -> None:
+    _backend_cache.clear()
+
+
+@lru_cache(maxsize=256)
+def _result_dtype(da: np.dtype, db: np.dtype) -> np.dtype | None:
+    try:
+        return np.matmul.resolve_dtypes((da, db, None))[2]
+    except TypeError:  # no matmul loop: let numpy raise its own error later
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _shapes(sa: tuple[int, ...], sb: tuple[int, ...]):
+    """(batch, M, N, K, a_is_1d, b_is_1d, batch_a, batch_b) or None when numpy would raise."""
+    if not sa or not sb:
+        return None
+    a1, b1 = len(sa) == 1, len(sb) == 1
+    m, k = (1, sa[0]) if a1 else sa[-2:]
+    k2, n = (sb[0], 1) if b1 else sb[-2:]
+    if k != k2:
+        return None
+    ba, bb = sa[:-2], sb[:-2]
+    nd = max(len(ba), len(bb))
+    pa, pb = (1,) * (nd - len(ba)) + ba, (1,) * (nd - len(bb)) + bb
+    batch = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        batch.append(y if x == 1 else x)
+    return tuple(batch), m, n, k, a1, b1, pa, pb
+
+
+def _result_shape(batch, m, n, a1, b1) -> tuple[int, ...]:
+    return tuple(batch) + (() if a1 else (m,)) + (() if b1 else (n,))
+
+
+def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
+    """Replay the call on stand-ins (no data) so numpy raises its own error."""
+    sa = np.broadcast_to(np.zeros((), a.dtype), a.shape)
+    sb = np.broadcast_to(np.zeros((), b.dtype), b.shape)
+    kw = {} if out is None else {"out": np.empty(np.shape(out), getattr(out, "dtype", None))}
+    np.matmul(sa, sb, **kw)
+    raise ValueError(f"matmul: operands with shapes {a.shape} and {b.shape} cannot be multiplied")
+
+
+def _as_array(x: Any) -> Any:
+    return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
+
+
+def _pick_backend(name: str, a: Any, b: Any, m: int, n: int, k: int, dtype: str) -> Backend:
+    key = (name, type(a), type(b)) if name != "auto" else (type(a), type(b), m, n, k, dtype)
+    be = _backend_cache.get(key)
+    if be is None:
+        sample = b if isinstance(a, np.ndarray) else a
+        be = get_backend(resolve_backend_name(name, dtype=dtype, shape=(m, n, k), sample=sample))
+        _backend_cache[key] = be
+    return be
+
+
+def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", out: Any = None):
+    """Matrix product with NumPy's ``matmul`` semantics, computed by a tiledmm backend.
+
+    Args:
+        a, b: array-likes (NumPy arrays, device arrays of the chosen backend, nested lists).
+        backend: a backend name, an alias (``"cuda"``, ``"cpu"``), or ``"auto"`` (where the
+            inputs live, then the planner's fastest prediction).
+        kernel: ``"naive"``, ``"tiled"``, ``"register"`` or ``"auto"`` (fastest predicted).
+        out: optional output array; returned itself, as numpy does.
+
+    Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device.
+    """
+    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
+        raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
+    a, b = _as_array(a), _as_array(b)
+    host = isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+    rdt = _result_dtype(a.dtype, b.dtype)
+    shapes = _shapes(a.shape, b.shape)
+    if rdt is None or shapes is None:
+        if host:
+            return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        _raise_like_numpy(a, b, out)
+    batch, m, n, k, a1, b1, pa, pb = shapes
+    be = _pick_backend(backend, a, b, m, n, k, rdt.name)
+    rshape = _result_shape(batch, m, n, a1, b1)
+    if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
+        _raise_like_numpy(a, b, out)
+
+    if rdt.name not in be.dtypes:  # delegated dtypes: the array library's own result
+        if host:
+            return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
+        return res if out is None else _store(be, out, res)
+
+    plan = _cached_plan(m, n, k, rdt.name, kernel, be.name, None, None)
+    A, B = be.asarray(a, rdt), be.asarray(b, rdt)
+    if a1:
+        A = A.reshape(1, k)
+    if b1:
+        B = B.reshape(k, 1)
+    direct = (
+        out is not None
+        and not a1
+        and not b1
+        and out.dtype == rdt
+        and be.accepts(out)
+        and not (isinstance(out, np.ndarray) and (_overlaps(out, a) or _overlaps(out, b)))
+    )
+    R = out if direct else be.empty(tuple(batch) + (m, n), rdt)
+    if m and n:
+        _run_batched(be, plan, A, B, R, batch, pa, pb)
+    if direct:
+        return out
+    if out is not None:
+        return _store(be, out, R.reshape(rshape))
+    R = R.reshape(rshape)
+    if host:
+        R = be.to_numpy(R)
+        return R[()] if R.ndim == 0 else R
+    return R
+
+
+def _run_batched(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:
+    if not batch:
+        be.run(plan, A, B, R)
+        return
+    off_a, off_b = len(batch) - (A.ndim - 2), len(batch) - (B.ndim - 2)
+    for idx in np.ndindex(*batch):
+        ia = tuple(0 if pa[d] == 1 else i for d, i in enumerate(idx))[off_a:]
+        ib = tuple(0 if pb[d] == 1 else i for d, i in enumerate(idx))[off_b:]
+        be.run(plan, A[ia], B[ib], R[idx])
+
+
+def _castable(src: np.dtype, dst: Any) -> bool:
+    try:
+        return np.can_cast(src, np.dtype(dst), casting="same_kind")
+    except TypeError:
+        return False
+
+
+def _overlaps(x: np.ndarray, y: Any) -> bool:
+    return isinstance(y, np.ndarray) and np.may_share_memory(x, y)
+
+
+def _store(be: Backend, out: Any, res: Any) -> Any:
+    if isinstance(out, np.ndarray):
+        np.copyto(out, be.to_numpy(res), casting="same_kind")
+    else:
+        out[...] = res
+    return out

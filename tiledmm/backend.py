@@ -1,0 +1,115 @@
+"""The Backend base class: what a backend must define, and the defaults for everything else.
+
+A minimal backend defines ``name``, ``kernels`` and ``run(plan, a, b, out)``; it then runs on the
+host CPU with NumPy arrays, float32 and float64, and is always available. Device backends
+override the array hooks (``accepts``, ``asarray``, ``empty``, ``to_numpy``), ``device`` and
+``geometry``. The core calls nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .device import DeviceSpec, host_cpu
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .planner import Plan
+
+__all__ = ["Backend", "Geometry", "KERNEL_FAMILIES"]
+
+KERNEL_FAMILIES = ("naive", "tiled", "register")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A backend's choice of tiles for one kernel family (the planner validates it).
+
+    ``options`` carries backend-specific compile-time knobs (vector width, warp tile, ...);
+    they reach the kernel through ``plan.options``. ``registers`` is the per-thread register
+    count when known (from a compile report); otherwise the planner estimates it.
+    """
+
+    block_tile: tuple[int, int, int]
+    thread_tile: tuple[int, int] = (1, 1)
+    options: tuple[tuple[str, Any], ...] = field(default=())
+    registers: int | None = None
+    source: str = "default"  # where these numbers come from ("tuned on NVIDIA H200", ...)
+
+
+class Backend:
+    """Base class of every backend. Subclass it and register an instance from a plugin hook."""
+
+    #: Unique name users pass as ``backend=``.
+    name: str = ""
+    #: Kernel families implemented, a subset of ``KERNEL_FAMILIES``.
+    kernels: tuple[str, ...] = ()
+    #: Other names this backend answers to. Shared aliases ("cuda", "cpu") go to the
+    #: available backend with the highest ``priority``.
+    aliases: tuple[str, ...] = ()
+    #: dtypes the kernels run; others are delegated to the array library (documented).
+    dtypes: tuple[str, ...] = ("float32", "float64")
+    #: Preference among backends sharing an alias, and for ``backend="auto"``.
+    priority: int = 0
+
+    # ---------------------------------------------------------------- availability and device
+
+    def unavailable_reason(self) -> str | None:
+        """``None`` when usable, else a sentence saying why not and what to do."""
+        return None
+
+    @property
+    def available(self) -> bool:
+        return self.unavailable_reason() is None
+
+    def device(self) -> DeviceSpec:
+        """The device this backend runs on now (the planner reads its limits and ceilings)."""
+        return host_cpu()
+
+    def devices(self) -> list[DeviceSpec]:
+        """Every device the backend can see (for ``tiledmm info``)."""
+        return [self.device()]
+
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
+        """Preferred tiles for a family on ``device``; ``None`` lets the planner choose."""
+        return None
+
+    # ---------------------------------------------------------------- arrays
+
+    def accepts(self, x: Any) -> bool:
+        """True if ``x`` is one of this backend's native arrays (used by ``backend="auto"``)."""
+        return isinstance(x, np.ndarray)
+
+    def asarray(self, x: Any, dtype: np.dtype) -> Any:
+        """``x`` as a native array of ``dtype`` (copying to the device if needed)."""
+        return np.asarray(x, dtype=dtype)
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        return np.empty(shape, dtype=dtype)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return np.asarray(x)
+
+    def vendor_matmul(self, a: Any, b: Any) -> Any:
+        """The device's vendor library on native arrays: the yardstick, and the delegate for
+        dtypes the kernels do not run."""
+        return np.matmul(a, b)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (for timing)."""
+
+    # ---------------------------------------------------------------- the kernel
+
+    def run(self, plan: Plan, a: Any, b: Any, out: Any) -> None:
+        """Compute ``out[...] = a @ b`` for 2-D native arrays with the plan's kernel.
+
+        ``a`` is (M, K), ``b`` is (K, N), both of ``plan.dtype`` and possibly strided;
+        ``out`` is an (M, N) native array of the same dtype, possibly a strided view,
+        and must be fully written.
+        """
+        raise NotImplementedError(f"backend {self.name!r} does not implement run()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,225 @@
+"""Device model: the limits the planner fits tiles to, and the ceilings the roofline uses.
+
+A :class:`DeviceSpec` describes one device in GPU terms. On a CPU the same words apply to the
+OpenCL/PoCL picture of it: a "compute unit" is a core, "shared memory per block" is the cache a
+block's tiles must stay in (L2 per core), and a "block" runs on one core.
+
+Ceilings (peak FLOP/s per dtype, memory bandwidth) are either measured (``tiledmm calibrate``,
+cached with platformdirs) or estimated from the hardware description; ``ceilings_source`` says
+which, and the plan repeats it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
+from pathlib import Path
+
+__all__ = ["DeviceSpec", "host_cpu", "calibration_path", "load_calibration", "save_calibration"]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Limits and ceilings of one device. Sizes in bytes, rates per second."""
+
+    name: str
+    kind: str = "cpu"  # "cpu" or "gpu"
+    vendor: str = ""
+    compute_units: int = 1  # SMs on a GPU, cores on a CPU
+    warp_size: int = 1  # SIMT width (32 on NVIDIA); 1 on a CPU
+    max_threads_per_block: int = 1024
+    max_threads_per_unit: int = 2048
+    max_blocks_per_unit: int = 32
+    max_shared_per_block: int = 48 * 1024  # opt-in maximum where the backend opts in
+    shared_per_unit: int = 228 * 1024
+    registers_per_unit: int = 65536
+    max_registers_per_thread: int = 255
+    caches: tuple[tuple[str, int], ...] = ()  # (("L1", bytes), ("L2", bytes), ...)
+    peak_flops: tuple[tuple[str, float], ...] = ()  # (("float32", 6.7e13), ...)
+    bandwidth: float = 0.0  # bytes/s between global memory and the chip
+    launch_overhead: float = 0.0  # seconds per kernel launch, as seen from Python
+    ceilings_source: str = "estimate"  # "measured <date> ..." or "estimate from ..."
+    extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts for `tiledmm info`
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype`` (falls back to half the float32 figure for float64)."""
+        table = dict(self.peak_flops)
+        if dtype in table:
+            return table[dtype]
+        if dtype == "float64" and "float32" in table:
+            return table["float32"] / 2
+        return next(iter(table.values()), 1e9)
+
+    def cache(self, level: str) -> int:
+        return dict(self.caches).get(level, 0)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    @property
+    def ceilings_measured(self) -> bool:
+        return self.ceilings_source.startswith("measured")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("caches", "peak_flops", "extra"):
+            d[key] = dict(d[key])
+        return d
+
+    def with_calibration(self) -> DeviceSpec:
+        """This spec with ceilings replaced by cached measurements, if any exist."""
+        cal = load_calibration().get(self.name)
+        if not cal:
+            return self
+        return replace(
+            self,
+            peak_flops=tuple(sorted(cal["peak_flops"].items())),
+            bandwidth=float(cal["bandwidth"]),
+            ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
+        )
+
+
+# --------------------------------------------------------------------------- calibration cache
+
+
+def calibration_path() -> Path:
+    """Where measured ceilings live (``TILEDMM_CACHE_DIR`` overrides the platformdirs default)."""
+    root = os.environ.get("TILEDMM_CACHE_DIR")
+    if not root:
+        import platformdirs
+
+        root = platformdirs.user_cache_dir("tiledmm")
+    return Path(root) / "calibration.json"
+
+
+def load_calibration() -> dict:
+    """All cached measurements, keyed by device name (re-read only when the file changes)."""
+    path = calibration_path()
+    try:
+        stamp = (str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    if _calibration_cache.get("stamp") != stamp:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        _calibration_cache.update(stamp=stamp, data=data)
+    return _calibration_cache["data"]
+
+
+_calibration_cache: dict = {}
+
+
+def save_calibration(device_name: str, record: dict) -> Path:
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = dict(load_calibration())
+    data[device_name] = record
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    return path
+
+
+# --------------------------------------------------------------------------- the host CPU
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_mhz() -> float:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        m = re.search(r"cpu MHz\s*:\s*([\d.]+)", text)
+        if m:
+            return float(m.group(1))
+    except OSError:
+        pass
+    return 2500.0
+
+
+def _size(text: str) -> int:
+    text = text.strip().upper()
+    unit = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+    return int(text.rstrip("KMG") or 0) * unit
+
+
+def _cpu_caches() -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            if kind == "Instruction":
+                continue
+            out[f"L{(index / 'level').read_text().strip()}"] = _size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+    out.setdefault("L1", 32 * 1024)
+    out.setdefault("L2", 1024 * 1024)
+    return tuple(sorted(out.items()))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@cache
+def _host_cpu_estimate() -> DeviceSpec:
+    flags = _cpu_flags()
+    lanes32 = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    cores, ghz = _cores(), _cpu_mhz() / 1000
+    peak32 = cores * ghz * 1e9 * lanes32 * 2 * 2  # two FMA pipes, 2 FLOPs per FMA
+    caches = _cpu_caches()
+    return DeviceSpec(
+        name=_cpu_model(),
+        kind="cpu",
+        vendor="",
+        compute_units=cores,
+        warp_size=1,
+        max_threads_per_block=4096,
+        max_threads_per_unit=4096,
+        max_blocks_per_unit=1,
+        max_shared_per_block=dict(caches).get("L2", 1 << 20),
+        shared_per_unit=dict(caches).get("L2", 1 << 20),
+        registers_per_unit=32 * lanes32,  # vector registers x lanes, for the micro-tile check
+        max_registers_per_thread=32 * lanes32,
+        caches=caches,
+        peak_flops=(("float32", peak32), ("float64", peak32 / 2)),
+        bandwidth=10e9 * cores,
+        launch_overhead=2e-6,
+        ceilings_source=(
+            f"estimate from {cores} cores x {ghz:.2f} GHz x {lanes32} fp32 lanes x 2 FMA pipes; "
+            "run `tiledmm calibrate` to measure"
+        ),
+        extra=(("simd", "avx512" if lanes32 == 16 else "avx2" if lanes32 == 8 else "sse"),),
+    )
+
+
+def host_cpu() -> DeviceSpec:
+    """The host CPU, with measured ceilings when `tiledmm calibrate` has run."""
+    return _host_cpu_estimate().with_calibration()

@@ -1,0 +1,384 @@
+"""The planner: tile geometry, padding, arithmetic intensity, occupancy and roofline time.
+
+Pure Python. Given a problem (M, N, K, dtype), a kernel family and a DeviceSpec, it returns a
+:class:`Plan`. The traffic model is DESIGN.md's: naive reads a row of A and a column of B per
+output (2K elements); a BM x BN block tile reads its A row-panel and B column-panel once, so
+global intensity is 2*BM*BN / ((BM+BN) * itemsize). Caches and C writes are not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from .backend import KERNEL_FAMILIES, Geometry
+from .device import DeviceSpec
+
+__all__ = ["Plan", "Occupancy", "PlanError", "plan", "make_plan", "default_geometry"]
+
+_ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8}
+
+
+class PlanError(ValueError):
+    """A requested geometry does not fit the device, or the request is malformed."""
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Resident blocks per compute unit, what limits them, and how the grid fills the device."""
+
+    blocks_per_unit: int
+    limiter: str  # "threads" | "shared memory" | "registers" | "block slots" | "one block per core"
+    threads_per_unit: int
+    fraction: float  # resident threads / maximum threads per unit
+    waves: int
+    wave_efficiency: float  # useful block slots / slots over all waves (tile quantization)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.blocks_per_unit} block(s) per unit ({self.threads_per_unit} threads, "
+            f"{self.fraction:.0%} of the maximum), limited by {self.limiter}; "
+            f"{self.waves} wave(s) at {self.wave_efficiency:.0%} efficiency"
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided before a launch. Read-only; ``str(plan)`` explains it."""
+
+    backend: str
+    kernel: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    block_tile: tuple[int, int, int]
+    thread_tile: tuple[int, int]
+    threads_per_block: int
+    grid: tuple[int, int]  # (blocks along N, blocks along M): CUDA's (x, y)
+    padded_shape: tuple[int, int, int]
+    padding_waste: float
+    flops: int
+    global_bytes: int
+    intensity: float
+    shared_bytes: int
+    registers_per_thread: int
+    bound: str
+    predicted_seconds: float
+    occupancy: Occupancy
+    device: DeviceSpec
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    geometry_source: str = "default"
+
+    @property
+    def predicted_gflops(self) -> float:
+        return self.flops / self.predicted_seconds / 1e9 if self.predicted_seconds else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("device",)}
+        d["occupancy"] = self.occupancy.__dict__.copy()
+        d["device"] = self.device.name
+        d["ceilings"] = self.device.ceilings_source
+        return d
+
+    def __str__(self) -> str:
+        bm, bn, bk = self.block_tile
+        tm, tn = self.thread_tile
+        mp, np_, kp = self.padded_shape
+        dev = self.device
+        s = _ITEMSIZE.get(self.dtype, 4)
+        lines = [
+            f"{self.kernel} kernel on {dev.name} ({self.backend}), {self.dtype}: "
+            f"C[{self.m}x{self.n}] = A[{self.m}x{self.k}] @ B[{self.k}x{self.n}]",
+        ]
+        if self.kernel == "naive":
+            lines.append(
+                f"  each of {self.threads_per_block} threads per {bm}x{bn} block computes one "
+                f"output from a row of A and a column of B read from global memory"
+            )
+        else:
+            what = "one output" if (tm, tn) == (1, 1) else f"a {tm}x{tn} micro-tile in registers"
+            lines.append(
+                f"  block tile {bm}x{bn}x{bk}: the block stages A {bm}x{bk} and B {bk}x{bn} "
+                f"tiles in shared memory ({_kib(self.shared_bytes)} per block); each of "
+                f"{self.threads_per_block} threads computes {what}"
+            )
+        lines.append(
+            f"  grid {self.grid[0]} x {self.grid[1]} = {self.grid[0] * self.grid[1]} blocks; "
+            f"padded shape {mp}x{np_}x{kp}: {self.padding_waste:.1%} of executed FLOPs are "
+            f"padding (edge tiles zero-filled)"
+        )
+        lines.append(
+            f"  arithmetic intensity {self.intensity:.3g} FLOP/B "
+            f"({self.flops / 1e9:.3g} GFLOP over {self.global_bytes / 1e6:.4g} MB of global "
+            f"traffic, {s}-byte elements; caches and C writes not counted)"
+        )
+        if dev.is_gpu:
+            lines.append(
+                f"  occupancy: {self.occupancy} on {dev.compute_units} units; "
+                f"~{self.registers_per_thread} registers per thread"
+            )
+        else:
+            lines.append(
+                f"  blocks run one per core: {self.occupancy.waves} wave(s) over "
+                f"{dev.compute_units} cores at {self.occupancy.wave_efficiency:.0%} balance"
+            )
+        peak, bw = dev.peak(self.dtype), dev.bandwidth
+        lines.append(
+            f"  roofline: {peak / 1e12:.3g} TFLOP/s peak, {bw / 1e9:.4g} GB/s, ridge at "
+            f"{peak / bw:.3g} FLOP/B -> {self.bound}-bound; predicted {_time(self.predicted_seconds)}"
+            f" ({self.predicted_gflops:.4g} GFLOP/s)"
+        )
+        lines.append(f"  ceilings: {dev.ceilings_source}; tiles: {self.geometry_source}")
+        return "\n".join(lines)
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def _time(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g} ms"
+    return f"{t * 1e6:.3g} us"
+
+
+# --------------------------------------------------------------------------- geometry
+
+
+def default_geometry(kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
+    """Textbook tiles for a device class; backends override with tuned ones."""
+    s = _ITEMSIZE.get(dtype, 4)
+    if kernel == "naive":
+        return Geometry((16, 16, 1), (1, 1))
+    if device.is_gpu:
+        if kernel == "tiled":
+            return Geometry((16, 16, 16), (1, 1))
+        return Geometry((128, 128, 8), (8, 8)) if s <= 4 else Geometry((64, 64, 8), (4, 4))
+    # CPU: the tiled family's square tile fits L1; the register family's block fits half of L2.
+    l1, l2 = device.cache("L1") or 32768, device.cache("L2") or 1 << 20
+    t = 8
+    while 3 * (2 * t) ** 2 * s <= l1 and t < 64:
+        t *= 2
+    if kernel == "tiled":
+        return Geometry((t, t, t), (1, 1))
+    t = 32
+    while 3 * (2 * t) ** 2 * s <= l2 // 2 and t < 512:
+        t *= 2
+    return Geometry((t, t, t), (8, 8))
+
+
+def _estimate_registers(kernel: str, thread_tile: tuple[int, int], s: int) -> int:
+    words = max(1, s // 4)
+    tm, tn = thread_tile
+    if kernel == "register":
+        return (tm * tn + tm + tn) * words + 24
+    return 24 + 8 * words
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def make_plan(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    dtype: str,
+    kernel: str,
+    device: DeviceSpec,
+    geometry: Geometry | None = None,
+    backend: str = "",
+) -> Plan:
+    """Plan one (M, N, K) product for a kernel family on a device. Pure: no device access."""
+    for label, v in (("m", m), ("n", n), ("k", k)):
+        if not isinstance(v, int) or v < 0:
+            raise PlanError(f"{label} must be a non-negative integer, got {v!r}")
+    if kernel not in KERNEL_FAMILIES:
+        raise PlanError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNEL_FAMILIES)}")
+    if dtype not in _ITEMSIZE:
+        raise PlanError(f"the planner models float16/float32/float64, not {dtype!r}")
+    s = _ITEMSIZE[dtype]
+    geo = geometry or default_geometry(kernel, dtype, device)
+    bm, bn, bk = (int(x) for x in geo.block_tile)
+    tm, tn = (int(x) for x in geo.thread_tile)
+    if min(bm, bn, bk, tm, tn) < 1:
+        raise PlanError(f"tile sizes must be positive, got block {geo.block_tile} thread {geo.thread_tile}")
+    if kernel == "naive":
+        bk, tm, tn = 1, 1, 1
+    elif kernel == "tiled" and (tm, tn) != (1, 1):
+        raise PlanError("the tiled family computes one output per thread: thread_tile must be (1, 1)")
+    if bm % tm or bn % tn:
+        raise PlanError(
+            f"block tile {bm}x{bn} is not a multiple of thread tile {tm}x{tn}; "
+            f"choose BM divisible by TM and BN divisible by TN"
+        )
+    threads = (bm // tm) * (bn // tn)
+    if threads > device.max_threads_per_block:
+        raise PlanError(
+            f"{bm}x{bn} block with {tm}x{tn} per thread needs {threads} threads per block, but "
+            f"{device.name} allows {device.max_threads_per_block}; use a smaller block_tile or "
+            f"a larger thread_tile"
+        )
+    opts = dict(geo.options)
+    stages = int(opts.get("stages", 1))
+    shared = 0 if kernel == "naive" else (bm * bk + bk * bn) * s * stages
+    if shared > device.max_shared_per_block:
+        where = "shared memory" if device.is_gpu else "the per-core cache (L2)"
+        raise PlanError(
+            f"block tile {bm}x{bn}x{bk} ({dtype}) needs {_kib(shared)} of {where} per block, "
+            f"but {device.name} has {_kib(device.max_shared_per_block)}; use a smaller block_tile"
+        )
+    regs = geo.registers or _estimate_registers(kernel, (tm, tn), s)
+    if device.is_gpu and regs > device.max_registers_per_thread:
+        raise PlanError(
+            f"a {tm}x{tn} {dtype} micro-tile needs about {regs} registers per thread, over the "
+            f"limit of {device.max_registers_per_thread}; use a smaller thread_tile"
+        )
+
+    gx, gy = math.ceil(n / bn) if n else 0, math.ceil(m / bm) if m else 0
+    mp, np_ = gy * bm, gx * bn
+    kp = k if kernel == "naive" else math.ceil(k / bk) * bk
+    flops = 2 * m * n * k
+    executed = 2 * mp * np_ * kp
+    waste = 1 - flops / executed if executed else 0.0
+    if kernel == "naive":
+        global_bytes = 2 * m * n * k * s
+    else:
+        global_bytes = (s * kp * (bm + bn) * mp * np_) // (bm * bn) if bm * bn else 0
+    intensity = flops / global_bytes if global_bytes else 0.0
+
+    occ = _occupancy(device, kernel, threads, shared, regs, gx * gy)
+    peak = device.peak(dtype) * occ.wave_efficiency
+    t_compute = executed / peak if peak else 0.0
+    t_memory = global_bytes / device.bandwidth if device.bandwidth else 0.0
+    bound = "memory" if t_memory > t_compute else "compute"
+    predicted = device.launch_overhead + max(t_compute, t_memory)
+    return Plan(
+        backend=backend,
+        kernel=kernel,
+        dtype=dtype,
+        m=m,
+        n=n,
+        k=k,
+        block_tile=(bm, bn, bk),
+        thread_tile=(tm, tn),
+        threads_per_block=threads,
+        grid=(gx, gy),
+        padded_shape=(mp, np_, kp),
+        padding_waste=waste,
+        flops=flops,
+        global_bytes=global_bytes,
+        intensity=intensity,
+        shared_bytes=shared,
+        registers_per_thread=regs,
+        bound=bound,
+        predicted_seconds=predicted,
+        occupancy=occ,
+        device=device,
+        options=opts,
+        geometry_source=geo.source,
+    )
+
+
+def _occupancy(
+    device: DeviceSpec, kernel: str, threads: int, shared: int, regs: int, blocks: int
+) -> Occupancy:
+    if not device.is_gpu:
+        per_wave = max(1, device.compute_units)
+        waves = max(1, math.ceil(blocks / per_wave))
+        return Occupancy(1, "one block per core", threads, 1.0, waves, _eff(blocks, waves, per_wave))
+    warp = max(1, device.warp_size)
+    warps = math.ceil(threads / warp)
+    regs_alloc = math.ceil(regs / 8) * 8  # registers are allocated per warp in chunks
+    limits = {
+        "threads": device.max_threads_per_unit // (warps * warp),
+        "shared memory": device.shared_per_unit // shared if shared else 1 << 30,
+        "registers": device.registers_per_unit // (regs_alloc * warps * warp),
+        "block slots": device.max_blocks_per_unit,
+    }
+    limiter = min(limits, key=lambda key: limits[key])
+    per_unit = limits[limiter]
+    if per_unit < 1:
+        raise PlanError(
+            f"one block ({threads} threads, {_kib(shared)} shared, ~{regs} registers/thread) "
+            f"does not fit on a compute unit of {device.name} ({limiter}); use smaller tiles"
+        )
+    per_wave = per_unit * device.compute_units
+    waves = max(1, math.ceil(blocks / per_wave))
+    resident = per_unit * warps * warp
+    return Occupancy(
+        per_unit,
+        limiter,
+        resident,
+        min(1.0, resident / device.max_threads_per_unit),
+        waves,
+        _eff(blocks, waves, per_wave),
+    )
+
+
+def _eff(blocks: int, waves: int, per_wave: int) -> float:
+    return blocks / (waves * per_wave) if blocks else 1.0
+
+
+@lru_cache(maxsize=4096)
+def _cached_plan(m, n, k, dtype, kernel, backend_name, block_tile, thread_tile) -> Plan:
+    from .registry import get_backend
+
+    be = get_backend(backend_name)
+    device = be.device()
+    if kernel == "auto":
+        candidates = [
+            _cached_plan(m, n, k, dtype, fam, be.name, block_tile, thread_tile)
+            for fam in reversed(KERNEL_FAMILIES)
+            if fam in be.kernels
+        ]
+        if not candidates:
+            raise PlanError(f"backend {be.name!r} declares no kernels")
+        return min(candidates, key=lambda p: p.predicted_seconds)
+    if kernel not in be.kernels:
+        raise PlanError(
+            f"backend {be.name!r} has no {kernel!r} kernel; it has {', '.join(be.kernels)}"
+        )
+    geo = be.geometry(kernel, dtype, device) if block_tile is None else None
+    if block_tile is not None:
+        base = be.geometry(kernel, dtype, device) or default_geometry(kernel, dtype, device)
+        tt = thread_tile or (base.thread_tile if kernel == "register" else (1, 1))
+        geo = Geometry(tuple(block_tile), tuple(tt), base.options, None, "requested")
+    elif thread_tile is not None:
+        base = geo or default_geometry(kernel, dtype, device)
+        geo = Geometry(base.block_tile, tuple(thread_tile), base.options, None, "requested")
+    return make_plan(m, n, k, dtype=dtype, kernel=kernel, device=device, geometry=geo, backend=be.name)
+
+
+def plan(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    dtype: str = "float32",
+    backend: str = "auto",
+    kernel: str = "auto",
+    block_tile: tuple[int, int, int] | None = None,
+    thread_tile: tuple[int, int] | None = None,
+) -> Plan:
+    """Plan C[m x n] = A[m x k] @ B[k x n] on a backend's current device.
+
+    ``backend="auto"`` plans for the fastest predicted available backend that takes host
+    arrays; ``kernel="auto"`` for the family with the lowest predicted time.
+    """
+    import numpy as np
+
+    from .registry import resolve_backend_name
+
+    dtype = np.dtype(dtype).name
+    name = resolve_backend_name(backend, dtype=dtype, shape=(m, n, k))
+    return _cached_plan(
+        int(m), int(n), int(k), dtype, kernel, name,
+        None if block_tile is None else tuple(int(x) for x in block_tile),
+        None if thread_tile is None else tuple(int(x) for x in thread_tile),
+    )
