@@ -8,6 +8,8 @@ override the array hooks (``accepts``, ``asarray``, ``empty``, ``to_numpy``), ``
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +101,23 @@ class Backend:
 
     def synchronize(self) -> None:
         """Wait for queued device work (for timing)."""
+
+    def timings(self, fn: Callable[[], Any], *, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per call of ``fn()`` after ``warmup`` untimed calls.
+
+        The default is host wall time around a synchronized call; device backends override it
+        with device events (CUDA events, OpenCL profiling) so launch jitter stays out.
+        """
+        for _ in range(warmup):
+            fn()
+        self.synchronize()
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            self.synchronize()
+            times.append(time.perf_counter() - t0)
+        return times
 
     # ---------------------------------------------------------------- the kernel
 

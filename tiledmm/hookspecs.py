@@ -5,7 +5,7 @@ Every hook here is documented in docs/plugins.md with its exact signature (a tes
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pluggy
 
