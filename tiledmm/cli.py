@@ -57,8 +57,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import tiledmm
 
     p = tiledmm.plan(
-        args.m, args.n, args.k, dtype=args.dtype, backend=args.backend, kernel=args.kernel,
-        block_tile=args.block_tile, thread_tile=args.thread_tile,
+        args.m,
+        args.n,
+        args.k,
+        dtype=args.dtype,
+        backend=args.backend,
+        kernel=args.kernel,
+        block_tile=args.block_tile,
+        thread_tile=args.thread_tile,
     )
     print(json.dumps(p.to_dict(), indent=2, default=str) if args.json else str(p))
     return 0
@@ -72,8 +78,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(json.dumps([i.__dict__ for i in infos], indent=2))
         return 0
     for i in infos:
-        print(f"{i.name:14} {i.distribution} {i.version:10} {i.status:9} "
-              f"backends: {', '.join(i.backends) or '-'}")
+        print(
+            f"{i.name:14} {i.distribution} {i.version:10} {i.status:9} "
+            f"backends: {', '.join(i.backends) or '-'}"
+        )
         if i.error:
             print(f"{'':14} error: {i.error}")
     return 0
@@ -130,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_calibrate)
 
     s = sub.add_parser("bench", help="run a sweep, write JSON + figures, print the table")
-    s.add_argument("--backend", action="append", help="backend name (repeatable); default: all available")
+    s.add_argument(
+        "--backend", action="append", help="backend name (repeatable); default: all available"
+    )
     s.add_argument("--kernel", action="append", help="kernel family (repeatable); default: all")
     s.add_argument("--sizes", help="comma list of N (square) or MxNxK shapes")
     s.add_argument("--dtype", default="float32")

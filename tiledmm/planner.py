@@ -128,7 +128,8 @@ class Plan:
         peak, bw = dev.peak(self.dtype), dev.bandwidth
         lines.append(
             f"  roofline: {peak / 1e12:.3g} TFLOP/s peak, {bw / 1e9:.4g} GB/s, ridge at "
-            f"{peak / bw:.3g} FLOP/B -> {self.bound}-bound; predicted {_time(self.predicted_seconds)}"
+            f"{peak / bw:.3g} FLOP/B -> {self.bound}-bound; "
+            f"predicted {_time(self.predicted_seconds)}"
             f" ({self.predicted_gflops:.4g} GFLOP/s)"
         )
         lines.append(f"  ceilings: {dev.ceilings_source}; tiles: {self.geometry_source}")
@@ -207,11 +208,15 @@ def make_plan(
     bm, bn, bk = (int(x) for x in geo.block_tile)
     tm, tn = (int(x) for x in geo.thread_tile)
     if min(bm, bn, bk, tm, tn) < 1:
-        raise PlanError(f"tile sizes must be positive, got block {geo.block_tile} thread {geo.thread_tile}")
+        raise PlanError(
+            f"tile sizes must be positive, got block {geo.block_tile} thread {geo.thread_tile}"
+        )
     if kernel == "naive":
         bk, tm, tn = 1, 1, 1
     elif kernel == "tiled" and (tm, tn) != (1, 1):
-        raise PlanError("the tiled family computes one output per thread: thread_tile must be (1, 1)")
+        raise PlanError(
+            "the tiled family computes one output per thread: thread_tile must be (1, 1)"
+        )
     if bm % tm or bn % tn:
         raise PlanError(
             f"block tile {bm}x{bn} is not a multiple of thread tile {tm}x{tn}; "
@@ -291,7 +296,9 @@ def _occupancy(
     if not device.is_gpu:
         per_wave = max(1, device.compute_units)
         waves = max(1, math.ceil(blocks / per_wave))
-        return Occupancy(1, "one block per core", threads, 1.0, waves, _eff(blocks, waves, per_wave))
+        return Occupancy(
+            1, "one block per core", threads, 1.0, waves, _eff(blocks, waves, per_wave)
+        )
     warp = max(1, device.warp_size)
     warps = math.ceil(threads / warp)
     regs_alloc = math.ceil(regs / 8) * 8  # registers are allocated per warp in chunks
@@ -352,7 +359,9 @@ def _cached_plan(m, n, k, dtype, kernel, backend_name, block_tile, thread_tile) 
     elif thread_tile is not None:
         base = geo or default_geometry(kernel, dtype, device)
         geo = Geometry(base.block_tile, tuple(thread_tile), base.options, None, "requested")
-    return make_plan(m, n, k, dtype=dtype, kernel=kernel, device=device, geometry=geo, backend=be.name)
+    return make_plan(
+        m, n, k, dtype=dtype, kernel=kernel, device=device, geometry=geo, backend=be.name
+    )
 
 
 def plan(
@@ -378,7 +387,12 @@ def plan(
     dtype = np.dtype(dtype).name
     name = resolve_backend_name(backend, dtype=dtype, shape=(m, n, k))
     return _cached_plan(
-        int(m), int(n), int(k), dtype, kernel, name,
+        int(m),
+        int(n),
+        int(k),
+        dtype,
+        kernel,
+        name,
         None if block_tile is None else tuple(int(x) for x in block_tile),
         None if thread_tile is None else tuple(int(x) for x in thread_tile),
     )

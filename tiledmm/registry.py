@@ -81,7 +81,9 @@ class _Registry:
         only = {s.strip() for s in os.environ.get("TILEDMM_PLUGINS", "").split(",") if s.strip()}
         no_auto = os.environ.get("TILEDMM_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
         seen = set()
-        for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.dist.name != "tiledmm", e.name)):
+        for ep in sorted(
+            entry_points(group=GROUP), key=lambda e: (e.dist.name != "tiledmm", e.name)
+        ):
             dist = ep.dist.name if ep.dist else "?"
             if (ep.name, ep.value) in seen:  # the same distribution found twice on sys.path
                 continue
@@ -206,7 +208,9 @@ def get_backend(name: str) -> Backend:
     if be is None:
         matches = _by_alias(name)
         if not matches:
-            known = sorted(reg.backends) + sorted({a for b in reg.backends.values() for a in b.aliases})
+            known = sorted(reg.backends) + sorted(
+                {a for b in reg.backends.values() for a in b.aliases}
+            )
             if any(name in b.aliases for b in reg.backends.values()):
                 raise RuntimeError(f"no available backend for {name!r}; `tiledmm info` says why")
             raise ValueError(f"unknown backend {name!r}; known: {', '.join(known) or 'none'}")
@@ -218,7 +222,11 @@ def get_backend(name: str) -> Backend:
 
 
 def resolve_backend_name(
-    name: str, *, dtype: str = "float32", shape: tuple[int, int, int] = (1, 1, 1), sample: Any = None
+    name: str,
+    *,
+    dtype: str = "float32",
+    shape: tuple[int, int, int] = (1, 1, 1),
+    sample: Any = None,
 ) -> str:
     """Resolve "auto" and aliases to a backend name.
 
@@ -262,8 +270,14 @@ def backends() -> list[BackendEntry]:
             dev = f"(device query failed: {exc})"
         rows.append(
             BackendEntry(
-                name, tuple(be.aliases), why is None, why or "", tuple(be.kernels),
-                tuple(be.dtypes), dev, reg.owner.get(name, ""),
+                name,
+                tuple(be.aliases),
+                why is None,
+                why or "",
+                tuple(be.kernels),
+                tuple(be.dtypes),
+                dev,
+                reg.owner.get(name, ""),
             )
         )
     return rows
