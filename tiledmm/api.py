@@ -61,12 +61,20 @@ def _result_shape(batch, m, n, a1, b1) -> tuple[int, ...]:
     return tuple(batch) + (() if a1 else (m,)) + (() if b1 else (n,))
 
 
-def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
-    """Replay the call on stand-ins (no data) so numpy raises its own error."""
+def _check_like_numpy(a: Any, b: Any, out: Any = None) -> None:
+    """Replay the call on data-free stand-ins, so numpy raises its own error if it would."""
     sa = np.broadcast_to(np.zeros((), a.dtype), a.shape)
     sb = np.broadcast_to(np.zeros((), b.dtype), b.shape)
-    kw = {} if out is None else {"out": np.empty(np.shape(out), getattr(out, "dtype", None))}
-    np.matmul(sa, sb, **kw)
+    if out is None:
+        np.matmul(sa, sb)
+    elif hasattr(out, "shape") and hasattr(out, "dtype"):
+        np.matmul(sa, sb, out=np.empty(out.shape, out.dtype))
+    else:
+        np.matmul(sa, sb, out=out)  # numpy's TypeError for a non-array out
+
+
+def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
+    _check_like_numpy(a, b, out)
     raise ValueError(f"matmul: operands with shapes {a.shape} and {b.shape} cannot be multiplied")
 
 
@@ -109,8 +117,11 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
     batch, m, n, k, a1, b1, pa, pb = shapes
     be = _pick_backend(backend, a, b, m, n, k, rdt.name)
     rshape = _result_shape(batch, m, n, a1, b1)
-    if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
-        _raise_like_numpy(a, b, out)
+    if out is not None and (
+        not hasattr(out, "shape") or tuple(out.shape) != rshape or not _castable(rdt, out.dtype)
+    ):
+        _check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
+        return _store(be, out, matmul(a, b, backend=be.name, kernel=kernel))
 
     if rdt.name not in be.dtypes:  # delegated dtypes: the array library's own result
         if host:

@@ -1,0 +1,20 @@
+"""Shared test setup: hypothesis profiles and the list of backends that can run here."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng()

@@ -1,0 +1,207 @@
+"""tiledmm.matmul is a drop-in for numpy.matmul: shapes, dtypes, out=, errors, NaN/Inf."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiledmm
+from tests.helpers import rel_error
+
+KERNELS = ["naive", "tiled", "register"]
+
+
+def rand(rng, shape, dtype="float32"):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+SHAPES = [
+    ((7, 5), (5, 3)),
+    ((65, 33), (33, 17)),
+    ((1, 9), (9, 1)),
+    ((5,), (5, 3)),
+    ((4, 5), (5,)),
+    ((6,), (6,)),
+    ((2, 3, 4), (4, 5)),
+    ((4, 5), (3, 5, 2)),
+    ((2, 1, 3, 4), (5, 4, 6)),
+    ((3,), (2, 3, 4)),
+    ((2, 3, 4), (4,)),
+]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("sa, sb", SHAPES)
+def test_shapes_match_numpy(rng, kernel, sa, sb):
+    a, b = rand(rng, sa), rand(rng, sb)
+    got = tiledmm.matmul(a, b, backend="numpy", kernel=kernel)
+    want = np.matmul(a, b)
+    assert type(got) is type(want)
+    assert np.shape(got) == want.shape and got.dtype == want.dtype
+    assert rel_error(got, np.matmul(a.astype("f8"), b.astype("f8"))) < 1e-5
+
+
+def test_scalar_result_is_a_numpy_scalar(rng):
+    a, b = rand(rng, 6), rand(rng, 6)
+    got = tiledmm.matmul(a, b, backend="numpy")
+    assert isinstance(got, np.float32) and not isinstance(got, np.ndarray)
+
+
+@pytest.mark.parametrize(
+    "da, db",
+    [("float32", "float32"), ("float32", "float64"), ("int32", "float32"), ("float64", "int64")],
+)
+def test_kernel_dtypes_promote_like_numpy(rng, da, db):
+    a, b = (
+        (rng.standard_normal((9, 7)) * 4).astype(da),
+        (rng.standard_normal((7, 5)) * 4).astype(db),
+    )
+    got = tiledmm.matmul(a, b, backend="numpy", kernel="tiled")
+    want = np.matmul(a, b)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    ["bool", "int8", "int32", "uint16", "int64", "float16", "complex64", "complex128", "object"],
+)
+def test_delegated_dtypes_are_numpys_exact_result(rng, dtype):
+    a = (rng.standard_normal((6, 5)) * 3).astype(dtype)
+    b = (rng.standard_normal((5, 4)) * 3).astype(dtype)
+    got = tiledmm.matmul(a, b, backend="numpy")
+    want = np.matmul(a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_lists_are_accepted():
+    assert tiledmm.matmul([[1.0, 2.0]], [[3.0], [4.0]], backend="numpy").tolist() == [[11.0]]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_out_is_filled_and_returned(rng, kernel):
+    a, b = rand(rng, (2, 9, 7)), rand(rng, (7, 11))
+    out = np.full((2, 9, 11), np.nan, dtype="float32")
+    got = tiledmm.matmul(a, b, backend="numpy", kernel=kernel, out=out)
+    assert got is out
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_out_with_other_dtype_casts_same_kind(rng):
+    a, b = rand(rng, (5, 4), "float64"), rand(rng, (4, 3), "float64")
+    out = np.empty((5, 3), dtype="float32")
+    assert tiledmm.matmul(a, b, backend="numpy", out=out) is out
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-6)
+
+
+def test_out_that_numpy_broadcasts_into(rng):
+    a, b = rand(rng, (3, 4)), rand(rng, (4, 5))
+    out, ref = np.empty((2, 3, 5), "float32"), np.empty((2, 3, 5), "float32")
+    assert tiledmm.matmul(a, b, backend="numpy", out=out) is out
+    np.matmul(a, b, out=ref)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+def test_out_aliasing_an_input(rng):
+    a, b = rand(rng, (6, 6)), rand(rng, (6, 6))
+    want = np.matmul(a, b)
+    got = tiledmm.matmul(a, b, backend="numpy", out=a)
+    assert got is a
+    np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5)
+
+
+def numpy_error(call):
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("numpy did not raise")
+
+
+@pytest.mark.parametrize(
+    "sa, sb, out_shape, out_dtype",
+    [
+        ((3, 4), (5, 2), None, None),
+        ((4,), (5,), None, None),
+        ((2, 3), (4,), None, None),
+        ((2, 2, 3), (3, 3, 3, 2), None, None),
+        ((), (3,), None, None),
+        ((3, 4), (4, 5), (5, 3), "float32"),
+        ((3, 4), (4, 5), (3, 5), "int32"),
+        ((3, 4), (4,), (3, 1), "float32"),
+    ],
+)
+def test_errors_are_numpys(sa, sb, out_shape, out_dtype):
+    a, b = np.ones(sa, "float32"), np.ones(sb, "float32")
+    kw = {} if out_shape is None else {"out": np.empty(out_shape, out_dtype)}
+    want = numpy_error(lambda: np.matmul(a, b, **kw))
+    with pytest.raises(type(want)) as got:
+        tiledmm.matmul(a, b, backend="numpy", **kw)
+    assert str(got.value) == str(want)
+
+
+def test_bad_kernel_and_backend_names():
+    a = np.ones((2, 2), "float32")
+    with pytest.raises(ValueError, match="kernel must be"):
+        tiledmm.matmul(a, a, kernel="fast")
+    with pytest.raises(ValueError, match="unknown backend"):
+        tiledmm.matmul(a, a, backend="tpu9000")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize(
+    "sa, sb",
+    [
+        ((0, 4), (4, 3)),
+        ((3, 0), (0, 2)),
+        ((3, 4), (4, 0)),
+        ((0, 3, 4), (4, 2)),
+        ((0,), (0,)),
+        ((2, 0), (0,)),
+    ],
+)
+def test_empty_dimensions(kernel, sa, sb):
+    a, b = np.ones(sa, "float32"), np.ones(sb, "float32")
+    got = tiledmm.matmul(a, b, backend="numpy", kernel=kernel)
+    want = np.matmul(a, b)
+    assert np.shape(got) == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_strided_and_transposed_inputs(rng, kernel):
+    base_a, base_b = rand(rng, (40, 60)), rand(rng, (50, 30))
+    a, b = base_a[::2, 1::3].T, base_b[::-1, ::2][:20]  # non-contiguous, transposed, reversed
+    got = tiledmm.matmul(a, b, backend="numpy", kernel=kernel)
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_nan_and_inf_propagate_like_numpy(rng, kernel):
+    # 37 x 29 x 23: every tile size used by the families leaves a ragged edge.
+    a, b = rand(rng, (37, 23)), rand(rng, (23, 29))
+    a[0, 0], a[36, 22], a[5, 7] = np.inf, -np.inf, np.nan
+    b[22, 28], b[3, 0] = np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        got = tiledmm.matmul(a, b, backend="numpy", kernel=kernel)
+        want = np.matmul(a, b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy, tiledmm; a = numpy.ones((3, 3)); "
+        "tiledmm.matmul(a, a, backend='numpy'); tiledmm.plan(9, 9, 9, backend='numpy'); "
+        "bad = [m for m in ('cupy', 'numba', 'pyopencl', 'matplotlib') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr

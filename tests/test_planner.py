@@ -1,0 +1,199 @@
+"""The planner's formulas against the seed articles' values, and its limits and errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tiledmm
+from tiledmm import DeviceSpec, Geometry, PlanError, make_plan
+
+H200_LIKE = DeviceSpec(
+    name="test-gpu",
+    kind="gpu",
+    compute_units=132,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_unit=2048,
+    max_blocks_per_unit=32,
+    max_shared_per_block=227 * 1024,
+    shared_per_unit=228 * 1024,
+    registers_per_unit=65536,
+    max_registers_per_thread=255,
+    peak_flops=(("float32", 67e12), ("float64", 34e12)),
+    bandwidth=4.1e12,
+    launch_overhead=5e-6,
+)
+
+
+def gplan(m, n, k, kernel, block, thread=(1, 1), dtype="float32", device=H200_LIKE, **kw):
+    return make_plan(
+        m,
+        n,
+        k,
+        dtype=dtype,
+        kernel=kernel,
+        device=device,
+        geometry=Geometry(block, thread, **kw),
+    )
+
+
+@pytest.mark.parametrize("dtype, expected", [("float32", 0.25), ("float64", 0.125)])
+def test_naive_intensity(dtype, expected):
+    assert gplan(512, 512, 512, "naive", (16, 16, 1), dtype=dtype).intensity == expected
+
+
+@pytest.mark.parametrize("tile, ai", [(16, 4), (32, 8), (64, 16), (128, 32)])
+@pytest.mark.parametrize("dtype, scale", [("float32", 1.0), ("float64", 0.5)])
+def test_block_tile_intensity(tile, ai, dtype, scale):
+    kernel, thread = ("tiled", (1, 1)) if tile <= 32 else ("register", (8, 8))
+    p = gplan(1024, 1024, 1024, kernel, (tile, tile, 8), thread, dtype=dtype)
+    assert p.intensity == pytest.approx(ai * scale)
+    assert p.intensity == pytest.approx(tile * tile / (2 * (tile + tile)) * scale)
+
+
+def test_padding_65_cubed_on_32_tiles():
+    p = gplan(65, 65, 65, "tiled", (32, 32, 32))
+    assert p.padded_shape == (96, 96, 96)
+    assert p.grid == (3, 3)
+    assert p.padding_waste == pytest.approx(1 - 65**3 / 96**3)
+    assert p.flops == 2 * 65**3
+
+
+def test_non_square_grid_and_naive_k_unpadded():
+    p = gplan(100, 300, 77, "naive", (16, 32, 1))
+    assert p.grid == (math.ceil(300 / 32), math.ceil(100 / 16))
+    assert p.padded_shape == (112, 320, 77)
+    assert p.block_tile == (16, 32, 1)
+
+
+def test_threads_and_shared_bytes():
+    p = gplan(4096, 4096, 4096, "register", (128, 128, 8), (8, 8))
+    assert p.threads_per_block == 256
+    assert p.shared_bytes == (128 * 8 + 8 * 128) * 4
+    assert p.bound == "compute"
+    assert p.padding_waste == 0
+
+
+def test_naive_is_memory_bound_and_prediction_is_roofline():
+    p = gplan(4096, 4096, 4096, "naive", (16, 16, 1))
+    assert p.bound == "memory"
+    expected = H200_LIKE.launch_overhead + p.global_bytes / H200_LIKE.bandwidth
+    assert p.predicted_seconds == pytest.approx(expected)
+
+
+def test_occupancy_limited_by_shared_memory():
+    # 2 x (128x64 + 64x128) x 4 B = 128 KiB per block: only one block fits in 228 KiB.
+    p = gplan(4096, 4096, 4096, "register", (128, 128, 64), (8, 8), options=(("stages", 2),))
+    assert p.shared_bytes == 128 * 1024
+    assert p.occupancy.blocks_per_unit == 1
+    assert p.occupancy.limiter == "shared memory"
+
+
+def test_occupancy_limited_by_registers():
+    p = gplan(4096, 4096, 4096, "register", (128, 128, 8), (8, 8), registers=128)
+    assert p.occupancy.limiter == "registers"
+    assert p.occupancy.blocks_per_unit == 65536 // (128 * 256)
+
+
+def test_wave_quantization():
+    # 133 blocks of 1024 threads on 132 units holding 2 each: one wave, half empty.
+    p = gplan(16 * 133, 64, 64, "tiled", (16, 64, 16))
+    assert p.grid == (1, 133)
+    assert p.occupancy.waves == 1
+    assert p.occupancy.wave_efficiency == pytest.approx(133 / 264)
+
+
+@pytest.mark.parametrize(
+    "block, thread, words",
+    [
+        ((64, 64, 64), (1, 1), "threads per block"),
+        ((256, 256, 128), (8, 8), "shared memory"),
+        ((128, 128, 8), (16, 16), "registers"),
+        ((100, 128, 8), (8, 8), "not a multiple"),
+        ((0, 16, 16), (1, 1), "positive"),
+    ],
+)
+def test_impossible_tiles_are_rejected_clearly(block, thread, words):
+    kernel = "tiled" if thread == (1, 1) else "register"
+    with pytest.raises(PlanError, match=words):
+        gplan(1024, 1024, 1024, kernel, block, thread)
+
+
+def test_cpu_tiles_must_fit_the_cache():
+    cpu = DeviceSpec(
+        name="cpu",
+        kind="cpu",
+        max_threads_per_block=4096,
+        max_shared_per_block=512 * 1024,
+        caches=(("L1", 32768), ("L2", 512 * 1024)),
+    )
+    with pytest.raises(PlanError, match=r"cache \(L2\)"):
+        gplan(2048, 2048, 2048, "register", (512, 512, 256), (8, 8), device=cpu)
+
+
+def test_bad_requests():
+    with pytest.raises(PlanError, match="unknown kernel"):
+        make_plan(4, 4, 4, dtype="float32", kernel="warp", device=H200_LIKE)
+    with pytest.raises(PlanError, match="non-negative"):
+        make_plan(-1, 4, 4, dtype="float32", kernel="naive", device=H200_LIKE)
+    with pytest.raises(PlanError, match="thread_tile"):
+        gplan(64, 64, 64, "tiled", (16, 16, 16), (2, 2))
+
+
+def test_empty_problem_plans():
+    p = gplan(0, 5, 7, "tiled", (16, 16, 16))
+    assert p.grid[1] == 0 and p.flops == 0 and p.padding_waste == 0
+
+
+def test_plan_str_explains():
+    text = str(gplan(65, 65, 65, "register", (32, 32, 8), (4, 4)))
+    for words in (
+        "register kernel",
+        "block tile 32x32x8",
+        "4x4 micro-tile",
+        "padding",
+        "arithmetic intensity",
+        "occupancy",
+        "roofline",
+        "predicted",
+        "ceilings",
+    ):
+        assert words in text
+
+
+def test_public_plan_on_numpy_backend():
+    p = tiledmm.plan(65, 65, 65, backend="numpy", kernel="tiled", block_tile=(32, 32, 32))
+    assert p.backend == "numpy" and p.padded_shape == (96, 96, 96)
+    assert p.device.kind == "cpu"
+    assert "estimate" in p.device.ceilings_source or "measured" in p.device.ceilings_source
+    d = p.to_dict()
+    for field in (
+        "backend",
+        "kernel",
+        "block_tile",
+        "thread_tile",
+        "threads_per_block",
+        "grid",
+        "padded_shape",
+        "padding_waste",
+        "flops",
+        "global_bytes",
+        "intensity",
+        "shared_bytes",
+        "bound",
+        "predicted_seconds",
+        "occupancy",
+        "device",
+    ):
+        assert field in d
+
+
+def test_auto_kernel_prefers_register_for_large_problems():
+    assert tiledmm.plan(2048, 2048, 2048, backend="numpy").kernel == "register"
+
+
+def test_unknown_backend_message():
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        tiledmm.plan(8, 8, 8, backend="nope")
