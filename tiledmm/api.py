@@ -29,11 +29,13 @@ def _clear_caches() -> None:
 
 
 @lru_cache(maxsize=256)
-def _result_dtype(da: np.dtype, db: np.dtype) -> np.dtype | None:
+def _result_dtype(da: np.dtype, db: np.dtype) -> tuple[np.dtype | None, str]:
+    """numpy's result dtype for matmul, and its name (a slow property, so cached here)."""
     try:
-        return np.matmul.resolve_dtypes((da, db, None))[2]
+        rdt = np.matmul.resolve_dtypes((da, db, None))[2]
     except TypeError:  # no matmul loop: let numpy raise its own error later
-        return None
+        return None, ""
+    return rdt, rdt.name
 
 
 @lru_cache(maxsize=1024)
@@ -108,14 +110,14 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
     a, b = _as_array(a), _as_array(b)
     host = isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
-    rdt = _result_dtype(a.dtype, b.dtype)
+    rdt, rname = _result_dtype(a.dtype, b.dtype)
     shapes = _shapes(a.shape, b.shape)
     if rdt is None or shapes is None:
         if host:
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         _raise_like_numpy(a, b, out)
     batch, m, n, k, a1, b1, pa, pb = shapes
-    be = _pick_backend(backend, a, b, m, n, k, rdt.name)
+    be = _pick_backend(backend, a, b, m, n, k, rname)
     rshape = _result_shape(batch, m, n, a1, b1)
     if out is not None and (
         not hasattr(out, "shape") or tuple(out.shape) != rshape or not _castable(rdt, out.dtype)
@@ -123,13 +125,13 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
         _check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
         return _store(be, out, matmul(a, b, backend=be.name, kernel=kernel))
 
-    if rdt.name not in be.dtypes:  # delegated dtypes: the array library's own result
+    if rname not in be.dtypes:  # delegated dtypes: the array library's own result
         if host:
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
         return res if out is None else _store(be, out, res)
 
-    plan = _cached_plan(m, n, k, rdt.name, kernel, be.name, None, None)
+    plan = _cached_plan(m, n, k, rname, kernel, be.name, None, None)
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
     if a1:
         A = A.reshape(1, k)
