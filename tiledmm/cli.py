@@ -143,14 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--kernel", action="append", help="kernel family (repeatable); default: all")
     s.add_argument("--sizes", help="comma list of N (square) or MxNxK shapes")
-    s.add_argument("--dtype", default="float32")
+    s.add_argument("--dtype", default="float32", help="float32, float64 or both (comma list)")
     s.add_argument("--quick", action="store_true", help="small sizes, few repeats (< 1 minute)")
     s.add_argument("-o", "--output", default="tiledmm-results", help="output folder")
+    s.add_argument("--name", help="results file name (NAME.json, all devices in one file)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument("--calibrate", action="store_true", help="measure the ceilings first")
+    s.add_argument("--no-figures", action="store_true", help="skip the plots")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("report", help="merge result files into the tiling table and figures")
     s.add_argument("files", nargs="+")
     s.add_argument("-o", "--output", default="report", help="output folder")
+    s.add_argument("--no-figures", action="store_true", help="only the Markdown table")
     s.set_defaults(func=cmd_report)
     return p
 

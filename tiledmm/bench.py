@@ -1,0 +1,364 @@
+"""Benchmark sweep: correctness first, then timing, beside the vendor library, in one run.
+
+For every available backend x kernel family x shape x dtype: fresh random inputs in [-1, 1),
+a NaN-poisoned output, the relative error against a float64 NumPy reference, then the median of
+``backend.timings`` (device events on a GPU backend) after warm-up, the vendor GEMM
+(``backend.vendor_matmul``) timed on the same shape and arrays, and the plan's intensity and
+predicted time. Results are written as pytest-benchmark JSON (``pytest --benchmark-json``
+schema); ``benches/`` reuses the helpers below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backend import Backend
+from .results import benchmark_entry, write_results
+
+__all__ = [
+    "Settings",
+    "Inputs",
+    "Case",
+    "parse_shapes",
+    "default_shapes",
+    "tolerance",
+    "rel_error",
+    "check_case",
+    "measure_case",
+    "run_sweep",
+    "main",
+]
+
+_SQUARES_CPU = (256, 512, 1024, 2048)
+_IRREGULAR_CPU = ((1000, 3000, 777), (1009, 1013, 1019))
+_QUICK_CPU = ((128, 128, 128), (256, 256, 256), (384, 384, 384), (200, 300, 77), (97, 131, 61))
+_SQUARES_GPU = (1024, 2048, 4096, 8192)
+_IRREGULAR_GPU = ((4095, 4095, 4095), (1000, 3000, 777), (4096, 4096, 64), (1009, 1013, 1019))
+_QUICK_GPU = ((512, 512, 512), (1024, 1024, 1024), (1000, 3000, 777), (1023, 1023, 1023))
+
+
+@dataclass
+class Settings:
+    """How hard to measure: seconds of timing per case, rounds, warm-up, per-call cap."""
+
+    budget: float = 1.0  # seconds of timed calls per case
+    min_rounds: int = 5
+    max_rounds: int = 30
+    warmup: int = 2
+    max_call_seconds: float = 5.0  # skip a case whose single call is predicted slower
+
+    @classmethod
+    def for_mode(cls, quick: bool, gpu: bool = False) -> Settings:
+        if quick:
+            return cls(budget=0.1, min_rounds=3, max_rounds=10, warmup=1, max_call_seconds=0.5)
+        return cls(max_rounds=100 if gpu else 30)
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``"1024,4095,1000x3000x777"`` -> [(1024,)*3, (4095,)*3, (1000, 3000, 777)]."""
+    shapes = []
+    for item in filter(None, (s.strip().lower() for s in text.split(","))):
+        parts = [int(p) for p in item.split("x")]
+        if len(parts) == 1:
+            parts *= 3
+        if len(parts) != 3 or min(parts) < 1:
+            raise ValueError(f"a size is N or MxNxK with positive integers, not {item!r}")
+        shapes.append(tuple(parts))
+    return shapes
+
+
+def default_shapes(quick: bool, gpu: bool) -> list[tuple[int, int, int]]:
+    """Square sweep plus irregular shapes (primes, thin K), sized for the device class."""
+    if quick:
+        return list(_QUICK_GPU if gpu else _QUICK_CPU)
+    squares = [(n, n, n) for n in (_SQUARES_GPU if gpu else _SQUARES_CPU)]
+    return squares + list(_IRREGULAR_GPU if gpu else _IRREGULAR_CPU)
+
+
+def tolerance(dtype: str, k: int) -> float:
+    """Accepted relative error: rounding that grows like sqrt(K), with headroom."""
+    return 64 * float(np.finfo(dtype).eps) * math.sqrt(max(k, 1))
+
+
+def rel_error(c: np.ndarray, ref: np.ndarray) -> float:
+    """||c - ref|| / ||ref|| in float64 (inf when ``c`` has NaN: an element was not written)."""
+    c = np.asarray(c, dtype=np.float64)
+    if not np.isfinite(c).all():
+        return math.inf
+    denom = float(np.linalg.norm(ref)) or 1.0
+    return float(np.linalg.norm(c - ref)) / denom
+
+
+class Inputs:
+    """Fresh random operands for one shape and dtype, and their float64 reference product."""
+
+    def __init__(self, m: int, n: int, k: int, dtype: str, seed: int = 0) -> None:
+        rng = np.random.default_rng([seed, m, n, k])
+        dt = np.dtype(dtype)
+        self.m, self.n, self.k, self.dtype = m, n, k, dt.name
+        self.a = (rng.random((m, k), dtype=np.float64) * 2 - 1).astype(dt)
+        self.b = (rng.random((k, n), dtype=np.float64) * 2 - 1).astype(dt)
+        self._ref: np.ndarray | None = None
+
+    @property
+    def ref(self) -> np.ndarray:
+        if self._ref is None:
+            self._ref = self.a.astype(np.float64) @ self.b.astype(np.float64)
+        return self._ref
+
+
+@dataclass
+class Case:
+    """One backend's device arrays for one :class:`Inputs` (shared by its kernel families)."""
+
+    backend: Backend
+    inputs: Inputs
+    A: Any = None
+    B: Any = None
+    out: Any = None
+    vendor: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        dt = np.dtype(self.inputs.dtype)
+        self.A = self.backend.asarray(self.inputs.a, dt)
+        self.B = self.backend.asarray(self.inputs.b, dt)
+        self.out = self.backend.empty((self.inputs.m, self.inputs.n), dt)
+
+
+def _poison(be: Backend, out: Any) -> None:
+    try:
+        out.fill(np.nan)
+    except (AttributeError, TypeError):
+        out[...] = be.asarray(np.full(out.shape, np.nan, out.dtype), np.dtype(out.dtype))
+
+
+def check_case(case: Case, plan: Any) -> float:
+    """Run the kernel once into a NaN-poisoned output; return the relative error."""
+    be = case.backend
+    _poison(be, case.out)
+    be.run(plan, case.A, case.B, case.out)
+    be.synchronize()
+    return rel_error(be.to_numpy(case.out), case.inputs.ref)
+
+
+def time_fn(be: Backend, fn: Callable[[], Any], settings: Settings) -> list[float]:
+    """Seconds per call via ``be.timings``: one probe after warm-up sizes the round count."""
+    times = list(be.timings(fn, repeat=1, warmup=settings.warmup))
+    rounds = max(settings.min_rounds, min(settings.max_rounds, int(settings.budget / times[0])))
+    if rounds > 1:
+        times += be.timings(fn, repeat=rounds - 1, warmup=0)
+    return times
+
+
+def timer_name(be: Backend) -> str:
+    if type(be).timings is Backend.timings:
+        return "host perf_counter around a synchronized call"
+    return f"{type(be).__name__}.timings (device events)"
+
+
+def vendor_result(case: Case, settings: Settings) -> dict:
+    """The vendor GEMM on the same arrays: error and median time (cached on the case)."""
+    if not case.vendor:
+        be = case.backend
+        c = be.vendor_matmul(case.A, case.B)
+        be.synchronize()
+        err = rel_error(be.to_numpy(c), case.inputs.ref)
+        times = time_fn(be, lambda: be.vendor_matmul(case.A, case.B), settings)
+        case.vendor = {"seconds": statistics.median(times), "rel_error": err}
+    return case.vendor
+
+
+def measure_case(case: Case, plan: Any, settings: Settings) -> tuple[float, list[float]]:
+    """(rel_error, seconds per call); times are empty when the result is wrong."""
+    err = check_case(case, plan)
+    if not err <= tolerance(case.inputs.dtype, case.inputs.k):
+        return err, []
+    be = case.backend
+    return err, time_fn(be, lambda: be.run(plan, case.A, case.B, case.out), settings)
+
+
+def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) -> dict:
+    """The ``extra_info`` every result carries (DESIGN.md, "Results format")."""
+    inp, dev = case.inputs, plan.device
+    flops = 2 * inp.m * inp.n * inp.k
+    return {
+        "backend": case.backend.name,
+        "kernel": plan.kernel,
+        "device": dev.name,
+        "device_kind": dev.kind,
+        "dtype": inp.dtype,
+        "m": inp.m,
+        "n": inp.n,
+        "k": inp.k,
+        "gflops": flops / seconds / 1e9,
+        "seconds": seconds,
+        "vendor_gflops": flops / vendor["seconds"] / 1e9,
+        "vendor_seconds": vendor["seconds"],
+        "vendor_rel_error": vendor["rel_error"],
+        "intensity": plan.intensity,
+        "predicted_seconds": plan.predicted_seconds,
+        "bound": plan.bound,
+        "block_tile": list(plan.block_tile),
+        "thread_tile": list(plan.thread_tile),
+        "padding_waste": plan.padding_waste,
+        "geometry_source": plan.geometry_source,
+        "peak_flops": dev.peak(inp.dtype),
+        "bandwidth": dev.bandwidth,
+        "ceilings_source": dev.ceilings_source,
+        "rel_error": err,
+        "tolerance": tolerance(inp.dtype, inp.k),
+        "timer": timer_name(case.backend),
+    }
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+class Progress:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int, enabled: bool | None = None) -> None:
+        self.total, self.done, self.t0 = total, 0, time.perf_counter()
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+
+    def step(self, label: str) -> None:
+        if self.enabled:
+            width = 24
+            fill = int(width * self.done / max(self.total, 1))
+            sys.stderr.write(
+                f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
+                f"{time.perf_counter() - self.t0:5.0f}s {label[:60]:<60}"
+            )
+            sys.stderr.flush()
+        self.done += 1
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 110 + "\r")
+            sys.stderr.flush()
+
+
+@dataclass
+class SweepResult:
+    backends: list[Backend]
+    benchmarks: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+
+
+def run_sweep(
+    backends: list[Backend],
+    *,
+    kernels: list[str] | None = None,
+    dtypes: Iterable[str] = ("float32",),
+    shapes: list[tuple[int, int, int]] | None = None,
+    quick: bool = False,
+    seed: int = 0,
+    progress: bool | None = None,
+) -> SweepResult:
+    """Measure every backend x family x dtype x shape; wrong results are recorded, not timed."""
+    from .planner import plan as make
+
+    res = SweepResult(list(backends))
+    todo = []
+    for be in backends:
+        gpu = be.device().is_gpu
+        settings = Settings.for_mode(quick, gpu)
+        for dtype in dtypes:
+            if dtype not in be.dtypes:
+                res.skipped.append({"backend": be.name, "dtype": dtype, "reason": "dtype"})
+                continue
+            for shape in shapes or default_shapes(quick, gpu):
+                fams = [f for f in be.kernels if kernels is None or f in kernels]
+                todo.append((be, settings, dtype, shape, fams))
+    bar = Progress(sum(len(t[4]) for t in todo), progress)
+    speed: dict[tuple, float] = {}  # (backend, kernel, dtype) -> last measured FLOP/s
+    inputs: dict[tuple, Inputs] = {}
+    for be, settings, dtype, (m, n, k), fams in todo:
+        key = (m, n, k, dtype)
+        if key not in inputs:
+            inputs.clear()  # keep one shape's operands alive at a time
+            inputs[key] = Inputs(m, n, k, dtype, seed)
+        case = Case(be, inputs[key])
+        for fam in fams:
+            bar.step(f"{be.name} {fam} {dtype} {m}x{n}x{k}")
+            where = {"backend": be.name, "kernel": fam, "dtype": dtype, "m": m, "n": n, "k": k}
+            rate = speed.get((be.name, fam, dtype))
+            if rate and 2 * m * n * k / rate > settings.max_call_seconds:
+                est = 2 * m * n * k / rate
+                reason = f"about {est:.3g} s per call, over the {settings.max_call_seconds} s cap"
+                res.skipped.append(where | {"reason": reason})
+                continue
+            try:
+                p = make(m, n, k, dtype=dtype, backend=be.name, kernel=fam)
+                err, times = measure_case(case, p, settings)
+                if not times:
+                    tol = tolerance(dtype, k)
+                    res.failures.append(where | {"rel_error": err, "tolerance": tol})
+                    continue
+                vendor = vendor_result(case, settings)
+            except Exception as exc:  # noqa: BLE001 - one broken case must not end the sweep
+                res.failures.append(where | {"error": f"{type(exc).__name__}: {exc}"})
+                continue
+            seconds = statistics.median(times)
+            speed[(be.name, fam, dtype)] = 2 * m * n * k / seconds
+            info = extra_info(case, p, err, seconds, vendor)
+            res.benchmarks.append(benchmark_entry(info, times, settings))
+        del case
+    bar.close()
+    return res
+
+
+def _select_backends(names: list[str] | None) -> list[Backend]:
+    import tiledmm
+
+    if names:
+        return [tiledmm.get_backend(n) for n in names]
+    return [tiledmm.get_backend(r.name) for r in tiledmm.backends() if r.available]
+
+
+def main(args: argparse.Namespace) -> int:
+    """``tiledmm bench``: sweep, write JSON, then the figures and the table (report.py)."""
+    backends = _select_backends(args.backend)
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    shapes = parse_shapes(args.sizes) if args.sizes else None
+    if getattr(args, "calibrate", False):
+        from .calibrate import calibrate
+
+        for be in backends:
+            for dev, rec, path in calibrate(be, quick=args.quick):
+                print(f"calibrated {dev}: {rec['method']} -> {path}", file=sys.stderr)
+    t0 = time.perf_counter()
+    res = run_sweep(
+        backends,
+        kernels=args.kernel,
+        dtypes=dtypes,
+        shapes=shapes,
+        quick=args.quick,
+        seed=getattr(args, "seed", 0),
+    )
+    command = "tiledmm " + " ".join(sys.argv[1:]) if sys.argv else ""
+    paths = write_results(res, Path(args.output), getattr(args, "name", None), command)
+    for s in res.skipped:
+        print(f"skipped: {s}", file=sys.stderr)
+    for f in res.failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    print(
+        f"{len(res.benchmarks)} results in {time.perf_counter() - t0:.1f} s -> "
+        + ", ".join(str(p) for p in paths),
+        file=sys.stderr,
+    )
+    from .report import render
+
+    print(render(paths, Path(args.output), figures=not getattr(args, "no_figures", False)))
+    return 1 if res.failures else 0

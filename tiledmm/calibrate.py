@@ -1,0 +1,113 @@
+"""``tiledmm calibrate``: measure a device's ceilings and cache them for the planner.
+
+Peak FLOP/s per dtype is the best median rate of the backend's vendor GEMM
+(``backend.vendor_matmul``) over a few sizes large enough to saturate the device; memory
+bandwidth is a large device-to-device copy, counted as read + write bytes over the median
+time. Both are timed with ``backend.timings`` (device events on GPU backends). The record
+goes to :func:`tiledmm.device.save_calibration` under the device's name, where
+``DeviceSpec.with_calibration`` (and so every plan) picks it up.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backend import Backend
+from .device import save_calibration
+
+__all__ = ["calibrate", "measure_peak", "measure_bandwidth"]
+
+# Sizes (square N) per device class; the best median over them is the peak.
+_SIZES = {
+    ("cpu", True): (512, 1024),
+    ("cpu", False): (1024, 2048, 3072),
+    ("gpu", True): (2048, 4096),
+    ("gpu", False): (4096, 8192),
+}
+# Bytes per buffer for the copy: well beyond the last-level cache (CPU L3, GPU L2).
+_COPY_BYTES = {
+    ("cpu", True): 64 << 20,
+    ("cpu", False): 256 << 20,
+    ("gpu", True): 256 << 20,
+    ("gpu", False): 1 << 30,
+}
+
+
+def _repeats(quick: bool) -> tuple[int, int]:
+    return (3, 1) if quick else (7, 2)
+
+
+def measure_peak(be: Backend, dtype: str, sizes: tuple[int, ...], quick: bool = False) -> dict:
+    """{N: FLOP/s} of the vendor GEMM at each size (median of ``repeat`` timed calls)."""
+    repeat, warmup = _repeats(quick)
+    rng = np.random.default_rng(0)
+    rates = {}
+    for n in sizes:
+        host = (rng.random((n, n)) * 2 - 1).astype(dtype)
+        a, b = be.asarray(host, np.dtype(dtype)), be.asarray(host.T.copy(), np.dtype(dtype))
+        times = be.timings(lambda a=a, b=b: be.vendor_matmul(a, b), repeat=repeat, warmup=warmup)
+        rates[n] = 2 * n**3 / statistics.median(times)
+        del a, b
+    return rates
+
+
+def _copy_fn(be: Backend, src: Any, dst: Any):
+    try:
+        dst[...] = src
+        return lambda: dst.__setitem__(Ellipsis, src)
+    except Exception:  # noqa: BLE001 - an array type without slice assignment
+        return lambda: src.copy()
+
+
+def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
+    """Bytes/s of a device-to-device copy of ``nbytes`` (read + write counted)."""
+    repeat, warmup = _repeats(quick)
+    n = nbytes // 4
+    host = np.arange(n, dtype=np.float32)
+    src = be.asarray(host, np.dtype("float32"))
+    dst = be.asarray(np.ones(n, np.float32), np.dtype("float32"))
+    if dst is src:  # a backend whose asarray does not copy
+        dst = be.empty((n,), np.dtype("float32"))
+    times = be.timings(_copy_fn(be, src, dst), repeat=repeat, warmup=warmup)
+    return 2 * n * 4 / statistics.median(times)
+
+
+def calibrate(
+    backend: str | Backend = "numpy", quick: bool = False
+) -> Iterator[tuple[str, dict, Path]]:
+    """Measure and cache the ceilings of ``backend``'s device; yields (device, record, path)."""
+    if isinstance(backend, str):
+        from .registry import get_backend
+
+        backend = get_backend(backend)
+    dev = backend.device()
+    cls = (dev.kind if dev.kind in ("cpu", "gpu") else "cpu", bool(quick))
+    dtypes = [d for d in ("float32", "float64") if d in backend.dtypes]
+    samples, peaks = {}, {}
+    for dtype in dtypes:
+        rates = measure_peak(backend, dtype, _SIZES[cls], quick)
+        samples[dtype] = {str(n): r for n, r in rates.items()}
+        peaks[dtype] = max(rates.values())
+    nbytes = _COPY_BYTES[cls]
+    bw = measure_bandwidth(backend, nbytes, quick)
+    repeat, _ = _repeats(quick)
+    sizes = "/".join(str(n) for n in _SIZES[cls])
+    record = {
+        "peak_flops": peaks,
+        "bandwidth": bw,
+        "date": _dt.date.today().isoformat(),
+        "method": (
+            f"{backend.name} vendor_matmul, best median of {repeat} at N={sizes}; "
+            f"copy of {nbytes >> 20} MiB (read+write)"
+        ),
+        "backend": backend.name,
+        "quick": bool(quick),
+        "samples": samples,
+    }
+    yield dev.name, record, save_calibration(dev.name, record)

@@ -1,0 +1,271 @@
+"""Results files: pytest-benchmark's JSON schema (stats, machine_info, commit_info) with the
+tiledmm details: GPU (nvidia-smi), OpenCL (pyopencl, imported only here), CPU, ceilings."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backend import Backend
+
+__all__ = [
+    "stats_dict",
+    "bench_name",
+    "benchmark_entry",
+    "machine_info",
+    "commit_info",
+    "write_results",
+    "slug",
+]
+
+
+def _run(cmd: list[str], cwd: str | None = None) -> str:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def gpu_info() -> list[dict]:
+    """NVIDIA GPUs as nvidia-smi reports them (empty without a driver)."""
+    q = "name,driver_version,memory.total,compute_cap,clocks.max.sm"
+    out = _run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"])
+    keys = q.split(",")
+    return [
+        dict(zip(keys, (v.strip() for v in line.split(",")), strict=False))
+        for line in out.splitlines()
+        if line.strip()
+    ]
+
+
+def opencl_info() -> list[dict]:
+    """OpenCL platforms and devices when pyopencl is installed (imported only here)."""
+    try:
+        import pyopencl as cl
+
+        return [
+            {
+                "platform": p.name,
+                "platform_version": p.version,
+                "device": d.name,
+                "driver": d.driver_version,
+                "compute_units": d.max_compute_units,
+            }
+            for p in cl.get_platforms()
+            for d in p.get_devices()
+        ]
+    except Exception:  # noqa: BLE001 - no OpenCL runtime is a normal state
+        return []
+
+
+def cpu_info() -> dict:
+    from .device import _cores, _cpu_model
+
+    info = {"brand_raw": _cpu_model(), "count": _cores(), "arch": platform.machine()}
+    try:
+        import cpuinfo  # py-cpuinfo, a pytest-benchmark dependency
+
+        info.update(
+            {
+                k: v
+                for k, v in cpuinfo.get_cpu_info().items()
+                if k
+                in (
+                    "brand_raw",
+                    "arch",
+                    "hz_advertised_friendly",
+                    "l2_cache_size",
+                    "l3_cache_size",
+                    "flags",
+                )
+            }
+        )
+        info["count"] = _cores()
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def tiledmm_machine_info(backends: Iterable[Backend] = ()) -> dict:
+    """Devices of the benchmarked backends, GPUs, OpenCL devices: machine_info["tiledmm"]."""
+    from . import __version__
+
+    devs = {}
+    for be in backends:
+        try:
+            devs[be.name] = be.device().to_dict()
+        except Exception as exc:  # noqa: BLE001
+            devs[be.name] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]  # other work here skews every timing
+    except OSError:  # pragma: no cover - not Unix
+        load = []
+    return {
+        "version": __version__,
+        "numpy": np.__version__,
+        "loadavg_1_5_15min": load,
+        "devices": devs,
+        "gpus": gpu_info(),
+        "opencl": opencl_info(),
+    }
+
+
+def machine_info(backends: Iterable[Backend] = ()) -> dict:
+    """pytest-benchmark's machine_info, plus the tiledmm device details."""
+    return {
+        "node": platform.node(),
+        "processor": platform.processor(),
+        "machine": platform.machine(),
+        "python_compiler": platform.python_compiler(),
+        "python_implementation": platform.python_implementation(),
+        "python_implementation_version": platform.python_version(),
+        "python_version": platform.python_version(),
+        "python_build": list(platform.python_build()),
+        "release": platform.release(),
+        "system": platform.system(),
+        "cpu": cpu_info(),
+        "tiledmm": tiledmm_machine_info(backends),
+    }
+
+
+def commit_info() -> dict:
+    root = str(Path(__file__).resolve().parent.parent)
+    sha = _run(["git", "rev-parse", "HEAD"], root)
+    if not sha:
+        return {"id": None, "error": "not a git checkout"}
+    return {
+        "id": sha,
+        "time": _run(["git", "show", "-s", "--format=%cI", "HEAD"], root),
+        "author_time": _run(["git", "show", "-s", "--format=%aI", "HEAD"], root),
+        "dirty": bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], root)),
+        "project": "tiledmm",
+        "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], root),
+    }
+
+
+# --------------------------------------------------------------------------- entries and files
+
+
+def stats_dict(times: list[float]) -> dict:
+    """pytest-benchmark's ``stats`` block (seconds) for one list of per-call times."""
+    data = sorted(times)
+    n = len(data)
+    mean = statistics.fmean(data)
+    sd = statistics.stdev(data) if n > 1 else 0.0
+    q1, q3 = (statistics.quantiles(data, n=4)[i] for i in (0, 2)) if n > 1 else (data[0],) * 2
+    iqr = q3 - q1
+    lo = min((x for x in data if x >= q1 - 1.5 * iqr), default=data[0])
+    hi = max((x for x in data if x <= q3 + 1.5 * iqr), default=data[-1])
+    iqr_out = sum(1 for x in data if x < lo or x > hi)
+    sd_out = sum(1 for x in data if abs(x - mean) > sd) if sd else 0
+    return {
+        "min": data[0],
+        "max": data[-1],
+        "mean": mean,
+        "stddev": sd,
+        "rounds": n,
+        "median": statistics.median(data),
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": iqr_out,
+        "stddev_outliers": sd_out,
+        "outliers": f"{sd_out};{iqr_out}",
+        "ld15iqr": lo,
+        "hd15iqr": hi,
+        "ops": 1 / mean if mean else 0.0,
+        "total": sum(data),
+        "iterations": 1,
+        "data": list(times),
+    }
+
+
+def bench_name(backend: str, kernel: str, dtype: str, m: int, n: int, k: int) -> tuple[str, str]:
+    """(name, param) in the form ``pytest benches/`` produces, so files compare."""
+    param = f"{backend}-{kernel}-{dtype}-{m}x{n}x{k}"
+    return f"test_matmul[{param}]", param
+
+
+def benchmark_entry(info: dict, times: list[float], settings: Any) -> dict:
+    name, param = bench_name(*(info[x] for x in ("backend", "kernel", "dtype", "m", "n", "k")))
+    return {
+        "group": f"{info['dtype']} {info['m']}x{info['n']}x{info['k']}",
+        "name": name,
+        "fullname": f"benches/test_matmul.py::{name}",
+        "params": {
+            "backend": info["backend"],
+            "kernel": info["kernel"],
+            "dtype": info["dtype"],
+            "shape": f"{info['m']}x{info['n']}x{info['k']}",
+        },
+        "param": param,
+        "extra_info": info,
+        "options": {
+            "disable_gc": False,
+            "timer": "backend.timings",
+            "min_rounds": settings.min_rounds,
+            "max_time": settings.budget,
+            "min_time": 0,
+            "warmup": settings.warmup,
+        },
+        "stats": stats_dict(times),
+    }
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
+
+
+def write_results(res: Any, outdir: Path, name: str | None = None, command: str = "") -> list[Path]:
+    """One pytest-benchmark JSON per device (or one file ``NAME.json`` when a name is given)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    groups: dict[str, list[dict]] = {}
+    for b in res.benchmarks:
+        label = name or slug(b["extra_info"]["device"] + "-" + b["extra_info"]["backend"])
+        groups.setdefault(label, []).append(b)
+    if not groups:
+        groups[name or "empty"] = []
+    minfo, cinfo = machine_info(res.backends), commit_info()
+    now = _dt.datetime.now(_dt.UTC).isoformat()
+    paths = []
+    for label, benches in sorted(groups.items()):
+        doc = {
+            "machine_info": minfo,
+            "commit_info": cinfo,
+            "benchmarks": benches,
+            "datetime": now,
+            "version": _pytest_benchmark_version(),
+            "tiledmm": {"command": command, "skipped": res.skipped, "failures": res.failures},
+        }
+        path = outdir / f"{label}.json"
+        path.write_text(json.dumps(doc, indent=2, default=_jsonable) + "\n")
+        paths.append(path)
+    return paths
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, tuple | set):
+        return list(x)
+    return str(x)
+
+
+def _pytest_benchmark_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pytest-benchmark")
+    except Exception:  # noqa: BLE001
+        return "5.0.0"
