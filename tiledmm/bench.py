@@ -154,7 +154,9 @@ def check_case(case: Case, plan: Any) -> float:
 def time_fn(be: Backend, fn: Callable[[], Any], settings: Settings) -> list[float]:
     """Seconds per call via ``be.timings``: one probe after warm-up sizes the round count."""
     times = list(be.timings(fn, repeat=1, warmup=settings.warmup))
-    rounds = max(settings.min_rounds, min(settings.max_rounds, int(settings.budget / times[0])))
+    rounds = max(
+        settings.min_rounds, min(settings.max_rounds, int(settings.budget / max(times[0], 1e-9)))
+    )
     if rounds > 1:
         times += be.timings(fn, repeat=rounds - 1, warmup=0)
     return times
