@@ -1,0 +1,74 @@
+"""numba-cpu: the three tiledmm kernel families compiled by Numba for the host CPU.
+
+A third-party plugin: it uses only tiledmm's public contract (``Backend``, ``Geometry``,
+``hookimpl``, the plan's fields, ``host_cpu``). Numba is imported on the first ``run``, never
+when tiledmm loads plugins.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
+
+__all__ = ["NumbaCpuBackend", "register_backends"]
+__version__ = "0.1.0"
+
+
+class NumbaCpuBackend(Backend):
+    """Numba ``njit(parallel=True)`` kernels on the host; one BM x BN block per core at a time."""
+
+    name = "numba-cpu"
+    aliases = ("cpu",)
+    kernels = ("naive", "tiled", "register")
+    priority = 5
+
+    def unavailable_reason(self) -> str | None:
+        if importlib.util.find_spec("numba") is None:
+            return "numba is not installed (pip install numba)"
+        return None
+
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
+        """Tiles from the per-core caches: L1 for the tiled family, L2 for the register one."""
+        s = np.dtype(dtype).itemsize
+        l1 = device.cache("L1") or 32 * 1024
+        l2 = device.cache("L2") or 1 << 20
+        if kernel == "naive":
+            return Geometry((16, 64, 1), source="numba-cpu: 16x64 outputs per parallel block")
+        if kernel == "tiled":
+            bn = 128
+            bk = _pow2_at_most(l1 // 2 // (bn * s), 8, 64)  # the B tile takes half of L1
+            return Geometry((32, bn, bk), source="numba-cpu: B tile in half of L1")
+        bn = 256 if s <= 4 else 128
+        bk = _pow2_at_most(l2 // 4 // (bn * s), 16, 512)  # the B panel takes a quarter of L2
+        return Geometry(
+            (64, bn, bk), (4, bn), source="numba-cpu: B panel in a quarter of L2, 4 x BN micro-tile"
+        )
+
+    def run(self, plan: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        bm, bn, bk = plan.block_tile
+        tm, tn = plan.thread_tile
+        if plan.kernel == "register" and (tm != 4 or bn % tn or bm % 4):
+            raise ValueError(
+                f"numba-cpu's register kernel computes 4 x TN micro-tiles: thread_tile must be "
+                f"(4, TN) with TN dividing BN and BM a multiple of 4; got block {plan.block_tile}"
+                f", thread {plan.thread_tile}"
+            )
+        from .kernels import kernel
+
+        kernel(plan.kernel, out.dtype)(a, b, out, bm, bn, bk, tn)
+
+
+def _pow2_at_most(limit: int, lo: int, hi: int) -> int:
+    t = lo
+    while t * 2 <= min(limit, hi):
+        t *= 2
+    return t
+
+
+@hookimpl
+def register_backends(register) -> None:
+    register(NumbaCpuBackend())
