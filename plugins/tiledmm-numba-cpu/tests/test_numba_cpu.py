@@ -1,0 +1,96 @@
+"""numba-cpu correctness: odd shapes, strides, K=0, NaN poisoning, IEEE propagation, alias."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tiledmm = pytest.importorskip("tiledmm")
+pytest.importorskip("numba")
+pytest.importorskip("tiledmm_numba_cpu")
+
+FAMILIES = ("naive", "tiled", "register")
+SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (70, 257, 131), (3, 1, 300)]
+
+
+def _reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def _run(a, b, kernel, out=None):
+    be = tiledmm.get_backend("numba-cpu")
+    m, k = a.shape
+    n = b.shape[1]
+    plan = tiledmm.plan(m, n, k, dtype=a.dtype.name, backend="numba-cpu", kernel=kernel)
+    if out is None:
+        out = np.full((m, n), np.nan, a.dtype)  # poison: an unwritten element stays NaN
+    be.run(plan, a, b, out)
+    return out
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 2e-6), ("float64", 1e-13)])
+@pytest.mark.parametrize("kernel", FAMILIES)
+def test_odd_shapes_against_float64(kernel, dtype, tol):
+    rng = np.random.default_rng(1)
+    for m, n, k in SHAPES:
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        c = _run(a, b, kernel)
+        ref = _reference(a, b)
+        assert np.isfinite(c).all(), (kernel, m, n, k)
+        assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < tol, (kernel, m, n, k)
+
+
+@pytest.mark.parametrize("kernel", FAMILIES)
+def test_strided_inputs_and_output(kernel):
+    rng = np.random.default_rng(2)
+    big_a = rng.standard_normal((80, 90)).astype(np.float32)
+    big_b = rng.standard_normal((60, 70)).astype(np.float32)
+    a = big_a[::2, 1::3]  # (40, 30), both strides non-unit
+    b = big_b[:30, ::2].T.copy().T  # Fortran order (30, 35)
+    store = np.full((50, 80), np.nan, np.float32)
+    out = store[5:45, 10:80:2]  # strided output view (40, 35)
+    _run(a, b, kernel, out)
+    assert np.isnan(store[:5]).all() and np.isnan(store[45:]).all()  # nothing outside
+    np.testing.assert_allclose(out, _reference(a, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", FAMILIES)
+def test_k_zero_writes_zeros(kernel):
+    a, b = np.ones((5, 0), np.float32), np.ones((0, 7), np.float32)
+    assert (_run(a, b, kernel) == 0).all()
+
+
+@pytest.mark.parametrize("kernel", FAMILIES)
+def test_nan_and_inf_propagate_like_numpy(kernel):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 11))
+    b = rng.standard_normal((11, 13))
+    a[2, 4] = np.nan
+    b[3, 6] = np.inf
+    b[5, 8] = -np.inf
+    got, want = _run(a, b, kernel), np.matmul(a, b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-12)
+
+
+def test_registered_with_cpu_alias_and_matmul():
+    names = {e.name: e for e in tiledmm.backends()}
+    assert names["numba-cpu"].available and "cpu" in names["numba-cpu"].aliases
+    assert tiledmm.get_backend("cpu").name == "numba-cpu"  # priority 5 beats numpy's 0
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((3, 20, 30)), rng.standard_normal((30, 10))
+    c = tiledmm.matmul(a, b, backend="cpu", kernel="register")
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12)
+
+
+def test_register_kernel_rejects_unsupported_micro_tile():
+    plan = tiledmm.plan(
+        8, 8, 8, backend="numba-cpu", kernel="register", thread_tile=(2, 8), block_tile=(8, 8, 8)
+    )
+    a = np.ones((8, 8), np.float32)
+    with pytest.raises(ValueError, match="4 x TN"):
+        tiledmm.get_backend("numba-cpu").run(plan, a, a, np.empty_like(a))
