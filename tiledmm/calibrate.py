@@ -57,12 +57,12 @@ def measure_peak(be: Backend, dtype: str, sizes: tuple[int, ...], quick: bool = 
     return rates
 
 
-def _copy_fn(be: Backend, src: Any, dst: Any):
-    try:
-        dst[...] = src
-        return lambda: dst.__setitem__(Ellipsis, src)
-    except Exception:  # noqa: BLE001 - an array type without slice assignment
-        return lambda: src.copy()
+def _copy_fn(src: Any, dst: Any):
+    """NumPy copies in place; device arrays use their own ``copy()`` (a device-side copy:
+    the fastest path measured for PyOpenCL arrays, a cudaMemcpy for CuPy)."""
+    if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
+        return lambda: np.copyto(dst, src)
+    return lambda: src.copy()
 
 
 def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
@@ -74,7 +74,7 @@ def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
     dst = be.asarray(np.ones(n, np.float32), np.dtype("float32"))
     if dst is src:  # a backend whose asarray does not copy
         dst = be.empty((n,), np.dtype("float32"))
-    times = be.timings(_copy_fn(be, src, dst), repeat=repeat, warmup=warmup)
+    times = be.timings(_copy_fn(src, dst), repeat=repeat, warmup=warmup)
     return 2 * n * 4 / statistics.median(times)
 
 
