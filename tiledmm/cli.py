@@ -79,7 +79,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     for i in infos:
         print(
-            f"{i.name:14} {i.distribution} {i.version:10} {i.status:9} "
+            f"{i.name:14} {i.distribution:22} {i.version:10} {i.status:9} "
             f"backends: {', '.join(i.backends) or '-'}"
         )
         if i.error:

@@ -82,7 +82,8 @@ class _Registry:
         no_auto = os.environ.get("TILEDMM_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
         seen = set()
         for ep in sorted(
-            entry_points(group=GROUP), key=lambda e: (e.dist.name != "tiledmm", e.name)
+            entry_points(group=GROUP),
+            key=lambda e: (getattr(e.dist, "name", "?") != "tiledmm", e.name),
         ):
             dist = ep.dist.name if ep.dist else "?"
             if (ep.name, ep.value) in seen:  # the same distribution found twice on sys.path
@@ -171,7 +172,11 @@ def _registry() -> _Registry:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        _REG.load()
+        try:
+            _REG.load()
+        except BaseException:  # strict mode: stay unloaded so the next use raises again
+            _LOADED = False
+            raise
     return _REG
 
 
