@@ -1,0 +1,115 @@
+"""The GEMM kernel sources shared by the CuPy (CUDA) and OpenCL backends, and their knobs.
+
+One source per family (``naive.cl``, ``tiled.cl``, ``register.cl``) is written in the small C
+dialect of ``gemm_common.h``; :func:`source` inlines the header and prepends the ``#define``s
+a plan asks for, so the same text compiles as OpenCL C and as CUDA C. :func:`defines` turns a
+plan (tiles + ``plan.options``) into those defines and checks the constraints the sources rely
+on. :func:`load_geometry` reads a backend's tuned-parameter JSON (keyed by device name).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tiledmm import DeviceSpec, Geometry
+
+__all__ = ["FAMILIES", "source", "defines", "load_geometry", "vector_width", "HERE"]
+
+HERE = Path(__file__).resolve().parent
+FAMILIES = ("naive", "tiled", "register")
+INT_MAX = 2**31 - 1  # the kernels index with 32-bit ints
+
+
+@cache
+def _read(name: str) -> str:
+    return (HERE / name).read_text()
+
+
+def vector_width(itemsize: int) -> int:
+    """Elements per 16-byte vector (float4 / double2)."""
+    return 16 // itemsize
+
+
+def source(family: str, defs: dict[str, int]) -> str:
+    """The complete kernel text for ``family`` with ``defs`` as ``#define``s (header inlined)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}")
+    body = _read(f"{family}.cl").replace('#include "gemm_common.h"', _read("gemm_common.h"))
+    head = "".join(f"#define {k} {int(v)}\n" for k, v in sorted(defs.items()))
+    return head + body
+
+
+def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
+    """Compile-time parameters for ``plan``; raises ValueError for tiles the source can't run."""
+    s = 8 if plan.dtype == "float64" else 4
+    vw = vector_width(s)
+    bm, bn, bk = plan.block_tile
+    tm, tn = plan.thread_tile
+    opt = plan.options
+    d = dict(REAL_BYTES=s, BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=plan.threads_per_block)
+    fam = plan.kernel
+    if fam == "tiled":
+        d["VEC_SMEM"] = int(opt.get("vec_smem", bk % vw == 0))
+        if d["VEC_SMEM"] and bk % vw:
+            raise ValueError(f"tiled vec_smem needs BK % {vw} == 0, got BK={bk}")
+    elif fam == "register":
+        use_local = int(opt.get("use_local", 1))
+        d["USE_LOCAL"] = use_local
+        if use_local:
+            vm, vn = int(opt.get("vm", min(vw, tm))), int(opt.get("vn", min(vw, tn)))
+            d.update(VM=vm, VN=vn, PAD=int(opt.get("pad", 0)), GROUP_M=int(opt.get("group_m", 1)))
+            d["ALIGNED"] = int(aligned)
+            bad = []
+            if bk % vw or bn % vw:
+                bad.append(f"BK and BN must be multiples of {vw}")
+            if tm % vm or tn % vn or vm not in (1, vw, tm) or vn not in (1, vw, tn):
+                bad.append(f"TM, TN must be multiples of VM={vm}, VN={vn} (1, {vw} or TM/TN)")
+            if d["PAD"] % vw:
+                bad.append(f"pad must be a multiple of {vw}")
+            if bad:
+                raise ValueError(f"register tiles {plan.block_tile}/{plan.thread_tile}: " + "; ".join(bad))
+        else:
+            cv = int(opt.get("cpu_vec", 8))
+            if tn % cv:
+                raise ValueError(f"register (CPU) needs TN % cpu_vec == 0, got TN={tn}, {cv}")
+            d["CPU_VEC"] = cv
+    return d
+
+
+@cache
+def _table(path: str) -> dict:
+    p = Path(path)
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def load_geometry(path: Path, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
+    """Tiles for ``kernel``/``dtype`` on ``device`` from a backend's JSON table.
+
+    Lookup order: the device's own name under ``"devices"`` (tuned), then the device kind
+    (``"gpu"``/``"cpu"``) under ``"defaults"``. Each entry is ``{"block_tile": [...],
+    "thread_tile": [...], "options": {...}, "source": "..."}``.
+    """
+    table = _table(str(path))
+    for section, key, src in (
+        ("devices", device.name, f"tuned on {device.name}"),
+        ("defaults", device.kind, f"default for {device.kind}"),
+    ):
+        e = table.get(section, {}).get(key, {}).get(dtype, {}).get(kernel)
+        if e:
+            return Geometry(
+                tuple(e["block_tile"]),
+                tuple(e.get("thread_tile", (1, 1))),
+                tuple(sorted(e.get("options", {}).items())),
+                e.get("registers"),
+                e.get("source", src),
+            )
+    return None
+
+
+def check_int32(*sizes: int) -> None:
+    """The kernels index with 32-bit ints: refuse operands whose extents would overflow."""
+    if max(sizes, default=0) > INT_MAX:
+        raise ValueError("operands too large for the 32-bit indexing of the tiledmm kernels")

@@ -1,19 +1,304 @@
-"""Placeholder: this backend is being written; it registers as unavailable."""
+"""PyOpenCL backend: the shared GEMM kernel sources compiled as OpenCL C.
 
-from tiledmm import Backend, hookimpl
+Runs on any OpenCL device: GPUs, and CPUs through PoCL (which is how CI exercises the kernels
+that the CuPy backend runs as CUDA). ``TILEDMM_OPENCL_DEVICE`` picks the device by index into
+``devices()`` or by a case-insensitive piece of its name (default: the first GPU, else the
+first device). Native arrays are ``pyopencl.array.Array`` on this backend's queue.
+
+The register family's geometry comes from ``geometry.json`` by device name, else by kind: on
+GPUs it stages tiles in local memory; on CPUs it is a local-memory-free vector micro-kernel.
+``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
+is the honest yardstick on CPU devices. Timings are synchronized wall time (``queue.finish``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiledmm import Backend, DeviceSpec, Geometry, hookimpl, host_cpu
+from tiledmm_backends import kernels as K
+
+__all__ = ["OpenCLBackend", "register_backends"]
+
+GEOMETRY = Path(__file__).with_name("geometry.json")
+ENV = "TILEDMM_OPENCL_DEVICE"
+
+_COPY2D = """
+#if REAL_BYTES == 8
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double real;
+#else
+typedef float real;
+#endif
+__kernel void copy2d(const int rows, const int cols,
+                     __global const real *src, const long soff, const long s0, const long s1,
+                     __global real *dst, const long doff, const long d0, const long d1)
+{
+  const int j = get_global_id(0), i = get_global_id(1);
+  if (i < rows && j < cols)
+    dst[doff + i * d0 + j * d1] = src[soff + i * s0 + j * s1];
+}
+"""
 
 
-class _Pending(Backend):
+def _cl():
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    return cl, cla
+
+
+@cache
+def _all_devices() -> tuple:
+    cl, _ = _cl()
+    return tuple(d for p in cl.get_platforms() for d in p.get_devices())
+
+
+def _pick(choice: str):
+    devs = _all_devices()
+    if not devs:
+        raise RuntimeError("no OpenCL device found")
+    if choice:
+        if choice.isdigit():
+            if int(choice) >= len(devs):
+                raise RuntimeError(f"{ENV}={choice}: only {len(devs)} OpenCL device(s) found")
+            return devs[int(choice)]
+        for d in devs:
+            if choice.lower() in f"{d.platform.name} {d.name}".lower():
+                return d
+        names = ", ".join(d.name.strip() for d in devs)
+        raise RuntimeError(f"{ENV}={choice!r} matches no OpenCL device (found: {names})")
+    cl, _ = _cl()
+    gpus = [d for d in devs if d.type & cl.device_type.GPU]
+    return (gpus or list(devs))[0]
+
+
+class _State:
+    """Context, queue and compiled programs for one device."""
+
+    def __init__(self, dev) -> None:
+        cl, _ = _cl()
+        self.dev = dev
+        self.ctx = cl.Context([dev])
+        self.queue = cl.CommandQueue(self.ctx)
+        self.fp64 = "cl_khr_fp64" in dev.extensions
+        self.kernels: dict[Any, Any] = {}
+        self.calls: dict[Any, Any] = {}
+
+    def kernel(self, name: str, src: str):
+        """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
+        key = (name, src)
+        k = self.kernels.get(key)
+        if k is None:
+            cl, _ = _cl()
+            k = getattr(cl.Program(self.ctx, src).build(options=["-cl-mad-enable"]), name)
+            self.kernels[key] = k
+        return k
+
+
+def _spec(dev) -> DeviceSpec:
+    cl, _ = _cl()
+    name = dev.name.strip()
+    cu, wg, lmem = dev.max_compute_units, dev.max_work_group_size, dev.local_mem_size
+    if not dev.type & cl.device_type.GPU:
+        h = host_cpu()  # PoCL's CPU device is this host: reuse its caches and ceilings
+        return replace(
+            h,
+            name=name,
+            compute_units=cu,
+            max_threads_per_block=wg,
+            max_threads_per_unit=wg,
+            extra=h.extra + (("opencl", f"{dev.platform.name} / {dev.version}"),),
+        )
+    nv = "NVIDIA" in dev.vendor.upper()
+    lanes = 128 if nv else 64  # FP32 lanes per compute unit (Hopper/Ampere+ SM; a guess else)
+    clock = dev.max_clock_frequency * 1e6
+    peak32 = cu * lanes * 2 * clock
+    return DeviceSpec(
+        name=name,
+        kind="gpu",
+        vendor=dev.vendor,
+        compute_units=cu,
+        warp_size=32 if nv else 64,
+        max_threads_per_block=wg,
+        max_threads_per_unit=2048,
+        max_shared_per_block=lmem,
+        shared_per_unit=max(lmem, 228 * 1024 if nv else lmem),
+        caches=(("L2", dev.global_mem_cache_size),),
+        peak_flops=(("float32", peak32), ("float64", peak32 / 2 if nv else peak32 / 16)),
+        bandwidth=3e12 if nv else 5e11,
+        launch_overhead=8e-6,
+        ceilings_source=(
+            f"estimate from {cu} units x {lanes} lanes x {clock / 1e9:.2f} GHz; bandwidth a "
+            "guess (OpenCL does not report it); run `tiledmm calibrate` to measure"
+        ),
+        extra=(("opencl", f"{dev.platform.name} / {dev.version}"),),
+    ).with_calibration()
+
+
+def _strided(x) -> tuple[int, int, int]:
+    """(offset, row stride, column stride) of a 2-D pyopencl array, in elements."""
+    s = x.dtype.itemsize
+    return x.offset // s, x.strides[0] // s, x.strides[1] // s
+
+
+class OpenCLBackend(Backend):
     name = "opencl"
-    kernels = ("naive", "tiled", "register")
+    aliases = ("cl",)
+    kernels = K.FAMILIES
+    priority = 5
 
-    def unavailable_reason(self):
-        return "it is not implemented yet"
+    def __init__(self) -> None:
+        self._states: dict[str, _State] = {}
 
-    def run(self, plan, a, b, out):
-        raise RuntimeError(self.unavailable_reason())
+    # ------------------------------------------------------------------ device
+
+    def _state(self) -> _State:
+        choice = os.environ.get(ENV, "")
+        st = self._states.get(choice)
+        if st is None:
+            st = self._states[choice] = _State(_pick(choice))
+        return st
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import pyopencl  # noqa: F401
+        except ImportError:
+            return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
+        try:
+            self._state()
+        except Exception as exc:  # noqa: BLE001 - no platform, bad selection, ICD trouble
+            return (
+                f"no usable OpenCL device: {exc} (install a driver or PoCL: "
+                "pip install pocl-binary-distribution)"
+            )
+        return None
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:  # float64 only where the device has cl_khr_fp64
+        try:
+            return ("float32", "float64") if self._state().fp64 else ("float32",)
+        except Exception:  # noqa: BLE001
+            return ("float32",)
+
+    def device(self) -> DeviceSpec:
+        return _spec_cached(self._state().dev)
+
+    def devices(self) -> list[DeviceSpec]:
+        return [_spec_cached(d) for d in _all_devices()]
+
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
+        return K.load_geometry(GEOMETRY, kernel, dtype, device)
+
+    # ------------------------------------------------------------------ arrays
+
+    def accepts(self, x: Any) -> bool:
+        try:
+            import pyopencl.array as cla
+        except ImportError:
+            return False
+        return isinstance(x, cla.Array)
+
+    def asarray(self, x: Any, dtype: np.dtype) -> Any:
+        _, cla = _cl()
+        q = self._state().queue
+        if isinstance(x, cla.Array):
+            if x.dtype != dtype:
+                x = self._contiguous(x).astype(dtype)
+            return x
+        return cla.to_device(q, np.ascontiguousarray(x, dtype=dtype))
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        _, cla = _cl()
+        return cla.empty(self._state().queue, shape, dtype)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return self._contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
+
+    def vendor_matmul(self, a: Any, b: Any) -> Any:
+        """numpy.matmul through the host: OpenCL ships no BLAS; on CPU devices this is the
+        OpenBLAS yardstick the kernels are compared against."""
+        _, cla = _cl()
+        return cla.to_device(self._state().queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
+
+    def synchronize(self) -> None:
+        self._state().queue.finish()
+
+    # ------------------------------------------------------------------ strided copies
+
+    def _copy(self, src, dst) -> None:
+        st = self._state()
+        rows, cols = src.shape
+        if not rows or not cols:
+            return
+        dt = src.dtype
+        k = st.kernel("copy2d", f"#define REAL_BYTES {dt.itemsize}\n" + _COPY2D)
+        so, s0, s1 = _strided(src)
+        do, d0, d1 = _strided(dst)
+        i32, i64 = np.int32, np.int64
+        k(st.queue, ((cols + 15) // 16 * 16, (rows + 15) // 16 * 16), (16, 16),
+          i32(rows), i32(cols), src.base_data, i64(so), i64(s0), i64(s1),
+          dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
+
+    def _contiguous(self, x):
+        if x.flags.c_contiguous or x.ndim != 2:
+            return x
+        _, cla = _cl()
+        y = cla.empty(self._state().queue, x.shape, x.dtype)
+        self._copy(x, y)
+        return y
+
+    def _rowmajor(self, x) -> tuple[Any, int, int]:
+        """(array, offset, leading dimension) with unit column stride, copying if needed."""
+        off, s0, s1 = _strided(x)
+        rows, cols = x.shape
+        if (s1 == 1 or cols <= 1) and s0 >= cols and off >= 0:
+            return x, off, max(s0, 1)
+        y = self._contiguous(x) if not x.flags.c_contiguous else x
+        return y, y.offset // y.dtype.itemsize, max(cols, 1)
+
+    # ------------------------------------------------------------------ the kernel
+
+    def run(self, plan, a, b, out) -> None:
+        st = self._state()
+        m, kk = a.shape
+        n = b.shape[1]
+        K.check_int32(a.size, b.size, out.size)
+        a, oa, lda = self._rowmajor(a)
+        b, ob, ldb = self._rowmajor(b)
+        direct = out.strides[1] == out.dtype.itemsize or n == 1
+        c = out if direct and out.strides[0] >= 0 else self.empty((m, n), out.dtype)
+        oc, ldc = c.offset // c.dtype.itemsize, max(c.strides[0] // c.dtype.itemsize, 1)
+        vw = K.vector_width(c.dtype.itemsize)
+        aligned = not (lda % vw or ldb % vw or oa % vw or ob % vw)
+        key = (id(plan), aligned)
+        call = st.calls.get(key)
+        if call is None:
+            src = K.source(plan.kernel, K.defines(plan, aligned))
+            kern = st.kernel("gemm", src)
+            gx, gy = plan.grid
+            t = plan.threads_per_block
+            call = st.calls[key] = (plan, kern, (gx * t, gy), (t, 1))
+        _, kern, gsize, lsize = call
+        i32 = np.int32
+        kern(st.queue, gsize, lsize, i32(m), i32(n), i32(kk),
+             a.base_data, i32(oa), i32(lda), b.base_data, i32(ob), i32(ldb),
+             c.base_data, i32(oc), i32(ldc))  # fmt: skip
+        if c is not out:
+            self._copy(c, out)
+
+
+@cache
+def _spec_cached(dev) -> DeviceSpec:
+    return _spec(dev)
 
 
 @hookimpl
 def register_backends(register):
-    register(_Pending())
+    register(OpenCLBackend())

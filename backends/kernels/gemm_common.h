@@ -1,0 +1,96 @@
+/* tiledmm GEMM kernels: the common C dialect shared by OpenCL and CUDA.
+ *
+ * The family sources (naive.cl, tiled.cl, register.cl) are written against these macros only,
+ * so one source compiles as OpenCL C (PyOpenCL) and as CUDA C (CuPy RawModule, nvcc), the way
+ * CLBlast runs its OpenCL kernels on CUDA. Parameters arrive as #defines from the host:
+ *   REAL_BYTES 4|8, BM BN BK (block tile), TM TN (micro-tile), THREADS (work-items per group),
+ * plus family knobs documented in each source. Every kernel has the same signature:
+ *   gemm(M, N, K, A, offA, lda, B, offB, ldb, C, offC, ldc)   C = A @ B, row-major, offsets
+ * and leading dimensions in elements.
+ */
+#ifndef TILEDMM_GEMM_COMMON_H
+#define TILEDMM_GEMM_COMMON_H
+
+#if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
+  #define TILEDMM_OPENCL 1
+  #if REAL_BYTES == 8
+    #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+  #endif
+  #define KERNEL __kernel void __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+  #define GLOBAL __global
+  #define LOCAL __local
+  #define RESTRICT restrict
+  #define INLINE inline
+  #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+  #define LOCAL_ID() ((int)get_local_id(0))
+  #define GROUP_X() ((int)get_group_id(0))
+  #define GROUP_Y() ((int)get_group_id(1))
+  #define NUM_GROUPS_X() ((int)get_num_groups(0))
+  #define NUM_GROUPS_Y() ((int)get_num_groups(1))
+  #define UNROLL _Pragma("unroll")
+  /* a*b+c, not fma()/mad(): some PoCL builds call builtins out of line; compilers contract
+   * this into an FMA where the device has one (OpenCL allows FP_CONTRACT by default). */
+  #define FMA(a, b, c) ((a) * (b) + (c))
+#else /* CUDA C */
+  #define TILEDMM_CUDA 1
+  #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
+  #define GLOBAL
+  #define LOCAL __shared__
+  #define RESTRICT __restrict__
+  #define INLINE __device__ __forceinline__
+  #define BARRIER() __syncthreads()
+  #define LOCAL_ID() ((int)threadIdx.x)
+  #define GROUP_X() ((int)blockIdx.x)
+  #define GROUP_Y() ((int)blockIdx.y)
+  #define NUM_GROUPS_X() ((int)gridDim.x)
+  #define NUM_GROUPS_Y() ((int)gridDim.y)
+  #define UNROLL _Pragma("unroll")
+  #define FMA(a, b, c) fma((a), (b), (c))
+#endif
+
+/* Element type and the 16-byte vector (float4 / double2): VW elements per vector. */
+#if REAL_BYTES == 8
+  #define REAL_NAME double
+  typedef double real;
+  typedef double2 realV;
+  #define VW 2
+#else
+  #define REAL_NAME float
+  typedef float real;
+  typedef float4 realV;
+  #define VW 4
+#endif
+
+/* 16-byte loads and stores (G: global, L: local memory). p must be 16-byte aligned: the host
+ * selects ALIGNED variants only then, and local tiles are declared ALIGN16. Plain pointer casts
+ * rather than vload/vstore, which some PoCL builds call out of line. */
+#ifdef TILEDMM_OPENCL
+  #define ALIGN16 __attribute__((aligned(16)))
+  #define VLOADG(p) (*(const GLOBAL realV *)(p))
+  #define VLOADL(p) (*(const LOCAL realV *)(p))
+  #define VSTOREL(v, p) (*(LOCAL realV *)(p) = (v))
+#else
+  #define ALIGN16 __align__(16)
+  #define VLOADG(p) (*(const realV *)(p))
+  #define VLOADL(p) (*(const realV *)(p))
+  #define VSTOREL(v, p) (*(realV *)(p) = (v))
+#endif
+
+/* Unpack a 16-byte vector into r[0..VW-1]. */
+#if VW == 4
+  #define VSPLIT(v, r) do { (r)[0] = (v).x; (r)[1] = (v).y; (r)[2] = (v).z; (r)[3] = (v).w; } while (0)
+#else
+  #define VSPLIT(v, r) do { (r)[0] = (v).x; (r)[1] = (v).y; } while (0)
+#endif
+
+#define ZERO ((real)0)
+#define IMIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* The common kernel signature: row-major C[M,N] = A[M,K] @ B[K,N]. */
+#define GEMM_SIGNATURE                                                                       \
+  gemm(const int M, const int N, const int K,                                               \
+       const GLOBAL real *RESTRICT A, const int offA, const int lda,                        \
+       const GLOBAL real *RESTRICT B, const int offB, const int ldb,                        \
+       GLOBAL real *RESTRICT C, const int offC, const int ldc)
+
+#endif /* TILEDMM_GEMM_COMMON_H */

@@ -1,0 +1,182 @@
+/* register: 2D block tiling. Each work-item accumulates a TM x TN micro-tile in registers.
+ *
+ * USE_LOCAL 1 (GPUs): the group stages A (transposed, As[k][m]) and B (Bs[k][n]) in local
+ * memory per BK step with 16-byte global loads where ALIGNED allows; the micro-tile is split
+ * into VM x VN sub-blocks strided across the group (VM = TM gives contiguous rows), so each
+ * local read is one 16-byte load and a warp's reads hit distinct banks. GROUP_M > 1 launches
+ * blocks in column groups of GROUP_M block rows so neighbouring blocks share L2 panels.
+ * USE_LOCAL 0 (CPUs, OpenCL only): no local memory and no barriers; the micro-tile is TM rows
+ * of TN / CPU_VEC native vectors, B rows are read with vloadN and A values broadcast, which is
+ * the shape of a CPU BLAS micro-kernel; the group (BM x BN) keeps the B panel in cache.
+ * Edge tiles are zero-filled (local path) or clamped and never stored (CPU path).
+ */
+#include "gemm_common.h"
+
+#define THREADS_N (BN / TN)
+#define THREADS_M (BM / TM)
+
+#if USE_LOCAL
+
+#define AS_LD (BM + PAD)
+#define BS_LD (BN + PAD)
+#define A_VECS (BM * BK / VW)
+#define B_VECS (BK * BN / VW)
+
+KERNEL GEMM_SIGNATURE
+{
+  LOCAL real ALIGN16 As[BK * AS_LD];
+  LOCAL real ALIGN16 Bs[BK * BS_LD];
+  const int tid = LOCAL_ID();
+  const int tx = tid % THREADS_N, ty = tid / THREADS_N;
+
+  /* launch order: consecutive block ids walk GROUP_M block rows before moving right */
+  int bx = GROUP_X(), by = GROUP_Y();
+#if GROUP_M > 1
+  {
+    const int gx = NUM_GROUPS_X(), gy = NUM_GROUPS_Y();
+    const int bid = by * gx + bx, per_group = GROUP_M * gx;
+    const int first = (bid / per_group) * GROUP_M;
+    const int rows = IMIN(gy - first, GROUP_M);
+    by = first + (bid % per_group) % rows;
+    bx = (bid % per_group) / rows;
+  }
+#endif
+  const int row0 = by * BM, col0 = bx * BN;
+
+  real acc[TM][TN];
+  UNROLL for (int i = 0; i < TM; ++i)
+    UNROLL for (int j = 0; j < TN; ++j) acc[i][j] = ZERO;
+
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    UNROLL for (int l = 0; l < (A_VECS + THREADS - 1) / THREADS; ++l) {
+      const int e = tid + l * THREADS;
+      if (A_VECS % THREADS == 0 || e < A_VECS) {
+        const int r = e / (BK / VW), c = (e % (BK / VW)) * VW;
+        const int gr = row0 + r, gk = k0 + c;
+        real v[VW];
+        if (ALIGNED && gr < M && gk + VW <= K) {
+          const realV x = VLOADG(&A[offA + gr * lda + gk]);
+          VSPLIT(x, v);
+        } else {
+          UNROLL for (int q = 0; q < VW; ++q)
+            v[q] = (gr < M && gk + q < K) ? A[offA + gr * lda + gk + q] : ZERO;
+        }
+        UNROLL for (int q = 0; q < VW; ++q) As[(c + q) * AS_LD + r] = v[q];
+      }
+    }
+    UNROLL for (int l = 0; l < (B_VECS + THREADS - 1) / THREADS; ++l) {
+      const int e = tid + l * THREADS;
+      if (B_VECS % THREADS == 0 || e < B_VECS) {
+        const int r = e / (BN / VW), c = (e % (BN / VW)) * VW;
+        const int gk = k0 + r, gc = col0 + c;
+        if (ALIGNED && gk < K && gc + VW <= N) {
+          VSTOREL(VLOADG(&B[offB + gk * ldb + gc]), &Bs[r * BS_LD + c]);
+        } else {
+          UNROLL for (int q = 0; q < VW; ++q)
+            Bs[r * BS_LD + c + q] = (gk < K && gc + q < N) ? B[offB + gk * ldb + gc + q] : ZERO;
+        }
+      }
+    }
+    BARRIER();
+    UNROLL for (int kk = 0; kk < BK; ++kk) {
+      real ra[TM], rb[TN];
+      UNROLL for (int g = 0; g < TM / VM; ++g) {
+        const int m = kk * AS_LD + g * THREADS_M * VM + ty * VM;
+#if VM == VW
+        const realV x = VLOADL(&As[m]);
+        VSPLIT(x, &ra[g * VM]);
+#else
+        UNROLL for (int q = 0; q < VM; ++q) ra[g * VM + q] = As[m + q];
+#endif
+      }
+      UNROLL for (int g = 0; g < TN / VN; ++g) {
+        const int n = kk * BS_LD + g * THREADS_N * VN + tx * VN;
+#if VN == VW
+        const realV x = VLOADL(&Bs[n]);
+        VSPLIT(x, &rb[g * VN]);
+#else
+        UNROLL for (int q = 0; q < VN; ++q) rb[g * VN + q] = Bs[n + q];
+#endif
+      }
+      UNROLL for (int i = 0; i < TM; ++i)
+        UNROLL for (int j = 0; j < TN; ++j) acc[i][j] = FMA(ra[i], rb[j], acc[i][j]);
+    }
+    BARRIER();
+  }
+
+  UNROLL for (int i = 0; i < TM; ++i) {
+    const int row = row0 + (i / VM) * THREADS_M * VM + ty * VM + i % VM;
+    if (row >= M)
+      continue;
+    UNROLL for (int g = 0; g < TN / VN; ++g) {
+      const int col = col0 + g * THREADS_N * VN + tx * VN;
+      UNROLL for (int q = 0; q < VN; ++q)
+        if (col + q < N)
+          C[offC + row * ldc + col + q] = acc[i][g * VN + q];
+    }
+  }
+}
+
+#else /* USE_LOCAL == 0: the CPU micro-kernel */
+
+#ifndef TILEDMM_OPENCL
+  #error "the USE_LOCAL=0 (CPU) variant of the register family is OpenCL only"
+#endif
+#define NV (TN / CPU_VEC)
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define realN CAT(REAL_NAME, CPU_VEC)
+/* an element-aligned vector type: unaligned vector loads/stores without vloadN calls */
+typedef realN __attribute__((aligned(REAL_BYTES))) realNu;
+
+KERNEL GEMM_SIGNATURE
+{
+  const int tid = LOCAL_ID();
+  const int tx = tid % THREADS_N, ty = tid / THREADS_N;
+  const int row = GROUP_Y() * BM + ty * TM, col = GROUP_X() * BN + tx * TN;
+  if (row >= M || col >= N)
+    return;
+  const GLOBAL real *a[TM];
+  UNROLL for (int i = 0; i < TM; ++i) /* rows past M read row M-1; they are never stored */
+    a[i] = A + offA + IMIN(row + i, M - 1) * lda;
+  realN acc[TM][NV];
+  UNROLL for (int i = 0; i < TM; ++i)
+    UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = (realN)(ZERO);
+
+  const GLOBAL real *b = B + offB + col;
+  if (col + TN <= N) {
+    for (int k = 0; k < K; ++k, b += ldb) {
+      realN bv[NV];
+      UNROLL for (int v = 0; v < NV; ++v) bv[v] = ((const GLOBAL realNu *)b)[v];
+      UNROLL for (int i = 0; i < TM; ++i) {
+        const realN av = (realN)(a[i][k]);
+        UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = FMA(av, bv[v], acc[i][v]);
+      }
+    }
+  } else { /* right edge: gather the columns that exist, zeros elsewhere */
+    for (int k = 0; k < K; ++k, b += ldb) {
+      real bs[TN];
+      UNROLL for (int j = 0; j < TN; ++j) bs[j] = (col + j < N) ? b[j] : ZERO;
+      realN bv[NV];
+      UNROLL for (int v = 0; v < NV; ++v) bv[v] = ((const realNu *)bs)[v];
+      UNROLL for (int i = 0; i < TM; ++i) {
+        const realN av = (realN)(a[i][k]);
+        UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = FMA(av, bv[v], acc[i][v]);
+      }
+    }
+  }
+  UNROLL for (int i = 0; i < TM; ++i) {
+    if (row + i >= M)
+      break;
+    GLOBAL real *c = C + offC + (row + i) * ldc + col;
+    if (col + TN <= N) {
+      UNROLL for (int v = 0; v < NV; ++v) ((GLOBAL realNu *)c)[v] = acc[i][v];
+    } else {
+      real cs[TN];
+      UNROLL for (int v = 0; v < NV; ++v) ((realNu *)cs)[v] = acc[i][v];
+      for (int j = 0; j < N - col; ++j) c[j] = cs[j];
+    }
+  }
+}
+
+#endif /* USE_LOCAL */

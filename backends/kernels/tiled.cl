@@ -1,0 +1,50 @@
+/* tiled: one output per work-item; the group stages a BM x BK tile of A and a BK x BN tile of
+ * B in local (shared) memory per K step, so each global element is read once per group instead
+ * of once per output. Edge tiles are zero-filled, so padding adds exact zeros to every sum.
+ * Knobs: VEC_SMEM 1 reads four (two for double) A values per local load (needs BK % VW == 0). */
+#include "gemm_common.h"
+
+#define AS_LD (BK + (VEC_SMEM ? 0 : 1)) /* +1 breaks bank conflicts when reading scalars */
+
+KERNEL GEMM_SIGNATURE
+{
+  LOCAL real ALIGN16 As[BM * AS_LD];
+  LOCAL real ALIGN16 Bs[BK * BN];
+  const int tid = LOCAL_ID();
+  const int tx = tid % BN, ty = tid / BN;
+  const int row0 = GROUP_Y() * BM, col0 = GROUP_X() * BN;
+  real acc = ZERO;
+
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int e = tid; e < BM * BK; e += THREADS) { /* coalesced along K */
+      const int r = e / BK, c = e % BK;
+      const int gr = row0 + r, gc = k0 + c;
+      As[r * AS_LD + c] = (gr < M && gc < K) ? A[offA + gr * lda + gc] : ZERO;
+    }
+    for (int e = tid; e < BK * BN; e += THREADS) { /* coalesced along N */
+      const int r = e / BN, c = e % BN;
+      const int gr = k0 + r, gc = col0 + c;
+      Bs[r * BN + c] = (gr < K && gc < N) ? B[offB + gr * ldb + gc] : ZERO;
+    }
+    BARRIER();
+#if VEC_SMEM
+    UNROLL
+    for (int k = 0; k < BK; k += VW) {
+      real a[VW];
+      const realV av = VLOADL(&As[ty * AS_LD + k]);
+      VSPLIT(av, a);
+      UNROLL
+      for (int v = 0; v < VW; ++v)
+        acc = FMA(a[v], Bs[(k + v) * BN + tx], acc);
+    }
+#else
+    UNROLL
+    for (int k = 0; k < BK; ++k)
+      acc = FMA(As[ty * AS_LD + k], Bs[k * BN + tx], acc);
+#endif
+    BARRIER();
+  }
+  const int row = row0 + ty, col = col0 + tx;
+  if (row < M && col < N)
+    C[offC + row * ldc + col] = acc;
+}
