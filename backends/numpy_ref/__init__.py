@@ -38,8 +38,8 @@ class NumpyBackend(Backend):
             return Geometry((16, 64, 1), source="numpy reference: 16x64 outputs per block")
         if kernel == "tiled":
             return Geometry((64, 64, 64), source="numpy reference: 64^3 packed tiles")
-        t = 512  # largest square tile whose A and B panels fit half the per-core L2
-        while t > 32 and 2 * t * t * s > l2 // 2:
+        t = 512  # largest square tile whose A and B tiles fit the per-core L2
+        while t > 32 and 2 * t * t * s > l2:
             t //= 2
         return Geometry((t, t, t), (8, 8), source="numpy reference: L2-sized tiles")
 
@@ -51,8 +51,8 @@ class NumpyBackend(Backend):
             _blocked(plan, a, b, out, np.matmul if fam == "register" else _einsum)
 
 
-def _einsum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.einsum("ik,kj->ij", x, y)  # optimize=False: compiled loops, no BLAS
+def _einsum(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.einsum("ik,kj->ij", x, y, out=out)  # optimize=False: compiled loops, no BLAS
 
 
 def _naive(plan, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -82,14 +82,14 @@ def _blocked(plan, a: np.ndarray, b: np.ndarray, out: np.ndarray, tile_product) 
     k = a.shape[1]
     dt = out.dtype
     sa, sb = np.empty((bm, bk), dt), np.empty((bk, bn), dt)
-    acc = np.empty((bm, bn), dt)
+    acc, prod = np.empty((bm, bn), dt), np.empty((bm, bn), dt)
     for i0 in range(0, m, bm):  # grid y
         for j0 in range(0, n, bn):  # grid x
             acc.fill(0)
             for k0 in range(0, k, bk):  # the block's K loop over staged tiles
                 _pack(sa, a[i0 : i0 + bm, k0 : k0 + bk])
                 _pack(sb, b[k0 : k0 + bk, j0 : j0 + bn])
-                acc += tile_product(sa, sb)
+                acc += tile_product(sa, sb, out=prod)
             h, w = min(bm, m - i0), min(bn, n - j0)
             out[i0 : i0 + h, j0 : j0 + w] = acc[:h, :w]  # drop the padded rows/columns
 
