@@ -70,7 +70,8 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
             if d["PAD"] % vw:
                 bad.append(f"pad must be a multiple of {vw}")
             if bad:
-                raise ValueError(f"register tiles {plan.block_tile}/{plan.thread_tile}: " + "; ".join(bad))
+                tiles = f"{plan.block_tile}/{plan.thread_tile}"
+                raise ValueError(f"register tiles {tiles}: " + "; ".join(bad))
         else:
             cv = int(opt.get("cpu_vec", 8))
             if tn % cv:

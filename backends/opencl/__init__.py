@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from tiledmm import Backend, DeviceSpec, Geometry, hookimpl, host_cpu
-from tiledmm_backends import kernels as K
+
+from .. import kernels as K
 
 __all__ = ["OpenCLBackend", "register_backends"]
 
