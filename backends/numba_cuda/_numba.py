@@ -1,0 +1,195 @@
+"""The one place that imports ``numba.cuda``: kernel loading, launching, device facts, events.
+
+Imported lazily by the backend (never at ``import tiledmm``). A later switch to another
+Numba CUDA target (numba-cuda-mlir) should only touch this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import config as _config
+from numba import cuda
+
+from .kernels import KernelSpec, source
+
+SIMULATOR = bool(_config.ENABLE_CUDASIM)
+_U32 = np.uint32
+
+
+def kernel_dir() -> Path:
+    """Where generated kernel modules (and Numba's on-disk cache next to them) live."""
+    root = os.environ.get("TILEDMM_CACHE_DIR")
+    if not root:
+        import platformdirs
+
+        root = platformdirs.user_cache_dir("tiledmm")
+    return Path(root) / "numba_kernels"
+
+
+_modules: dict[KernelSpec, Any] = {}
+
+
+def load(spec: KernelSpec):
+    """The compiled dispatcher for ``spec`` (generated, written once, imported, cached)."""
+    disp = _modules.get(spec)
+    if disp is not None:
+        return disp
+    text = source(spec)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    modname = f"tiledmm_nk_{spec.name}_{digest}"
+    folder = kernel_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{modname}.py"
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    mspec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(mspec)
+    sys.modules[modname] = mod
+    mspec.loader.exec_module(mod)
+    _modules[spec] = mod.kernel
+    return mod.kernel
+
+
+# ------------------------------------------------------------------------------- launching
+
+
+def _ptr(x: Any) -> int:
+    return x.__cuda_array_interface__["data"][0]
+
+
+class Launcher:
+    """One kernel bound to one launch configuration; call it with 2-D C-contiguous arrays.
+
+    On a real GPU the compiled ``_Kernel`` is looked up once and its arguments are packed here
+    directly (a flat 1-D view of each array is its pointer and size: no view object, no
+    re-typing, no dispatcher search). Elsewhere, or if numba-cuda's internals differ, it falls
+    back to a pre-configured dispatcher ``kernel[grid, block]`` on ``reshape``d views.
+    """
+
+    def __init__(self, spec: KernelSpec, grid: tuple[int, int]) -> None:
+        self.spec = spec
+        self.dispatcher = load(spec)
+        self.grid, self.block = (int(grid[0]), int(grid[1]), 1), (spec.threads, 1, 1)
+        self.itemsize = np.dtype(spec.dtype).itemsize
+        self._fast = None
+        if not SIMULATOR and os.environ.get("TILEDMM_NUMBA_FAST_LAUNCH", "1") != "0":
+            try:
+                self._fast = self._bind_fast()
+            except Exception:  # noqa: BLE001 - internals moved: use the public path
+                self._fast = None
+        self._configured = self.dispatcher[self.grid, self.block]
+
+    def _bind_fast(self):
+        from numba.cuda import dispatcher as dmod
+        from numba.cuda.cudadrv import driver
+
+        kern = next(iter(self.dispatcher.overloads.values()))
+        cufunc = kern._codelibrary.get_cufunc()
+        if getattr(dmod, "CUDA_CORE_GE_1_0", True):
+            cfg = dmod.LaunchConfig(grid=self.grid, block=self.block, shmem_size=0)
+        else:  # pragma: no cover - older cuda.core
+            cfg = dmod.LaunchConfig(grid=self.grid, block=self.block, shmem_size=0)
+        stream = driver._to_core_stream(0)
+        return dmod.launch, stream, cfg, cufunc.kernel
+
+    def __call__(self, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
+        fast = self._fast
+        if fast is not None:
+            launch, stream, cfg, fn = fast
+            s = self.itemsize
+            args = []
+            for x in (a, b, c):
+                size = x.size
+                args += (0, 0, size, s, _ptr(x), size, s)
+            args += (ctypes.c_uint32(m), ctypes.c_uint32(n), ctypes.c_uint32(k))
+            launch(stream, cfg, fn, *args)
+            return
+        self._configured(
+            a.reshape(a.size), b.reshape(b.size), c.reshape(c.size), _U32(m), _U32(n), _U32(k)
+        )
+
+
+def bare_launch(spec: KernelSpec, grid, a, b, c, m: int, n: int, k: int) -> None:
+    """The same compiled kernel through Numba's ordinary launch syntax (for overhead figures)."""
+    load(spec)[grid, spec.threads](a, b, c, _U32(m), _U32(n), _U32(k))
+
+
+def kernel_report(spec: KernelSpec) -> dict:
+    """Registers and local memory per thread of the compiled kernel (real GPU only)."""
+    disp = load(spec)
+    if SIMULATOR:
+        return {"kernel": spec.name}
+    return {
+        "kernel": spec.name,
+        "registers": int(disp.get_regs_per_thread()),
+        "local_bytes": int(disp.get_local_mem_per_thread()),
+        "shared_bytes": int(disp.get_shared_mem_per_block()),
+    }
+
+
+# ------------------------------------------------------------------------------- arrays
+
+
+@cuda.jit
+def _copy2d(src, dst):  # strided or dtype-converting copy, one element per thread
+    i, j = cuda.grid(2)
+    if i < dst.shape[0] and j < dst.shape[1]:
+        dst[i, j] = src[i, j]
+
+
+def copy2d(src: Any, dst: Any) -> None:
+    rows, cols = dst.shape
+    if rows and cols:
+        _copy2d[((rows + 15) // 16, (cols + 15) // 16), (16, 16)](src, dst)
+
+
+def is_numba_array(x: Any) -> bool:
+    return cuda.devicearray.is_cuda_ndarray(x) if not SIMULATOR else hasattr(x, "copy_to_host")
+
+
+def wrap(x: Any) -> Any:
+    """A Numba view of any CUDA array (zero copy); Numba arrays pass through."""
+    if is_numba_array(x):
+        return x
+    return cuda.as_cuda_array(x)
+
+
+def c_contiguous(x: Any) -> bool:
+    if is_numba_array(x):
+        return x.is_c_contiguous()
+    flags = getattr(x, "flags", None)
+    if flags is not None and hasattr(flags, "c_contiguous"):
+        return bool(flags.c_contiguous)
+    strides = x.__cuda_array_interface__.get("strides")
+    return strides is None
+
+
+to_device = cuda.to_device
+device_array = cuda.device_array
+synchronize = cuda.synchronize
+
+
+def event_seconds(fn, repeat: int, warmup: int) -> list[float]:
+    """Per-call device time of ``fn()`` between CUDA events."""
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    out = []
+    for _ in range(repeat):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out.append(cuda.event_elapsed_time(start, end) / 1e3)
+    return out

@@ -1,0 +1,172 @@
+"""numba-cuda backend: kernels under the CUDA simulator, the unavailable reason, GPU checks.
+
+The simulator is chosen by NUMBA_ENABLE_CUDASIM when ``numba`` is first imported, and other
+test files import Numba for the CPU. So the simulator cases run in ONE subprocess (module
+fixture) that does every product and reports errors as JSON; each test below checks its part.
+GPU tests are marked ``gpu`` and skip when no CUDA device is usable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+_SIM_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tiledmm
+    from numba import cuda
+    be = [b for b in tiledmm.backends() if b.name == "numba-cuda"][0]
+    out = {"available": be.available, "reason": be.reason, "cases": []}
+    rng = np.random.default_rng(7)
+    shapes = [(5, 7, 3), (17, 9, 13), (1, 20, 6), (9, 1, 4), (8, 8, 0), (48, 33, 40)]
+
+    def case(tag, fam, dt, m, n, k, c, a, b):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        err = float(np.abs(c - ref).max() / max(1.0, np.abs(ref).max())) if c.size else 0.0
+        out["cases"].append(dict(tag=tag, fam=fam, dt=dt, shape=[m, n, k], err=err,
+                                 nan=bool(np.isnan(c).any()), dtype=str(c.dtype)))
+
+    for fam in ("naive", "tiled", "register"):
+        for dt in ("float32", "float64"):
+            for m, n, k in shapes:
+                a = rng.standard_normal((m, k)).astype(dt)
+                b = rng.standard_normal((k, n)).astype(dt)
+                c = tiledmm.matmul(a, b, backend="numba-cuda", kernel=fam)
+                case("host", fam, dt, m, n, k, c, a, b)
+                # device arrays, NaN-poisoned out= that must be fully overwritten
+                d = cuda.to_device(np.full((m, n), np.nan, dt))
+                r = tiledmm.matmul(cuda.to_device(a), cuda.to_device(b), backend="numba-cuda",
+                                   kernel=fam, out=d)
+                case("poisoned-out", fam, dt, m, n, k, r.copy_to_host(), a, b)
+    # strided device inputs and a strided out view
+    a = rng.standard_normal((19, 30)).astype("float32")
+    b = rng.standard_normal((15, 22)).astype("float32")
+    big = cuda.to_device(np.full((19, 44), np.nan, "float32"))
+    view = big[:, ::2]
+    r = tiledmm.matmul(cuda.to_device(a)[:, ::2], cuda.to_device(b), backend="numba-cuda",
+                       kernel="register", out=view)
+    case("strided", "register", "float32", 19, 22, 15, big.copy_to_host()[:, ::2], a[:, ::2], b)
+    # the real-GPU default geometry (128x128x8, 8x8) on one odd shape
+    plan = tiledmm.plan(33, 130, 9, backend="numba-cuda", kernel="register",
+                        block_tile=(128, 128, 8), thread_tile=(8, 8))
+    a = rng.standard_normal((33, 9)).astype("float32")
+    b = rng.standard_normal((9, 130)).astype("float32")
+    c = cuda.to_device(np.full((33, 130), np.nan, "float32"))
+    be_obj = tiledmm.registry.get_backend("numba-cuda")
+    be_obj.run(plan, cuda.to_device(a), cuda.to_device(b), c)
+    case("h200-geometry", "register", "float32", 33, 130, 9, c.copy_to_host(), a, b)
+    # NaN and Inf propagate as in numpy
+    a = np.array([[np.nan, 1.0], [np.inf, 1.0]], "float32")
+    b = np.ones((2, 3), "float32")
+    c = tiledmm.matmul(a, b, backend="numba-cuda", kernel="tiled")
+    out["special"] = [str(v) for v in c[:, 0]]
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    pytest.importorskip("numba")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["TILEDMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("tiledmm-cache"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIM_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
+    assert line, f"simulator run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(line[0][len("RESULT") :])
+
+
+def test_simulator_backend_available(sim):
+    assert sim["available"], sim["reason"]
+
+
+@pytest.mark.parametrize("fam", ["naive", "tiled", "register"])
+def test_simulator_family_correct(sim, fam):
+    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"] in ("host", "poisoned-out")]
+    assert len(cases) == 24
+    for c in cases:
+        tol = 1e-5 if c["dt"] == "float32" else 1e-12
+        assert c["dtype"] == c["dt"], c
+        assert not c["nan"], f"unwritten (NaN) outputs: {c}"
+        assert c["err"] < tol, c
+
+
+def test_simulator_strided_and_default_geometry(sim):
+    for tag in ("strided", "h200-geometry"):
+        (c,) = [c for c in sim["cases"] if c["tag"] == tag]
+        assert not c["nan"] and c["err"] < 1e-5, c
+
+
+def test_simulator_nan_inf_propagate(sim):
+    assert sim["special"] == [str(np.float32("nan")), str(np.float32("inf"))]
+
+
+def test_unavailable_reason_numpy_25():
+    from tiledmm_backends.numba_cuda import numpy_incompatibility
+
+    msg = numpy_incompatibility("2.5.2", "0.30.4")
+    assert msg and "numpy<2.5" in msg and "#907" in msg and "0.30.4" in msg
+    assert numpy_incompatibility("2.4.6", "0.30.4") is None
+    assert numpy_incompatibility("2.5.0", None) is None
+
+
+def test_unavailable_reason_from_backend(monkeypatch):
+    import tiledmm_backends.numba_cuda as mod
+
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    monkeypatch.setattr(mod.np, "__version__", "2.5.2")
+    monkeypatch.setattr(mod, "_dist_version", lambda name: "0.30.4")
+    reason = mod.NumbaCudaBackend().unavailable_reason()
+    assert reason and "pip install 'numpy<2.5'" in reason
+    monkeypatch.setattr(mod, "_dist_version", lambda name: None)
+    reason = mod.NumbaCudaBackend().unavailable_reason()
+    assert reason and "pip install" in reason
+
+
+def test_import_tiledmm_does_not_import_numba():
+    code = "import sys, tiledmm; tiledmm.backends(); print('numba.cuda' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    # backends() asks availability (which may import numba.cuda); plain import must not
+    code2 = "import sys, tiledmm; print('numba' in sys.modules)"
+    proc2 = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc2.stdout.strip().splitlines()[-1] == "False"
+
+
+def _gpu() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"):
+        return False
+    try:
+        import tiledmm
+
+        return any(b.name == "numba-cuda" and b.available for b in tiledmm.backends())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fam", ["naive", "tiled", "register"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_gpu_family_correct(fam, dt):
+    if not _gpu():
+        pytest.skip("no usable CUDA GPU for numba-cuda")
+    import tiledmm
+
+    rng = np.random.default_rng(1)
+    for m, n, k in [(1, 1, 1), (129, 257, 67), (300, 100, 0), (511, 513, 255)]:
+        a, b = rng.standard_normal((m, k)).astype(dt), rng.standard_normal((k, n)).astype(dt)
+        c = tiledmm.matmul(a, b, backend="numba-cuda", kernel=fam)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        tol = 1e-5 if dt == "float32" else 1e-12
+        assert np.abs(c - ref).max() <= tol * max(1.0, np.abs(ref).max()) * max(1, k) ** 0.5
