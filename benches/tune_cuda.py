@@ -172,7 +172,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benches/results")
     ap.add_argument("--budget", type=float, default=420.0, help="seconds for the sweep")
+    ap.add_argument("--focus", action="store_true", help="second pass: ladder steps + finals")
     args = ap.parse_args()
+    if args.focus:
+        return focus(Path(args.out), Bench(args.budget))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = Bench(args.budget)
@@ -237,6 +240,132 @@ def main() -> None:
     save()
     summary(bench, winners)
     del cp
+
+
+FOCUS = [  # (block, thread, options): run 1's winner and the ladder steps tried on top of it
+    ((128, 128, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1)),
+    ((128, 128, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, stages=2)),
+    ((128, 128, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, stages=2, min_blocks=2)),
+    ((128, 128, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, min_blocks=2)),
+    ((128, 128, 8), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, stages=2)),
+    ((128, 128, 8), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, stages=2, min_blocks=2)),
+    ((128, 128, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=4)),
+    ((128, 64, 16), (8, 4), dict(vm=4, vn=4, pad=4, group_m=8, stages=2)),
+    ((128, 256, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, stages=2)),
+    ((256, 128, 16), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1, stages=2)),
+    ((128, 128, 32), (8, 8), dict(vm=4, vn=4, pad=4, group_m=1)),
+]
+TILED2 = [(16, 16, 32), (16, 16, 64), (8, 32, 32), (32, 8, 32), (16, 32, 32), (32, 16, 32)]
+
+
+def odd_shapes(bench: Bench, be, bt, tt, opts) -> float:
+    """Worst relative error of one register geometry on odd shapes (poisoned outputs)."""
+    worst, rng = 0.0, np.random.default_rng(3)
+    for m, n, k in SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        geo = Geometry(bt, tt, tuple(sorted(opts.items())))
+        plan = make_plan(m, n, k, dtype="float32", kernel="register", device=be.device(),
+                         geometry=geo)  # fmt: skip
+        A, B = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
+        C = be.empty((m, n), np.dtype(np.float32))
+        C.fill(np.nan)
+        be.run(plan, A, B, C)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        e = np.linalg.norm(be.to_numpy(C) - ref) / max(np.linalg.norm(ref), 1e-300)
+        worst = max(worst, float(e) if np.isfinite(e) else float("inf"))
+    return worst
+
+
+def dispatch_breakdown(bench: Bench, plan_best) -> dict:
+    import cProfile
+    import io
+    import pstats
+
+    cp = bench.cp
+    a = cp.random.rand(64, 64, dtype=np.float32)
+    b = cp.random.rand(64, 64, dtype=np.float32)
+    c = cp.empty((64, 64), np.float32)
+    plan = tiledmm.plan(64, 64, 64, backend="cupy", kernel="register")
+    be = bench.be
+    cases = {
+        "cupy.matmul": lambda: cp.matmul(a, b),
+        "tiledmm.matmul auto": lambda: tiledmm.matmul(a, b),
+        "tiledmm.matmul cupy/register": lambda: tiledmm.matmul(a, b, backend="cupy",
+                                                               kernel="register"),
+        "backend.run": lambda: be.run(plan, a, b, c),
+    }  # fmt: skip
+    res = {}
+    for name, fn in cases.items():
+        for _ in range(200):
+            fn()
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(3000):
+            fn()
+        cp.cuda.Device().synchronize()
+        res[name] = (time.perf_counter() - t0) / 3000
+    res["ratio auto/cupy"] = res["tiledmm.matmul auto"] / res["cupy.matmul"]
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(2000):
+        tiledmm.matmul(a, b)
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(14)
+    res["profile"] = buf.getvalue()[-3500:]
+    print(res["profile"], flush=True)
+    print({k: v for k, v in res.items() if k != "profile"}, flush=True)
+    return res
+
+
+def focus(out: Path, bench: Bench) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    result: dict = {"machine_info": _machine(bench), "rows": bench.rows, "odd_shapes": []}
+
+    def save() -> None:
+        (out / "h200-cuda-focus.json").write_text(json.dumps(result, indent=1, default=str))
+
+    for bt, tt, o in FOCUS:
+        r = bench.measure("register", "float32", 4096, bt, tt, o)
+        if "error" not in r:
+            r["odd_shape_error"] = odd_shapes(bench, bench.be, bt, tt, o)
+            print(f"   odd shapes worst rel error {r['odd_shape_error']:.2e}", flush=True)
+    save()
+    for bt in TILED2:
+        bench.measure("tiled", "float32", 4096, bt, opts=dict(vec_smem=1))
+    save()
+    ok = [r for r in bench.rows if r["kernel"] == "register" and "error" not in r
+          and r.get("odd_shape_error", 1) < 1e-5 and r["rel_error"] < 1e-4]  # fmt: skip
+    w = max(ok, key=lambda r: r["gflops"], default=None) or dict(
+        block_tile=FOCUS[0][0], thread_tile=FOCUS[0][1], options=FOCUS[0][2]
+    )
+    for size in (2048, 4096, 8192):
+        bench.measure("register", "float32", size, w["block_tile"], w["thread_tile"],
+                      w["options"], tag="final")  # fmt: skip
+    t = best(bench.rows, kernel="tiled") or dict(block_tile=(16, 16, 32), options={})
+    bench.measure("tiled", "float32", 4096, t["block_tile"], opts=t["options"], tag="final")
+    save()
+    try:
+        result["dispatch_64"] = dispatch_breakdown(bench, w)
+    except Exception as exc:  # noqa: BLE001
+        result["dispatch_64"] = f"FAILED {type(exc).__name__}: {exc}"
+    save()
+    os.environ.setdefault("TILEDMM_OPENCL_DEVICE", "NVIDIA")
+    try:
+        cl = tiledmm.get_backend("opencl")
+        for bt, tt, o in (FOCUS[0], FOCUS[1], (w["block_tile"], w["thread_tile"], w["options"])):
+            r = bench.measure("register", "float32", 4096, bt, tt, o, backend=cl, tag="opencl")
+            if "error" not in r:
+                r["odd_shape_error"] = odd_shapes(bench, cl, bt, tt, o)
+        bench.measure("tiled", "float32", 4096, t["block_tile"], opts=t["options"], backend=cl,
+                      tag="opencl")  # fmt: skip
+    except Exception as exc:  # noqa: BLE001
+        result["opencl"] = f"FAILED {type(exc).__name__}: {exc}"
+    save()
+    print("\n=== focus summary (median, CUDA events / OpenCL finish; vendor = cupy.matmul) ===")
+    for r in bench.rows:
+        print(_fmt(r), f"odd {r.get('odd_shape_error', float('nan')):.1e}", r["tag"])
 
 
 def opencl_on_gpu(bench: Bench, reg) -> dict:

@@ -35,10 +35,17 @@ _ATTR = dict(
 _LANES = {(7, 0): (64, 32), (8, 0): (64, 32), (9, 0): (128, 64), (10, 0): (128, 64)}
 
 
-def _cupy():
-    import cupy
+_CP: Any = None
 
-    return cupy
+
+def _cupy():
+    """The cupy module, imported on first use (never at tiledmm import time)."""
+    global _CP
+    if _CP is None:
+        import cupy
+
+        _CP = cupy
+    return _CP
 
 
 def _spec(dev_id: int) -> DeviceSpec:
@@ -94,8 +101,8 @@ def _layout(x, rows: int, cols: int, s: int) -> int | None:
 
 def _span(x) -> tuple[int, int]:
     p = x.data.ptr
-    extent = sum((n - 1) * abs(st) for n, st in zip(x.shape, x.strides, strict=True))
-    return p, p + extent + x.itemsize
+    (r, c), (s0, s1) = x.shape, x.strides
+    return p, p + (r - 1) * abs(s0) + (c - 1) * abs(s1) + x.itemsize
 
 
 class CupyBackend(Backend):
@@ -143,7 +150,10 @@ class CupyBackend(Backend):
         return hasattr(x, "__cuda_array_interface__")
 
     def asarray(self, x: Any, dtype: np.dtype) -> Any:
-        return _cupy().asarray(x, dtype=dtype)
+        cp = _cupy()
+        if type(x) is cp.ndarray and x.dtype == dtype:  # the hot path: already native
+            return x
+        return cp.asarray(x, dtype=dtype)
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return _cupy().empty(shape, dtype=dtype)
@@ -192,30 +202,31 @@ class CupyBackend(Backend):
         s = out.itemsize
         lda = _layout(a, m, k, s)
         if lda is None:
-            a = cp.ascontiguousarray(a)
-            lda = max(k, 1)
+            a, lda = cp.ascontiguousarray(a), max(k, 1)
         ldb = _layout(b, k, n, s)
         if ldb is None:
-            b = cp.ascontiguousarray(b)
-            ldb = max(n, 1)
+            b, ldb = cp.ascontiguousarray(b), max(n, 1)
         ldc = _layout(out, m, n, s)
         c = out
         if ldc is None or _overlap(out, a) or _overlap(out, b):
             c, ldc = cp.empty((m, n), out.dtype), max(n, 1)
         vw = 16 // s
         aligned = not (lda % vw or ldb % vw or a.data.ptr % 16 or b.data.ptr % 16)
-        key = (id(plan), aligned, cp.cuda.runtime.getDevice())
-        call = self._calls.get(key)
-        if call is None:
+        call = self._calls.get((id(plan), aligned))
+        if call is None or call[4] != cp.cuda.runtime.getDevice():
             K.check_int32(m * max(lda, 1), k * max(ldb, 1), m * ldc)
-            call = (plan, self.function(plan, aligned), plan.grid, (plan.threads_per_block,))
-            self._calls[key] = call
-        _, fn, grid, block = call
+            fn = self.function(plan, aligned)
+            call = (plan, fn, plan.grid, (plan.threads_per_block,), cp.cuda.runtime.getDevice())
+            self._calls[(id(plan), aligned)] = call  # holds plan: its id stays unique
         i32 = np.int32
-        z = i32(0)
-        fn(grid, block, (i32(m), i32(n), i32(k), a, z, i32(lda), b, z, i32(ldb), c, z, i32(ldc)))
+        z = _ZERO
+        args = (i32(m), i32(n), i32(k), a, z, i32(lda), b, z, i32(ldb), c, z, i32(ldc))
+        call[1](call[2], call[3], args)
         if c is not out:
             out[...] = c
+
+
+_ZERO = np.int32(0)
 
 
 def _overlap(x, y) -> bool:

@@ -61,6 +61,8 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
         if use_local:
             vm, vn = int(opt.get("vm", min(vw, tm))), int(opt.get("vn", min(vw, tn)))
             d.update(VM=vm, VN=vn, PAD=int(opt.get("pad", 0)), GROUP_M=int(opt.get("group_m", 1)))
+            d["STAGES"] = int(opt.get("stages", 1))
+            d["MIN_BLOCKS"] = int(opt.get("min_blocks", 1))
             d["ALIGNED"] = int(aligned)
             bad = []
             if bk % vw or bn % vw:

@@ -20,7 +20,7 @@
   #define GLOBAL __global
   #define LOCAL __local
   #define RESTRICT restrict
-  #define INLINE inline
+  #define INLINE static inline
   #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
   #define LOCAL_ID() ((int)get_local_id(0))
   #define GROUP_X() ((int)get_group_id(0))
@@ -33,7 +33,10 @@
   #define FMA(a, b, c) ((a) * (b) + (c))
 #else /* CUDA C */
   #define TILEDMM_CUDA 1
-  #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
+  #ifndef MIN_BLOCKS
+    #define MIN_BLOCKS 1 /* resident blocks per SM the register allocation must allow */
+  #endif
+  #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   #define GLOBAL
   #define LOCAL __shared__
   #define RESTRICT __restrict__

@@ -4,7 +4,8 @@
  * memory per BK step with 16-byte global loads where ALIGNED allows; the micro-tile is split
  * into VM x VN sub-blocks strided across the group (VM = TM gives contiguous rows), so each
  * local read is one 16-byte load and a warp's reads hit distinct banks. GROUP_M > 1 launches
- * blocks in column groups of GROUP_M block rows so neighbouring blocks share L2 panels.
+ * blocks in column groups of GROUP_M block rows so neighbouring blocks share L2 panels;
+ * STAGES 2 double-buffers the local tiles.
  * USE_LOCAL 0 (CPUs, OpenCL only): no local memory and no barriers; the micro-tile is TM rows
  * of TN / CPU_VEC native vectors, B rows are read with vloadN and A values broadcast, which is
  * the shape of a CPU BLAS micro-kernel; the group (BM x BN) keeps the B panel in cache.
@@ -21,13 +22,102 @@
 #define BS_LD (BN + PAD)
 #define A_VECS (BM * BK / VW)
 #define B_VECS (BK * BN / VW)
+#define A_LOADS ((A_VECS + THREADS - 1) / THREADS)
+#define B_LOADS ((B_VECS + THREADS - 1) / THREADS)
+
+/* Global -> registers: this thread's share of the A (BM x BK) and B (BK x BN) tiles at k0,
+ * 16-byte loads where aligned and in range, zeros outside the matrix. */
+INLINE void fetch_tiles(real va[A_LOADS][VW], real vb[B_LOADS][VW],
+                        const GLOBAL real *RESTRICT A, const int lda,
+                        const GLOBAL real *RESTRICT B, const int ldb,
+                        const int M, const int N, const int K,
+                        const int row0, const int col0, const int k0, const int tid)
+{
+  UNROLL for (int l = 0; l < A_LOADS; ++l) {
+    const int e = tid + l * THREADS;
+    const int r = e / (BK / VW), c = (e % (BK / VW)) * VW;
+    const int gr = row0 + r, gk = k0 + c;
+    if (ALIGNED && gr < M && gk + VW <= K) {
+      const realV x = VLOADG(&A[gr * lda + gk]);
+      VSPLIT(x, va[l]);
+    } else {
+      UNROLL for (int q = 0; q < VW; ++q)
+        va[l][q] = (e < A_VECS && gr < M && gk + q < K) ? A[gr * lda + gk + q] : ZERO;
+    }
+  }
+  UNROLL for (int l = 0; l < B_LOADS; ++l) {
+    const int e = tid + l * THREADS;
+    const int r = e / (BN / VW), c = (e % (BN / VW)) * VW;
+    const int gk = k0 + r, gc = col0 + c;
+    if (ALIGNED && gk < K && gc + VW <= N) {
+      const realV x = VLOADG(&B[gk * ldb + gc]);
+      VSPLIT(x, vb[l]);
+    } else {
+      UNROLL for (int q = 0; q < VW; ++q)
+        vb[l][q] = (e < B_VECS && gk < K && gc + q < N) ? B[gk * ldb + gc + q] : ZERO;
+    }
+  }
+}
+
+/* Registers -> local memory: A transposed (As[k][m]), B as is (Bs[k][n]). */
+INLINE void stash_tiles(LOCAL real *As, LOCAL real *Bs, real va[A_LOADS][VW],
+                        real vb[B_LOADS][VW], const int tid)
+{
+  UNROLL for (int l = 0; l < A_LOADS; ++l) {
+    const int e = tid + l * THREADS;
+    if (A_VECS % THREADS == 0 || e < A_VECS) {
+      const int r = e / (BK / VW), c = (e % (BK / VW)) * VW;
+      UNROLL for (int q = 0; q < VW; ++q) As[(c + q) * AS_LD + r] = va[l][q];
+    }
+  }
+  UNROLL for (int l = 0; l < B_LOADS; ++l) {
+    const int e = tid + l * THREADS;
+    if (B_VECS % THREADS == 0 || e < B_VECS) {
+      const int r = e / (BN / VW), c = (e % (BN / VW)) * VW;
+      UNROLL for (int q = 0; q < VW; ++q) Bs[r * BS_LD + c + q] = vb[l][q];
+    }
+  }
+}
+
+/* acc += As^T Bs over one BK step: per k, VM/VN-wide local reads into ra/rb, then TM x TN FMAs */
+INLINE void tile_product(real acc[TM][TN], const LOCAL real *As, const LOCAL real *Bs,
+                         const int tx, const int ty)
+{
+  UNROLL for (int kk = 0; kk < BK; ++kk) {
+    real ra[TM], rb[TN];
+    UNROLL for (int g = 0; g < TM / VM; ++g) {
+      const int m = kk * AS_LD + g * THREADS_M * VM + ty * VM;
+#if VM == VW
+      const realV x = VLOADL(&As[m]);
+      VSPLIT(x, &ra[g * VM]);
+#else
+      UNROLL for (int q = 0; q < VM; ++q) ra[g * VM + q] = As[m + q];
+#endif
+    }
+    UNROLL for (int g = 0; g < TN / VN; ++g) {
+      const int n = kk * BS_LD + g * THREADS_N * VN + tx * VN;
+#if VN == VW
+      const realV x = VLOADL(&Bs[n]);
+      VSPLIT(x, &rb[g * VN]);
+#else
+      UNROLL for (int q = 0; q < VN; ++q) rb[g * VN + q] = Bs[n + q];
+#endif
+    }
+    UNROLL for (int i = 0; i < TM; ++i)
+      UNROLL for (int j = 0; j < TN; ++j) acc[i][j] = FMA(ra[i], rb[j], acc[i][j]);
+  }
+}
 
 KERNEL GEMM_SIGNATURE
 {
-  LOCAL real ALIGN16 As[BK * AS_LD];
-  LOCAL real ALIGN16 Bs[BK * BS_LD];
+  /* STAGES 2: double buffering. The next tile is fetched into registers while this one is
+   * multiplied, then stored to the other buffer: one barrier per BK step instead of two. */
+  LOCAL real ALIGN16 As[STAGES * BK * AS_LD];
+  LOCAL real ALIGN16 Bs[STAGES * BK * BS_LD];
   const int tid = LOCAL_ID();
   const int tx = tid % THREADS_N, ty = tid / THREADS_N;
+  A += offA;
+  B += offB;
 
   /* launch order: consecutive block ids walk GROUP_M block rows before moving right */
   int bx = GROUP_X(), by = GROUP_Y();
@@ -46,63 +136,30 @@ KERNEL GEMM_SIGNATURE
   real acc[TM][TN];
   UNROLL for (int i = 0; i < TM; ++i)
     UNROLL for (int j = 0; j < TN; ++j) acc[i][j] = ZERO;
+  real va[A_LOADS][VW], vb[B_LOADS][VW];
 
+#if STAGES == 2
+  fetch_tiles(va, vb, A, lda, B, ldb, M, N, K, row0, col0, 0, tid); /* zeros when K == 0 */
+  stash_tiles(As, Bs, va, vb, tid);
+  BARRIER();
   for (int k0 = 0; k0 < K; k0 += BK) {
-    UNROLL for (int l = 0; l < (A_VECS + THREADS - 1) / THREADS; ++l) {
-      const int e = tid + l * THREADS;
-      if (A_VECS % THREADS == 0 || e < A_VECS) {
-        const int r = e / (BK / VW), c = (e % (BK / VW)) * VW;
-        const int gr = row0 + r, gk = k0 + c;
-        real v[VW];
-        if (ALIGNED && gr < M && gk + VW <= K) {
-          const realV x = VLOADG(&A[offA + gr * lda + gk]);
-          VSPLIT(x, v);
-        } else {
-          UNROLL for (int q = 0; q < VW; ++q)
-            v[q] = (gr < M && gk + q < K) ? A[offA + gr * lda + gk + q] : ZERO;
-        }
-        UNROLL for (int q = 0; q < VW; ++q) As[(c + q) * AS_LD + r] = v[q];
-      }
-    }
-    UNROLL for (int l = 0; l < (B_VECS + THREADS - 1) / THREADS; ++l) {
-      const int e = tid + l * THREADS;
-      if (B_VECS % THREADS == 0 || e < B_VECS) {
-        const int r = e / (BN / VW), c = (e % (BN / VW)) * VW;
-        const int gk = k0 + r, gc = col0 + c;
-        if (ALIGNED && gk < K && gc + VW <= N) {
-          VSTOREL(VLOADG(&B[offB + gk * ldb + gc]), &Bs[r * BS_LD + c]);
-        } else {
-          UNROLL for (int q = 0; q < VW; ++q)
-            Bs[r * BS_LD + c + q] = (gk < K && gc + q < N) ? B[offB + gk * ldb + gc + q] : ZERO;
-        }
-      }
-    }
-    BARRIER();
-    UNROLL for (int kk = 0; kk < BK; ++kk) {
-      real ra[TM], rb[TN];
-      UNROLL for (int g = 0; g < TM / VM; ++g) {
-        const int m = kk * AS_LD + g * THREADS_M * VM + ty * VM;
-#if VM == VW
-        const realV x = VLOADL(&As[m]);
-        VSPLIT(x, &ra[g * VM]);
-#else
-        UNROLL for (int q = 0; q < VM; ++q) ra[g * VM + q] = As[m + q];
-#endif
-      }
-      UNROLL for (int g = 0; g < TN / VN; ++g) {
-        const int n = kk * BS_LD + g * THREADS_N * VN + tx * VN;
-#if VN == VW
-        const realV x = VLOADL(&Bs[n]);
-        VSPLIT(x, &rb[g * VN]);
-#else
-        UNROLL for (int q = 0; q < VN; ++q) rb[g * VN + q] = Bs[n + q];
-#endif
-      }
-      UNROLL for (int i = 0; i < TM; ++i)
-        UNROLL for (int j = 0; j < TN; ++j) acc[i][j] = FMA(ra[i], rb[j], acc[i][j]);
-    }
+    const int more = k0 + BK < K, buf = (k0 / BK) & 1;
+    if (more)
+      fetch_tiles(va, vb, A, lda, B, ldb, M, N, K, row0, col0, k0 + BK, tid);
+    tile_product(acc, As + buf * BK * AS_LD, Bs + buf * BK * BS_LD, tx, ty);
+    if (more)
+      stash_tiles(As + (buf ^ 1) * BK * AS_LD, Bs + (buf ^ 1) * BK * BS_LD, va, vb, tid);
     BARRIER();
   }
+#else
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    fetch_tiles(va, vb, A, lda, B, ldb, M, N, K, row0, col0, k0, tid);
+    stash_tiles(As, Bs, va, vb, tid);
+    BARRIER();
+    tile_product(acc, As, Bs, tx, ty);
+    BARRIER();
+  }
+#endif
 
   UNROLL for (int i = 0; i < TM; ++i) {
     const int row = row0 + (i / VM) * THREADS_M * VM + ty * VM + i % VM;
