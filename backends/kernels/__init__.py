@@ -62,7 +62,8 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
             vm, vn = int(opt.get("vm", min(vw, tm))), int(opt.get("vn", min(vw, tn)))
             d.update(VM=vm, VN=vn, PAD=int(opt.get("pad", 0)), GROUP_M=int(opt.get("group_m", 1)))
             d["STAGES"] = int(opt.get("stages", 1))
-            d["MIN_BLOCKS"] = int(opt.get("min_blocks", 1))
+            if "min_blocks" in opt:  # CUDA __launch_bounds__ minimum; absent = compiler's choice
+                d["MIN_BLOCKS"] = int(opt["min_blocks"])
             d["ALIGNED"] = int(aligned)
             bad = []
             if bk % vw or bn % vw:

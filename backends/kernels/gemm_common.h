@@ -19,6 +19,7 @@
   #define KERNEL __kernel void __attribute__((reqd_work_group_size(THREADS, 1, 1)))
   #define GLOBAL __global
   #define LOCAL __local
+  #define LOCAL_PTR __local /* address space of a pointer parameter into local memory */
   #define RESTRICT restrict
   #define INLINE static inline
   #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
@@ -33,12 +34,14 @@
   #define FMA(a, b, c) ((a) * (b) + (c))
 #else /* CUDA C */
   #define TILEDMM_CUDA 1
-  #ifndef MIN_BLOCKS
-    #define MIN_BLOCKS 1 /* resident blocks per SM the register allocation must allow */
+  #ifdef MIN_BLOCKS /* resident blocks per SM the register allocation must allow */
+    #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+  #else
+    #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
   #endif
-  #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   #define GLOBAL
   #define LOCAL __shared__
+  #define LOCAL_PTR /* shared pointers are generic pointers in CUDA */
   #define RESTRICT __restrict__
   #define INLINE __device__ __forceinline__
   #define BARRIER() __syncthreads()

@@ -60,7 +60,7 @@ INLINE void fetch_tiles(real va[A_LOADS][VW], real vb[B_LOADS][VW],
 }
 
 /* Registers -> local memory: A transposed (As[k][m]), B as is (Bs[k][n]). */
-INLINE void stash_tiles(LOCAL real *As, LOCAL real *Bs, real va[A_LOADS][VW],
+INLINE void stash_tiles(LOCAL_PTR real *As, LOCAL_PTR real *Bs, real va[A_LOADS][VW],
                         real vb[B_LOADS][VW], const int tid)
 {
   UNROLL for (int l = 0; l < A_LOADS; ++l) {
@@ -80,7 +80,7 @@ INLINE void stash_tiles(LOCAL real *As, LOCAL real *Bs, real va[A_LOADS][VW],
 }
 
 /* acc += As^T Bs over one BK step: per k, VM/VN-wide local reads into ra/rb, then TM x TN FMAs */
-INLINE void tile_product(real acc[TM][TN], const LOCAL real *As, const LOCAL real *Bs,
+INLINE void tile_product(real acc[TM][TN], const LOCAL_PTR real *As, const LOCAL_PTR real *Bs,
                          const int tx, const int ty)
 {
   UNROLL for (int kk = 0; kk < BK; ++kk) {
