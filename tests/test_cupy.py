@@ -1,0 +1,99 @@
+"""The CuPy backend: GPU checks (skipped without cupy/GPU), nvcc builds of the CUDA dialect
+(skipped without nvcc: this is how CI checks the CUDA side), and the unavailable path."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from tiledmm_backends import kernels as K
+
+import tiledmm
+
+from ._gemm_checks import FAMILIES, check_layouts, check_nonfinite, check_shapes
+
+
+def _reason() -> str | None:
+    for b in tiledmm.backends():
+        if b.name == "cupy":
+            return None if b.available else b.reason
+    return "cupy backend not registered"
+
+
+gpu = pytest.mark.skipif(_reason() is not None, reason=f"no CuPy GPU: {_reason()}")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gpu_families(family, dtype):
+    check_shapes("cupy", family, dtype)
+    check_layouts("cupy", family, dtype)
+    check_nonfinite("cupy", family, dtype)
+
+
+@pytest.mark.gpu
+@gpu
+def test_device_arrays_stay_on_device():
+    import cupy as cp
+
+    a = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    c = tiledmm.matmul(a, a.T)
+    assert isinstance(c, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(c), cp.asnumpy(a) @ cp.asnumpy(a).T, rtol=1e-6)
+    assert tiledmm.get_backend("cuda").name == "cupy"
+
+
+# ----------------------------------------------------------------------- CUDA builds via nvcc
+
+CONFIGS = [
+    ("naive", "float32", (2, 128, 1), (1, 1), {}),
+    ("tiled", "float32", (16, 16, 32), (1, 1), {"vec_smem": 1}),
+    ("tiled", "float64", (16, 16, 16), (1, 1), {"vec_smem": 0}),
+    ("register", "float32", (128, 128, 16), (8, 8), {"vm": 4, "vn": 4, "pad": 4}),
+    ("register", "float32", (128, 128, 8), (8, 8), {"vm": 8, "vn": 8, "group_m": 8,
+                                                     "stages": 2, "min_blocks": 2}),
+    ("register", "float64", (64, 64, 8), (4, 4), {"vm": 2, "vn": 2, "pad": 2}),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+@pytest.mark.parametrize("aligned", [True, False])
+def test_cuda_dialect_compiles(cfg, aligned, tmp_path):
+    family, dtype, bt, tt, opts = cfg
+    threads = (bt[0] // tt[0]) * (bt[1] // tt[1])
+    plan = SimpleNamespace(
+        kernel=family, dtype=dtype, block_tile=bt, thread_tile=tt, options=opts,
+        threads_per_block=threads,
+    )  # fmt: skip
+    src = tmp_path / "k.cu"
+    src.write_text(K.source(family, K.defines(plan, aligned)))
+    res = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
+         "-o", str(tmp_path / "k.cubin"), str(src)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------- without cupy
+
+
+def test_unavailable_without_cupy():
+    code = (
+        "import sys; sys.modules['cupy'] = None\n"
+        "import tiledmm\n"
+        "row = [b for b in tiledmm.backends() if b.name == 'cupy'][0]\n"
+        "assert not row.available and 'cupy is not installed' in row.reason, row\n"
+        "print(row.reason)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "pip install" in res.stdout

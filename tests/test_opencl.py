@@ -1,0 +1,92 @@
+"""The OpenCL backend on whatever OpenCL device is present (PoCL's CPU device in CI).
+
+This is also how CI exercises the kernel logic that the CuPy backend runs as CUDA: the
+sources are shared. The local-memory (GPU) variant of the register family is run here too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiledmm
+
+from ._gemm_checks import FAMILIES, check_layouts, check_nonfinite, check_shapes, rel_error
+
+pytest.importorskip("pyopencl")
+BE = tiledmm.get_backend("opencl") if "opencl" in {b.name for b in tiledmm.backends()} else None
+if BE is None or not BE.available:
+    pytest.skip("no usable OpenCL device", allow_module_level=True)
+DTYPES = [d for d in ("float32", "float64") if d in BE.dtypes]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_odd_shapes(family, dtype):
+    check_shapes("opencl", family, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_layouts_and_batches(family, dtype):
+    check_layouts("opencl", family, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nan_inf_propagate(family, dtype):
+    check_nonfinite("opencl", family, dtype)
+
+
+GPU_STYLE = [  # the local-memory register variant, as the GPUs run it, on odd tiles
+    ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=4, group_m=3)),
+    ((32, 16, 8), (8, 4), dict(use_local=1, vm=1, vn=1, pad=0, group_m=1)),
+    ((16, 32, 8), (4, 8), dict(use_local=1, vm=4, vn=8, pad=0, group_m=2)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", GPU_STYLE, ids=str)
+def test_register_local_memory_variant(geo, dtype):
+    bt, tt, opts = geo
+    if dtype == "float64":
+        opts = {**opts, "vm": min(opts["vm"], 2), "vn": min(opts["vn"], 2), "pad": 0}
+    rng = np.random.default_rng(1)
+    for m, n, k in [(37, 53, 29), (1, 7, 3), (64, 64, 64), (5, 6, 0), (70, 45, 33)]:
+        geom = tiledmm.Geometry(bt, tt, tuple(opts.items()))
+        plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel="register", device=BE.device(),
+                                 geometry=geom)  # fmt: skip
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        c = BE.empty((m, n), np.dtype(dtype))
+        c.fill(np.nan)
+        BE.run(plan, BE.asarray(a, a.dtype), BE.asarray(b, b.dtype), c)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert rel_error(c.get(), ref) < 1e-5, (m, n, k)
+
+
+def test_device_selection(monkeypatch):
+    names = [d.name for d in BE.devices()]
+    assert names and BE.device().name in names
+    monkeypatch.setenv("TILEDMM_OPENCL_DEVICE", "0")
+    assert BE.device().name == names[0]
+    monkeypatch.setenv("TILEDMM_OPENCL_DEVICE", "no-such-device-xyz")
+    with pytest.raises(RuntimeError, match="matches no OpenCL device"):
+        BE._state()
+
+
+def test_kernels_are_cached():
+    a = np.ones((33, 17), np.float32)
+    tiledmm.matmul(a, a.T, backend="opencl", kernel="tiled")
+    st = BE._state()
+    before = len(st.kernels)
+    for _ in range(3):
+        tiledmm.matmul(a, a.T, backend="opencl", kernel="tiled")
+    assert len(st.kernels) == before
+
+
+def test_geometry_follows_device_kind():
+    dev = BE.device()
+    g = BE.geometry("register", "float32", dev)
+    assert g is not None
+    assert dict(g.options)["use_local"] == (1 if dev.is_gpu else 0)
