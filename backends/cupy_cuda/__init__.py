@@ -216,7 +216,8 @@ class CupyBackend(Backend):
         if call is None or call[4] != cp.cuda.runtime.getDevice():
             K.check_int32(m * max(lda, 1), k * max(ldb, 1), m * ldc)
             fn = self.function(plan, aligned)
-            call = (plan, fn, plan.grid, (plan.threads_per_block,), cp.cuda.runtime.getDevice())
+            grid, block = K.launch_shape(plan)
+            call = (plan, fn, grid, block, cp.cuda.runtime.getDevice())
             self._calls[(id(plan), aligned)] = call  # holds plan: its id stays unique
         i32 = np.int32
         z = _ZERO

@@ -16,7 +16,7 @@ from typing import Any
 
 from tiledmm import DeviceSpec, Geometry
 
-__all__ = ["FAMILIES", "source", "defines", "load_geometry", "vector_width", "HERE"]
+__all__ = ["FAMILIES", "source", "defines", "load_geometry", "vector_width", "launch_shape", "HERE"]
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ("naive", "tiled", "register")
@@ -51,8 +51,13 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     opt = plan.options
     d = dict(REAL_BYTES=s, BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=plan.threads_per_block)
     fam = plan.kernel
+    if fam in ("naive", "tiled"):  # one output per work-item: 2-D groups (BN x BM)
+        d.update(WG_X=bn, WG_Y=bm)
     if fam == "tiled":
         d["VEC_SMEM"] = int(opt.get("vec_smem", bk % vw == 0))
+        d["SPLIT"] = int(opt.get("split", 1))
+        if bk % d["SPLIT"]:
+            raise ValueError(f"tiled split needs BK % split == 0, got BK={bk}")
         if d["VEC_SMEM"] and bk % vw:
             raise ValueError(f"tiled vec_smem needs BK % {vw} == 0, got BK={bk}")
     elif fam == "register":
@@ -81,6 +86,14 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
                 raise ValueError(f"register (CPU) needs TN % cpu_vec == 0, got TN={tn}, {cv}")
             d["CPU_VEC"] = cv
     return d
+
+
+def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(groups along x/y, work-items per group along x/y) for ``plan``: 2-D groups of
+    BN x BM for the one-output-per-item families, 1-D groups for the register family."""
+    bm, bn, _ = plan.block_tile
+    local = (bn, bm) if plan.kernel in ("naive", "tiled") else (plan.threads_per_block, 1)
+    return tuple(plan.grid), local
 
 
 @cache

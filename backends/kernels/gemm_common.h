@@ -16,14 +16,15 @@
   #if REAL_BYTES == 8
     #pragma OPENCL EXTENSION cl_khr_fp64 : enable
   #endif
-  #define KERNEL __kernel void __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+  #define KERNEL __kernel void __attribute__((reqd_work_group_size(WG_X, WG_Y, 1)))
   #define GLOBAL __global
   #define LOCAL __local
   #define LOCAL_PTR __local /* address space of a pointer parameter into local memory */
   #define RESTRICT restrict
   #define INLINE static inline
   #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
-  #define LOCAL_ID() ((int)get_local_id(0))
+  #define LOCAL_X() ((int)get_local_id(0))
+  #define LOCAL_Y() ((int)get_local_id(1))
   #define GROUP_X() ((int)get_group_id(0))
   #define GROUP_Y() ((int)get_group_id(1))
   #define NUM_GROUPS_X() ((int)get_num_groups(0))
@@ -45,7 +46,8 @@
   #define RESTRICT __restrict__
   #define INLINE __device__ __forceinline__
   #define BARRIER() __syncthreads()
-  #define LOCAL_ID() ((int)threadIdx.x)
+  #define LOCAL_X() ((int)threadIdx.x)
+  #define LOCAL_Y() ((int)threadIdx.y)
   #define GROUP_X() ((int)blockIdx.x)
   #define GROUP_Y() ((int)blockIdx.y)
   #define NUM_GROUPS_X() ((int)gridDim.x)
@@ -88,6 +90,14 @@
 #else
   #define VSPLIT(v, r) do { (r)[0] = (v).x; (r)[1] = (v).y; } while (0)
 #endif
+
+/* Work-group shape: WG_X x WG_Y work-items (1-D unless the host says otherwise). The linear id
+ * is the same on both sides: x fastest, as CUDA numbers threads in a warp. */
+#ifndef WG_X
+  #define WG_X THREADS
+  #define WG_Y 1
+#endif
+#define LOCAL_ID() (LOCAL_Y() * WG_X + LOCAL_X())
 
 #define ZERO ((real)0)
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))

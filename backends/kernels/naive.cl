@@ -5,9 +5,8 @@
 
 KERNEL GEMM_SIGNATURE
 {
-  const int tid = LOCAL_ID();
-  const int col = GROUP_X() * BN + tid % BN;
-  const int row = GROUP_Y() * BM + tid / BN;
+  const int col = GROUP_X() * BN + LOCAL_X(); /* 2-D groups: WG_X = BN, WG_Y = BM */
+  const int row = GROUP_Y() * BM + LOCAL_Y();
   if (row >= M || col >= N)
     return;
   const GLOBAL real *a = A + offA + row * lda;

@@ -1,7 +1,8 @@
 /* tiled: one output per work-item; the group stages a BM x BK tile of A and a BK x BN tile of
  * B in local (shared) memory per K step, so each global element is read once per group instead
  * of once per output. Edge tiles are zero-filled, so padding adds exact zeros to every sum.
- * Knobs: VEC_SMEM 1 reads four (two for double) A values per local load (needs BK % VW == 0). */
+ * Knobs: VEC_SMEM 1 reads four (two for double) A values per local load (needs BK % VW == 0);
+ * SPLIT > 1 keeps that many partial sums per output (needs BK % SPLIT == 0). */
 #include "gemm_common.h"
 
 #define AS_LD (BK + (VEC_SMEM ? 0 : 1)) /* +1 breaks bank conflicts when reading scalars */
@@ -11,9 +12,10 @@ KERNEL GEMM_SIGNATURE
   LOCAL real ALIGN16 As[BM * AS_LD];
   LOCAL real ALIGN16 Bs[BK * BN];
   const int tid = LOCAL_ID();
-  const int tx = tid % BN, ty = tid / BN;
+  const int tx = LOCAL_X(), ty = LOCAL_Y(); /* 2-D groups: WG_X = BN, WG_Y = BM */
   const int row0 = GROUP_Y() * BM, col0 = GROUP_X() * BN;
-  real acc = ZERO;
+  real part[SPLIT]; /* SPLIT independent partial sums: breaks the FMA latency chain (CPUs) */
+  UNROLL for (int p = 0; p < SPLIT; ++p) part[p] = ZERO;
 
   for (int k0 = 0; k0 < K; k0 += BK) {
     for (int e = tid; e < BM * BK; e += THREADS) { /* coalesced along K */
@@ -35,16 +37,18 @@ KERNEL GEMM_SIGNATURE
       VSPLIT(av, a);
       UNROLL
       for (int v = 0; v < VW; ++v)
-        acc = FMA(a[v], Bs[(k + v) * BN + tx], acc);
+        part[(k + v) % SPLIT] = FMA(a[v], Bs[(k + v) * BN + tx], part[(k + v) % SPLIT]);
     }
 #else
     UNROLL
     for (int k = 0; k < BK; ++k)
-      acc = FMA(As[ty * AS_LD + k], Bs[k * BN + tx], acc);
+      part[k % SPLIT] = FMA(As[ty * AS_LD + k], Bs[k * BN + tx], part[k % SPLIT]);
 #endif
     BARRIER();
   }
   const int row = row0 + ty, col = col0 + tx;
+  real acc = part[0];
+  UNROLL for (int p = 1; p < SPLIT; ++p) acc += part[p];
   if (row < M && col < N)
     C[offC + row * ldc + col] = acc;
 }

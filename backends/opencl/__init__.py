@@ -283,9 +283,8 @@ class OpenCLBackend(Backend):
         if call is None:
             src = K.source(plan.kernel, K.defines(plan, aligned))
             kern = st.kernel("gemm", src)
-            gx, gy = plan.grid
-            t = plan.threads_per_block
-            call = st.calls[key] = (plan, kern, (gx * t, gy), (t, 1))
+            (gx, gy), (lx, ly) = K.launch_shape(plan)
+            call = st.calls[key] = (plan, kern, (gx * lx, gy * ly), (lx, ly))
         _, kern, gsize, lsize = call
         i32 = np.int32
         kern(st.queue, gsize, lsize, i32(m), i32(n), i32(kk),
