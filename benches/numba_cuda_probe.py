@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - a one-shot bench script; long log/table lines stay readable
 """One-shot probe of the numba-cuda backend on a GPU: correctness, registers, sweep, overhead.
 
     bash .whl/setup.sh && . /tmp/tiledmm-env && python3 benches/numba_cuda_probe.py
@@ -84,9 +85,10 @@ def compile_all(all_specs, deadline_s):
 
 
 def main():
-    import tiledmm
     from numba import cuda
     from tiledmm_backends.numba_cuda import _numba as nb
+
+    import tiledmm
 
     out_dir = os.environ.get("OUT", "/tmp")
     res = {"machine": {}, "compile_s": {}, "correct": [], "kernels": [], "sweep": [], "sizes": []}

@@ -170,3 +170,24 @@ def test_gpu_family_correct(fam, dt):
         ref = a.astype(np.float64) @ b.astype(np.float64)
         tol = 1e-5 if dt == "float32" else 1e-12
         assert np.abs(c - ref).max() <= tol * max(1.0, np.abs(ref).max()) * max(1, k) ** 0.5
+
+
+def test_device_spec_from_driver_attribute_names():
+    """Every attribute read is a real CU_DEVICE_ATTRIBUTE_* name (a typo crashed a GPU run)."""
+    drv = pytest.importorskip("cuda.bindings.driver")
+    from tiledmm_backends.numba_cuda import _device_from
+
+    values = {"MULTIPROCESSOR_COUNT": 132, "CLOCK_RATE": 1980000, "WARP_SIZE": 32}
+
+    class FakeDevice:
+        name = b"NVIDIA H200"
+        compute_capability = (9, 0)
+
+        def __getattr__(self, attr):
+            if not hasattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + attr):
+                raise AssertionError(f"not a CUDA device attribute: {attr}")
+            return values.get(attr, 65536)
+
+    spec = _device_from(FakeDevice())
+    assert spec.name == "NVIDIA H200" and spec.compute_units == 132
+    assert 60e12 < spec.peak("float32") < 70e12

@@ -301,28 +301,36 @@ def _device_spec() -> DeviceSpec:
     return _device_from(nb.cuda.get_current_device())
 
 
+def _attr(dev: Any, name: str, default: int) -> int:
+    try:
+        return int(getattr(dev, name))
+    except (AttributeError, TypeError, ValueError):  # attribute unknown to this driver/binding
+        return default
+
+
 def _device_from(dev: Any) -> DeviceSpec:
-    """A DeviceSpec from a numba.cuda device's attributes."""
+    """A DeviceSpec from a numba.cuda device's attributes (CU_DEVICE_ATTRIBUTE_* names)."""
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     cc = dev.compute_capability
-    sms = int(dev.MULTIPROCESSOR_COUNT)
-    clock = int(dev.CLOCK_RATE) * 1e3  # kHz -> Hz
+    sms = _attr(dev, "MULTIPROCESSOR_COUNT", 1)
+    clock = _attr(dev, "CLOCK_RATE", 1000000) * 1e3  # kHz -> Hz
     lanes = 128 if cc[0] >= 8 and cc != (8, 0) else 64  # FP32 lanes per SM
     fp64 = 64 if cc in ((6, 0), (7, 0), (8, 0), (9, 0)) else 2
-    bw = 2 * int(dev.MEMORY_CLOCK_RATE) * 1e3 * int(dev.GLOBAL_MEMORY_BUS_WIDTH) / 8
-    optin = int(getattr(dev, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0) or 0)
+    mem_hz = _attr(dev, "MEMORY_CLOCK_RATE", 1000000) * 1e3
+    bw = 2 * mem_hz * _attr(dev, "GLOBAL_MEMORY_BUS_WIDTH", 256) / 8
+    optin = _attr(dev, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0)
     return DeviceSpec(
         name=name, kind="gpu", vendor="NVIDIA", compute_units=sms,
-        warp_size=int(dev.WARP_SIZE),
-        max_threads_per_block=int(dev.MAX_THREADS_PER_BLOCK),
-        max_threads_per_unit=int(dev.MAX_THREADS_PER_MULTI_PROCESSOR),
-        max_blocks_per_unit=int(getattr(dev, "MAX_BLOCKS_PER_MULTIPROCESSOR", 32) or 32),
+        warp_size=_attr(dev, "WARP_SIZE", 32),
+        max_threads_per_block=_attr(dev, "MAX_THREADS_PER_BLOCK", 1024),
+        max_threads_per_unit=_attr(dev, "MAX_THREADS_PER_MULTIPROCESSOR", 2048),
+        max_blocks_per_unit=_attr(dev, "MAX_BLOCKS_PER_MULTIPROCESSOR", 32),
         # static shared arrays (all this backend uses) are capped at 48 KiB per block
-        max_shared_per_block=int(dev.MAX_SHARED_MEMORY_PER_BLOCK),
-        shared_per_unit=int(dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
-        registers_per_unit=int(dev.MAX_REGISTERS_PER_MULTIPROCESSOR),
+        max_shared_per_block=_attr(dev, "MAX_SHARED_MEMORY_PER_BLOCK", 49152),
+        shared_per_unit=_attr(dev, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", 49152),
+        registers_per_unit=_attr(dev, "MAX_REGISTERS_PER_MULTIPROCESSOR", 65536),
         max_registers_per_thread=255,
-        caches=(("L2", int(dev.L2_CACHE_SIZE)),),
+        caches=(("L2", _attr(dev, "L2_CACHE_SIZE", 0)),),
         peak_flops=(("float32", sms * clock * lanes * 2), ("float64", sms * clock * fp64 * 2)),
         bandwidth=bw, launch_overhead=27e-6,
         ceilings_source=(
