@@ -99,6 +99,14 @@ class Backend:
         dtypes the kernels do not run."""
         return np.matmul(a, b)
 
+    def vendor_backend(self) -> Backend:
+        """The backend whose ``vendor_matmul`` is this device's yardstick (itself by default).
+
+        A backend without a vendor GEMM of its own on its device (OpenCL on an NVIDIA GPU)
+        returns the one that has it (CuPy, for cuBLAS), so benchmarks compare like with like.
+        """
+        return self
+
     def synchronize(self) -> None:
         """Wait for queued device work (for timing)."""
 

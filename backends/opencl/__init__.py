@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tiledmm import Backend, DeviceSpec, Geometry, hookimpl, host_cpu
+from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl, host_cpu
 
 from .. import kernels as K
 
@@ -227,6 +227,16 @@ class OpenCLBackend(Backend):
         OpenBLAS yardstick the kernels are compared against."""
         _, cla = _cl()
         return cla.to_device(self._state().queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
+
+    def vendor_backend(self) -> Backend:
+        """On an NVIDIA GPU the yardstick is cuBLAS (through the CuPy backend) when available."""
+        dev = self.device()
+        if dev.is_gpu and "NVIDIA" in dev.vendor.upper():
+            try:
+                return get_backend("cupy")
+            except (RuntimeError, ValueError):
+                pass
+        return self
 
     def synchronize(self) -> None:
         self._state().queue.finish()

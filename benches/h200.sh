@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Reproduce the committed GPU results on a CUDA machine (ours: one NVIDIA H200), from the repo
+# root with tiledmm[cupy,numba,opencl] installed:   bash benches/h200.sh [PREFIX] [OUTDIR]
+# FP32 means FP32: cuBLAS through cupy.matmul with TF32 off (CUPY_TF32=0).
+set -uo pipefail
+prefix=${1:-h200}
+out=${2:-benches/results}
+sizes=1024,2048,4096,8192,4095,1000x3000x777,4096x4096x64
+export CUPY_TF32=0
+mkdir -p "$out"
+tiledmm calibrate --backend cupy
+for be in cupy opencl numba-cuda; do
+  tiledmm bench --backend "$be" --sizes "$sizes" --dtype float32 --name "$prefix-$be" -o "$out" --no-figures
+done
+tiledmm bench --backend cupy --backend opencl --backend numba-cuda --sizes 1024,4096,1000x3000x777 \
+  --dtype float64 --name "$prefix-float64" -o "$out" --no-figures
+python3 benches/dispatch_overhead.py > "$out/$prefix-dispatch.json"
+cat "$out/$prefix-dispatch.json"
+tiledmm report "$out"/$prefix-*.json -o "$out/report-$prefix" --no-figures
