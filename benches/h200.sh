@@ -8,12 +8,12 @@ out=${2:-benches/results}
 sizes=1024,2048,4096,8192,4095,1000x3000x777,4096x4096x64
 export CUPY_TF32=0
 mkdir -p "$out"
-tiledmm calibrate --backend cupy
+python3 -m tiledmm calibrate --backend cupy
 for be in cupy opencl numba-cuda; do
-  tiledmm bench --backend "$be" --sizes "$sizes" --dtype float32 --name "$prefix-$be" -o "$out" --no-figures
+  python3 -m tiledmm bench --backend "$be" --sizes "$sizes" --dtype float32 --name "$prefix-$be" -o "$out" --no-figures
 done
-tiledmm bench --backend cupy --backend opencl --backend numba-cuda --sizes 1024,4096,1000x3000x777 \
+python3 -m tiledmm bench --backend cupy --backend opencl --backend numba-cuda --sizes 1024,4096,1000x3000x777 \
   --dtype float64 --name "$prefix-float64" -o "$out" --no-figures
 python3 benches/dispatch_overhead.py > "$out/$prefix-dispatch.json"
 cat "$out/$prefix-dispatch.json"
-tiledmm report "$out"/$prefix-*.json -o "$out/report-$prefix" --no-figures
+python3 -m tiledmm report "$out"/$prefix-*.json -o "$out/report-$prefix" --no-figures

@@ -208,6 +208,6 @@ def _overlaps(x: np.ndarray, y: Any) -> bool:
 def _store(be: Backend, out: Any, res: Any) -> Any:
     if isinstance(out, np.ndarray):
         np.copyto(out, be.to_numpy(res), casting="same_kind")
-    else:
-        out[...] = res
+    else:  # a device array: index with slices (Numba's device arrays reject an Ellipsis)
+        out[(slice(None),) * out.ndim if out.ndim else ...] = res
     return out

@@ -136,10 +136,12 @@ class Case:
 
 
 def _poison(be: Backend, out: Any) -> None:
+    """Fill ``out`` with NaN so unwritten elements show (slices, not ``...``: Numba's device
+    arrays do not index with an Ellipsis)."""
     try:
         out.fill(np.nan)
     except (AttributeError, TypeError):
-        out[...] = be.asarray(np.full(out.shape, np.nan, out.dtype), np.dtype(out.dtype))
+        out[:, :] = be.asarray(np.full(out.shape, np.nan, out.dtype), np.dtype(out.dtype))
 
 
 def check_case(case: Case, plan: Any) -> float:

@@ -82,8 +82,13 @@ def _naive(s: KernelSpec) -> list[str]:
     ]
 
 
-def _tile_loads(s: KernelSpec, a_stride: int) -> list[str]:
-    """Cooperative zero-filling loads of the A (BM x BK, stored transposed) and B tiles."""
+def _tile_loads(s: KernelSpec, a_stride: int, a_transposed: bool = True) -> list[str]:
+    """Cooperative zero-filling loads of the A (BM x BK) and B (BK x BN) tiles.
+
+    The register family stores A transposed (As[k][m]) so a thread's TM values are adjacent;
+    the tiled family keeps A row-major (As[m][k]): consecutive threads then write consecutive
+    words (no bank conflicts) and a warp's reads of As[ty][kk] are broadcasts.
+    """
     t = s.threads
     out = []
     for name, rows, cols, grow, gcol, src, ld, lim_r, lim_c in (
@@ -103,8 +108,10 @@ def _tile_loads(s: KernelSpec, a_stride: int) -> list[str]:
                 f"if gr < {lim_r} and gc < {lim_c}:",
                 f"    v = {src}[u32(gr * {ld} + gc)]",
             ]
-            if name == "A":
+            if name == "A" and a_transposed:
                 body.append(f"As[u32(c * u32({a_stride}) + r)] = v")
+            elif name == "A":
+                body.append(f"As[u32(r * u32({cols}) + c)] = v")
             else:
                 body.append(f"Bs[u32(r * u32({cols}) + c)] = v")
             out += guard + (_ind(body, 1) if guard else body)
@@ -128,13 +135,14 @@ def _tiled(s: KernelSpec) -> list[str]:
     lines = _k_loop(s, a_stride) + [
         f"ty = u32(tid // u32({s.bn}))",
         f"tx = u32(tid % u32({s.bn}))",
+        f"arow = u32(ty * u32({s.bk}))",
         "acc = DT(0)",
         "k0 = u32(0)",
         "while k0 < k:",
     ]
-    body = _tile_loads(s, a_stride) + ["cuda.syncthreads()"]
+    body = _tile_loads(s, a_stride, a_transposed=False) + ["cuda.syncthreads()"]
     body += [
-        f"acc += As[u32({kk * a_stride}) + ty] * Bs[u32({kk * s.bn}) + tx]" for kk in range(s.bk)
+        f"acc += As[u32(arow + u32({kk}))] * Bs[u32({kk * s.bn}) + tx]" for kk in range(s.bk)
     ]
     body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
     lines += _ind(body, 1)
