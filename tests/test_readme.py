@@ -23,3 +23,15 @@ def test_quickstart_has_exactly_two_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1].strip() == quickstart_commands()[1]
+
+
+def test_readme_results_table_is_regenerated_from_committed_files(tmp_path):
+    from tiledmm.report import README_BEGIN, README_END, headline_markdown, render
+
+    files = sorted(str(p) for p in (ROOT / "benches" / "results").glob("*.json"))
+    text = render(files, tmp_path, figures=False)
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(README_BEGIN, 1)[1].split(README_END, 1)[0].strip() + "\n"
+    assert block == headline_markdown(text), (
+        "run: tiledmm report benches/results/*.json -o docs/results --readme README.md"
+    )

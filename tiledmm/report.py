@@ -368,7 +368,29 @@ def render(paths: list[str | Path], outdir: str | Path, figures: bool = True) ->
     return text
 
 
+README_BEGIN, README_END = "<!-- tiledmm report: begin -->", "<!-- tiledmm report: end -->"
+
+
+def headline_markdown(text: str) -> str:
+    """The headline section of the report (the tiling table and vendor figures)."""
+    return text.split("\n## Every shape", 1)[0].split("\n", 1)[1].strip() + "\n"
+
+
+def update_readme(readme: str | Path, text: str) -> None:
+    """Replace what stands between the report markers in ``readme`` by the headline."""
+    path = Path(readme)
+    doc = path.read_text()
+    if README_BEGIN not in doc or README_END not in doc:
+        raise ValueError(f"{path} has no {README_BEGIN} ... {README_END} block")
+    head, rest = doc.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    path.write_text(f"{head}{README_BEGIN}\n{headline_markdown(text)}{README_END}{tail}")
+
+
 def main(args: argparse.Namespace) -> int:
-    """``tiledmm report FILE... [-o DIR]``."""
-    print(render(args.files, args.output, figures=not getattr(args, "no_figures", False)))
+    """``tiledmm report FILE... [-o DIR] [--readme README.md]``."""
+    text = render(args.files, args.output, figures=not getattr(args, "no_figures", False))
+    if getattr(args, "readme", None):
+        update_readme(args.readme, text)
+    print(text)
     return 0
