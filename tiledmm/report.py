@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -362,7 +363,12 @@ def render(paths: list[str | Path], outdir: str | Path, figures: bool = True) ->
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = load(paths)
-    names = write_figures(rows, outdir) if figures and rows else []
+    names: list[str] = []
+    if figures and rows:
+        try:
+            names = write_figures(rows, outdir)
+        except ImportError as exc:  # matplotlib is the `bench` extra
+            print(f"figures skipped ({exc}): pip install 'tiledmm[bench]'", file=sys.stderr)
     text = markdown(rows, [n for n in names if n.endswith(".png")])
     (outdir / "tiling-table.md").write_text(text)
     return text
