@@ -40,6 +40,18 @@ class Geometry:
     registers: int | None = None
     source: str = "default"  # where these numbers come from ("tuned on NVIDIA H200", ...)
 
+    @classmethod
+    def from_dict(cls, entry: dict, source: str = "default") -> Geometry:
+        """A Geometry from a JSON table entry: ``{"block_tile": [...], "thread_tile": [...],
+        "options": {...}, "registers": n, "source": "..."}`` (all but block_tile optional)."""
+        return cls(
+            tuple(entry["block_tile"]),
+            tuple(entry.get("thread_tile", (1, 1))),
+            tuple(sorted(entry.get("options", {}).items())),
+            entry.get("registers"),
+            entry.get("source", source),
+        )
+
 
 class Backend:
     """Base class of every backend. Subclass it and register an instance from a plugin hook."""

@@ -116,13 +116,7 @@ def load_geometry(path: Path, kernel: str, dtype: str, device: DeviceSpec) -> Ge
     ):
         e = table.get(section, {}).get(key, {}).get(dtype, {}).get(kernel)
         if e:
-            return Geometry(
-                tuple(e["block_tile"]),
-                tuple(e.get("thread_tile", (1, 1))),
-                tuple(sorted(e.get("options", {}).items())),
-                e.get("registers"),
-                e.get("source", src),
-            )
+            return Geometry.from_dict(e, src)
     return None
 
 

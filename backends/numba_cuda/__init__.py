@@ -139,13 +139,7 @@ class NumbaCudaBackend(Backend):
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
         entry = _tuned().get(device.name, {}).get(f"{kernel}/{dtype}")
         if entry:
-            return Geometry(
-                tuple(entry["block_tile"]),
-                tuple(entry.get("thread_tile", (1, 1))),
-                tuple(sorted(entry.get("options", {}).items())),
-                entry.get("registers"),
-                entry.get("source", f"tuned on {device.name}"),
-            )
+            return Geometry.from_dict(entry, f"tuned on {device.name}")
         return _default_geometry(kernel, dtype, device)
 
     # ----------------------------------------------------------------- arrays
