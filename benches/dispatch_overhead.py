@@ -21,8 +21,9 @@ import numpy as np
 import tiledmm
 
 
-def per_call_us(fn, sync, calls: int = 2000, rounds: int = 5) -> float:
-    for _ in range(50):
+def per_call_us(fn, sync, calls: int = 2000, rounds: int = 5, warmup: int = 50) -> float:
+    """Median over ``rounds`` of the wall time per call of ``fn`` (one ``sync`` per round)."""
+    for _ in range(warmup):
         fn()
     sync()
     samples = []

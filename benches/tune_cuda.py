@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from dispatch_overhead import per_call_us  # benches/ is on sys.path for scripts
 
 import tiledmm
 from tiledmm import Geometry, make_plan
@@ -144,19 +145,14 @@ def dispatch(bench: Bench) -> dict:
     cp = bench.cp
     a = cp.random.rand(64, 64, dtype=np.float32)
     b = cp.random.rand(64, 64, dtype=np.float32)
-    res = {}
-    for name, fn in (
-        ("cupy.matmul", lambda: cp.matmul(a, b)),
-        ("tiledmm", lambda: tiledmm.matmul(a, b)),
-    ):  # noqa: E501
-        for _ in range(100):
-            fn()
-        cp.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        for _ in range(2000):
-            fn()
-        cp.cuda.Device().synchronize()
-        res[name] = (time.perf_counter() - t0) / 2000
+    sync = cp.cuda.Device().synchronize
+    res = {
+        name: per_call_us(fn, sync, calls=2000, rounds=1, warmup=100) / 1e6
+        for name, fn in (
+            ("cupy.matmul", lambda: cp.matmul(a, b)),
+            ("tiledmm", lambda: tiledmm.matmul(a, b)),
+        )
+    }
     res["ratio"] = res["tiledmm"] / res["cupy.matmul"]
     print(f"dispatch 64^3: {res}", flush=True)
     return res
@@ -295,16 +291,11 @@ def dispatch_breakdown(bench: Bench, plan_best) -> dict:
                                                                kernel="register"),
         "backend.run": lambda: be.run(plan, a, b, c),
     }  # fmt: skip
-    res = {}
-    for name, fn in cases.items():
-        for _ in range(200):
-            fn()
-        cp.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        for _ in range(3000):
-            fn()
-        cp.cuda.Device().synchronize()
-        res[name] = (time.perf_counter() - t0) / 3000
+    sync = cp.cuda.Device().synchronize
+    res = {
+        name: per_call_us(fn, sync, calls=3000, rounds=1, warmup=200) / 1e6
+        for name, fn in cases.items()
+    }
     res["ratio auto/cupy"] = res["tiledmm.matmul auto"] / res["cupy.matmul"]
     pr = cProfile.Profile()
     pr.enable()
