@@ -56,6 +56,8 @@ CONFIGS = [
     ("tiled", "float32", (16, 16, 32), (1, 1), {"vec_smem": 1}),
     ("tiled", "float64", (16, 16, 16), (1, 1), {"vec_smem": 0}),
     ("tiled", "float32", (8, 8, 32), (1, 1), {"vec_smem": 1, "split": 4}),
+    ("tiled", "float32", (32, 32, 64), (1, 1), {"b_transposed": 1, "split": 8}),
+    ("tiled", "float64", (32, 32, 64), (1, 1), {"b_transposed": 1, "split": 4}),
     ("register", "float32", (128, 128, 16), (8, 8), {"vm": 4, "vn": 4, "pad": 4}),
     ("register", "float32", (128, 128, 8), (8, 8), {"vm": 8, "vn": 8, "group_m": 8,
                                                      "stages": 2, "min_blocks": 2}),

@@ -45,16 +45,19 @@ GPU_STYLE = [  # the local-memory register variant, as the GPUs run it, on odd t
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("geo", GPU_STYLE, ids=str)
-def test_register_local_memory_variant(geo, dtype):
+TILED_LAYOUTS = [  # both local-memory layouts of the tiled family, whatever the device default
+    ((8, 8, 16), (1, 1), dict(vec_smem=1, split=2)),  # GPU layout: Bs[k][n], 16-byte A reads
+    ((4, 16, 8), (1, 1), dict(vec_smem=0)),  # GPU layout, scalar reads (padded A rows)
+    ((16, 8, 16), (1, 1), dict(b_transposed=1, split=4)),  # CPU layout: Bs[n][k]
+]
+
+
+def _check_geometry(kernel, geo, dtype):
     bt, tt, opts = geo
-    if dtype == "float64":
-        opts = {**opts, "vm": min(opts["vm"], 2), "vn": min(opts["vn"], 2), "pad": 0}
     rng = np.random.default_rng(1)
     for m, n, k in [(37, 53, 29), (1, 7, 3), (64, 64, 64), (5, 6, 0), (70, 45, 33)]:
         geom = tiledmm.Geometry(bt, tt, tuple(opts.items()))
-        plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel="register", device=BE.device(),
+        plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=kernel, device=BE.device(),
                                  geometry=geom)  # fmt: skip
         a = rng.standard_normal((m, k)).astype(dtype)
         b = rng.standard_normal((k, n)).astype(dtype)
@@ -63,6 +66,21 @@ def test_register_local_memory_variant(geo, dtype):
         BE.run(plan, BE.asarray(a, a.dtype), BE.asarray(b, b.dtype), c)
         ref = a.astype(np.float64) @ b.astype(np.float64)
         assert rel_error(c.get(), ref) < 1e-5, (m, n, k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", GPU_STYLE, ids=str)
+def test_register_local_memory_variant(geo, dtype):
+    bt, tt, opts = geo
+    if dtype == "float64":
+        opts = {**opts, "vm": min(opts["vm"], 2), "vn": min(opts["vn"], 2), "pad": 0}
+    _check_geometry("register", (bt, tt, opts), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", TILED_LAYOUTS, ids=str)
+def test_tiled_local_layouts(geo, dtype):
+    _check_geometry("tiled", geo, dtype)
 
 
 def test_device_selection(monkeypatch):
@@ -90,3 +108,5 @@ def test_geometry_follows_device_kind():
     g = BE.geometry("register", "float32", dev)
     assert g is not None
     assert dict(g.options)["use_local"] == (1 if dev.is_gpu else 0)
+    t = BE.geometry("tiled", "float32", dev)
+    assert dict(t.options).get("b_transposed", 0) == (0 if dev.is_gpu else 1)

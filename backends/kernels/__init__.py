@@ -56,6 +56,7 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     if fam == "tiled":
         d["VEC_SMEM"] = int(opt.get("vec_smem", bk % vw == 0))
         d["SPLIT"] = int(opt.get("split", 1))
+        d["B_T"] = int(opt.get("b_transposed", 0))
         if bk % d["SPLIT"]:
             raise ValueError(f"tiled split needs BK % split == 0, got BK={bk}")
         if d["VEC_SMEM"] and bk % vw:

@@ -2,10 +2,18 @@
  * B in local (shared) memory per K step, so each global element is read once per group instead
  * of once per output. Edge tiles are zero-filled, so padding adds exact zeros to every sum.
  * Knobs: VEC_SMEM 1 reads four (two for double) A values per local load (needs BK % VW == 0);
- * SPLIT > 1 keeps that many partial sums per output (needs BK % SPLIT == 0). */
+ * SPLIT > 1 keeps that many partial sums per output (needs BK % SPLIT == 0);
+ * B_T 1 (CPUs) stores the B tile transposed, Bs[n][k], so each work-item's dot product walks
+ * both tiles along contiguous K and its SPLIT partial sums compile to one SIMD vector. */
 #include "gemm_common.h"
 
+#if B_T /* CPU layout: rows of both tiles contiguous along K; banks are no concern there */
+#define AS_LD BK
+#define BS_INDEX(k, n) ((n) * BK + (k))
+#else
 #define AS_LD (BK + (VEC_SMEM ? 0 : 1)) /* +1 breaks bank conflicts when reading scalars */
+#define BS_INDEX(k, n) ((k) * BN + (n))
+#endif
 
 KERNEL GEMM_SIGNATURE
 {
@@ -26,10 +34,24 @@ KERNEL GEMM_SIGNATURE
     for (int e = tid; e < BK * BN; e += THREADS) { /* coalesced along N */
       const int r = e / BN, c = e % BN;
       const int gr = k0 + r, gc = col0 + c;
-      Bs[r * BN + c] = (gr < K && gc < N) ? B[offB + gr * ldb + gc] : ZERO;
+      Bs[BS_INDEX(r, c)] = (gr < K && gc < N) ? B[offB + gr * ldb + gc] : ZERO;
     }
     BARRIER();
-#if VEC_SMEM
+#if B_T
+    /* Not unrolled on purpose: PoCL compiles a group as loops over its work-items and keeps
+     * every value that crosses a barrier in per-item arrays; fully unrolled, the constant
+     * addresses are hoisted above the barrier and each becomes one such array (a pointer load
+     * per operand per FMA). Rolled, only the two row pointers cross it. */
+    {
+      const LOCAL_PTR real *a_row = &As[ty * AS_LD];
+      const LOCAL_PTR real *b_col = &Bs[BS_INDEX(0, tx)];
+      for (int k = 0; k < BK; k += SPLIT) {
+        UNROLL
+        for (int p = 0; p < SPLIT; ++p)
+          part[p] = FMA(a_row[k + p], b_col[k + p], part[p]);
+      }
+    }
+#elif VEC_SMEM
     UNROLL
     for (int k = 0; k < BK; k += VW) {
       real a[VW];
