@@ -6,6 +6,8 @@ sources are shared. The local-memory (GPU) variant of the register family is run
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,14 @@ def test_geometry_follows_device_kind():
     assert dict(g.options)["use_local"] == (1 if dev.is_gpu else 0)
     t = BE.geometry("tiled", "float32", dev)
     assert dict(t.options).get("b_transposed", 0) == (0 if dev.is_gpu else 1)
+
+
+def test_timings_read_profiling_events():
+    a = np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32)
+    A, C = BE.asarray(a, a.dtype), BE.empty((64, 64), a.dtype)
+    plan = tiledmm.plan(64, 64, 64, backend="opencl", kernel="tiled")
+    # host time before the first enqueue is not device time: the events exclude it
+    times = BE.timings(lambda: (time.sleep(0.05), BE.run(plan, A, A, C)), repeat=2, warmup=0)
+    assert len(times) == 2 and all(0 < t < 0.05 for t in times)
+    # a call that enqueues nothing is timed on the host clock
+    assert all(t >= 0.02 for t in BE.timings(lambda: time.sleep(0.02), repeat=2, warmup=0))

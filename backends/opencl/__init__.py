@@ -8,12 +8,15 @@ first device). Native arrays are ``pyopencl.array.Array`` on this backend's queu
 The register family's geometry comes from ``geometry.json`` by device name, else by kind: on
 GPUs it stages tiles in local memory; on CPUs it is a local-memory-free vector micro-kernel.
 ``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
-is the honest yardstick on CPU devices. Timings are synchronized wall time (``queue.finish``).
+is the honest yardstick on CPU devices. ``timings`` reads OpenCL profiling events: from the
+start of the first command a call enqueues to the end of its last (launch overhead excluded,
+as CUDA events exclude it); calls that enqueue no tiledmm command fall back to wall time.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -87,10 +90,18 @@ class _State:
         cl, _ = _cl()
         self.dev = dev
         self.ctx = cl.Context([dev])
-        self.queue = cl.CommandQueue(self.ctx)
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        self.queue = cl.CommandQueue(self.ctx, properties=profiling)
+        self.events: list[Any] | None = None  # commands enqueued while timings() records
         self.fp64 = "cl_khr_fp64" in dev.extensions
         self.kernels: dict[Any, Any] = {}
         self.calls: dict[Any, Any] = {}
+
+    def enqueue(self, kern, *args) -> None:
+        """Launch ``kern`` on the queue, keeping its event while ``timings`` records."""
+        event = kern(self.queue, *args)
+        if self.events is not None:
+            self.events.append(event)
 
     def kernel(self, name: str, src: str):
         """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
@@ -241,6 +252,26 @@ class OpenCLBackend(Backend):
     def synchronize(self) -> None:
         self._state().queue.finish()
 
+    def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per call from profiling events (first command's start to last one's end)."""
+        st = self._state()
+        for _ in range(warmup):
+            fn()
+        st.queue.finish()
+        times = []
+        for _ in range(repeat):
+            st.events = []
+            t0 = time.perf_counter()
+            try:
+                fn()
+                st.queue.finish()
+            finally:
+                events, st.events = st.events, None
+            wall = time.perf_counter() - t0
+            span = events[-1].profile.end - events[0].profile.start if events else None
+            times.append(span * 1e-9 if span is not None else wall)
+        return times
+
     # ------------------------------------------------------------------ strided copies
 
     def _copy(self, src, dst) -> None:
@@ -253,7 +284,7 @@ class OpenCLBackend(Backend):
         so, s0, s1 = _strided(src)
         do, d0, d1 = _strided(dst)
         i32, i64 = np.int32, np.int64
-        k(st.queue, ((cols + 15) // 16 * 16, (rows + 15) // 16 * 16), (16, 16),
+        st.enqueue(k, ((cols + 15) // 16 * 16, (rows + 15) // 16 * 16), (16, 16),
           i32(rows), i32(cols), src.base_data, i64(so), i64(s0), i64(s1),
           dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
 
@@ -297,7 +328,7 @@ class OpenCLBackend(Backend):
             call = st.calls[key] = (plan, kern, (gx * lx, gy * ly), (lx, ly))
         _, kern, gsize, lsize = call
         i32 = np.int32
-        kern(st.queue, gsize, lsize, i32(m), i32(n), i32(kk),
+        st.enqueue(kern, gsize, lsize, i32(m), i32(n), i32(kk),
              a.base_data, i32(oa), i32(lda), b.base_data, i32(ob), i32(ldb),
              c.base_data, i32(oc), i32(ldc))  # fmt: skip
         if c is not out:
