@@ -123,3 +123,13 @@ def test_timings_read_profiling_events():
     assert len(times) == 2 and all(0 < t < 0.05 for t in times)
     # a call that enqueues nothing is timed on the host clock
     assert all(t >= 0.02 for t in BE.timings(lambda: time.sleep(0.02), repeat=2, warmup=0))
+
+
+def test_vendor_yardstick_runs_without_buffer_copies():
+    dev = BE.device()
+    vendor = BE.vendor_backend()
+    if not dev.is_gpu:  # numpy.matmul on host arrays, not through OpenCL buffers
+        assert vendor.name == "numpy"
+    cupy = any(b.name == "cupy" and b.available for b in tiledmm.backends())
+    if dev.is_gpu and "NVIDIA" in dev.vendor.upper() and cupy:
+        assert vendor.name == "cupy"
