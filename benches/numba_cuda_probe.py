@@ -246,9 +246,12 @@ def overhead(tiledmm, be, nb, cuda, rng, calls=2000):
             "launcher_only_us": per_call(lambda: launch(a, b, c, m, n, k)),
             "matmul_out_us": per_call(lambda: tiledmm.matmul(a, b, backend="numba-cuda", kernel="register", out=c)),
             "matmul_alloc_us": per_call(lambda: tiledmm.matmul(a, b, backend="numba-cuda", kernel="register")),
+            # the fair yardstick for matmul without out=: the bare launch plus Numba's allocation
+            "bare_launch_alloc_us": per_call(lambda: cfg(fa, fb, cuda.device_array(m * n, "float32"), u(m), u(n), u(k))),
         }  # fmt: skip
     out["fast_launch"] = launch._fast is not None
     out["ratio_matmul_out_vs_bare"] = out["matmul_out_us"] / out["bare_dispatcher_launch_us"]
+    out["ratio_matmul_alloc_vs_bare_alloc"] = out["matmul_alloc_us"] / out["bare_launch_alloc_us"]
     return out
 
 
