@@ -51,6 +51,13 @@ TILED_LAYOUTS = [  # both local-memory layouts of the tiled family, whatever the
     ((8, 8, 16), (1, 1), dict(vec_smem=1, split=2)),  # GPU layout: Bs[k][n], 16-byte A reads
     ((4, 16, 8), (1, 1), dict(vec_smem=0)),  # GPU layout, scalar reads (padded A rows)
     ((16, 8, 16), (1, 1), dict(b_transposed=1, split=4)),  # CPU layout: Bs[n][k]
+    ((8, 8, 32), (1, 1), dict(b_transposed=1, split=16)),  # CPU layout, AVX-512 width
+]
+
+CPU_STYLE = [  # the barrier-free register variant at the vector widths of SSE/NEON .. AVX-512
+    ((24, 32, 1), (6, 16), dict(use_local=0, cpu_vec=4)),
+    ((12, 32, 1), (6, 16), dict(use_local=0, cpu_vec=16)),
+    ((8, 16, 1), (4, 8), dict(use_local=0, cpu_vec=2)),
 ]
 
 
@@ -77,6 +84,12 @@ def test_register_local_memory_variant(geo, dtype):
     if dtype == "float64":
         opts = {**opts, "vm": min(opts["vm"], 2), "vn": min(opts["vn"], 2), "pad": 0}
     _check_geometry("register", (bt, tt, opts), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geo", CPU_STYLE, ids=str)
+def test_register_vector_widths(geo, dtype):
+    _check_geometry("register", geo, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

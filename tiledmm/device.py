@@ -38,6 +38,7 @@ class DeviceSpec:
     shared_per_unit: int = 228 * 1024
     registers_per_unit: int = 65536
     max_registers_per_thread: int = 255
+    simd_bytes: int = 16  # native vector width: 32 with AVX2, 64 with AVX-512 (CPU kernels)
     caches: tuple[tuple[str, int], ...] = ()  # (("L1", bytes), ("L2", bytes), ...)
     peak_flops: tuple[tuple[str, float], ...] = ()  # (("float32", 6.7e13), ...)
     bandwidth: float = 0.0  # bytes/s between global memory and the chip
@@ -208,6 +209,7 @@ def _host_cpu_estimate() -> DeviceSpec:
         shared_per_unit=dict(caches).get("L2", 1 << 20),
         registers_per_unit=32 * lanes32,  # vector registers x lanes, for the micro-tile check
         max_registers_per_thread=32 * lanes32,
+        simd_bytes=4 * lanes32,
         caches=caches,
         peak_flops=(("float32", peak32), ("float64", peak32 / 2)),
         bandwidth=10e9 * cores,

@@ -10,13 +10,16 @@ on. :func:`load_geometry` reads a backend's tuned-parameter JSON (keyed by devic
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from tiledmm import DeviceSpec, Geometry
 
-__all__ = ["FAMILIES", "source", "defines", "load_geometry", "vector_width", "launch_shape", "HERE"]
+__all__ = [
+    "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
+]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ("naive", "tiled", "register")
@@ -104,11 +107,12 @@ def _table(path: str) -> dict:
 
 
 def load_geometry(path: Path, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
-    """Tiles for ``kernel``/``dtype`` on ``device`` from a backend's JSON table.
+    """Tiles for ``kernel``/``dtype`` on ``device`` from a backend's JSON table, fitted to it.
 
     Lookup order: the device's own name under ``"devices"`` (tuned), then the device kind
     (``"gpu"``/``"cpu"``) under ``"defaults"``. Each entry is ``{"block_tile": [...],
-    "thread_tile": [...], "options": {...}, "source": "..."}``.
+    "thread_tile": [...], "options": {...}, "source": "..."}``; see :func:`fit` for the
+    entries that depend on the device.
     """
     table = _table(str(path))
     for section, key, src in (
@@ -117,8 +121,23 @@ def load_geometry(path: Path, kernel: str, dtype: str, device: DeviceSpec) -> Ge
     ):
         e = table.get(section, {}).get(key, {}).get(dtype, {}).get(kernel)
         if e:
-            return Geometry.from_dict(e, src)
+            return fit(Geometry.from_dict(e, src), kernel, dtype, device)
     return None
+
+
+def fit(geo: Geometry, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
+    """``geo`` made to fit ``device``: option values ``"simd"`` become the device's native
+    vector width in elements (``simd_bytes`` / element size), and the one-output-per-item
+    families halve their larger group side until the group fits ``max_threads_per_block``."""
+    lanes = max(1, device.simd_bytes // (8 if dtype == "float64" else 4))
+    opts = tuple((k, lanes if v == "simd" else v) for k, v in geo.options)
+    (bm, bn, bk), limit = geo.block_tile, max(1, device.max_threads_per_block)
+    while kernel in ("naive", "tiled") and bm * bn > limit:
+        bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)
+    if (bm, bn) == geo.block_tile[:2]:
+        return replace(geo, options=opts)
+    note = f"{geo.source}; group cut to {bm}x{bn} for {device.name}'s {limit} work-items"
+    return replace(geo, block_tile=(bm, bn, bk), options=opts, source=note)
 
 
 def check_int32(*sizes: int) -> None:

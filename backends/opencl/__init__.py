@@ -126,6 +126,7 @@ def _spec(dev) -> DeviceSpec:
             compute_units=cu,
             max_threads_per_block=wg,
             max_threads_per_unit=wg,
+            simd_bytes=4 * max(1, dev.native_vector_width_float),
             extra=h.extra + (("opencl", f"{dev.platform.name} / {dev.version}"),),
         )
     nv = "NVIDIA" in dev.vendor.upper()
