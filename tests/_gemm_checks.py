@@ -36,6 +36,33 @@ def check_shapes(backend: str, family: str, dtype: str) -> None:
         assert rel_error(c, ref) < tol(dtype), (m, n, k, rel_error(c, ref))
 
 
+def check_geometry(backend: str, kernel: str, geo: tuple, dtype: str) -> None:
+    """Explicit tiles ``(block_tile, thread_tile, options)`` through ``run`` on odd shapes,
+    into a NaN-poisoned output."""
+    be = tiledmm.get_backend(backend)
+    bt, tt, opts = geo
+    rng = np.random.default_rng(1)
+    for m, n, k in [(37, 53, 29), (1, 7, 3), (64, 64, 64), (5, 6, 0), (70, 45, 33)]:
+        geom = tiledmm.Geometry(bt, tt, tuple(opts.items()))
+        plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=kernel, device=be.device(),
+                                 geometry=geom)  # fmt: skip
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        c = be.asarray(np.full((m, n), np.nan, dtype), np.dtype(dtype))
+        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert rel_error(be.to_numpy(c), ref) < tol(dtype), (geo, m, n, k)
+
+
+# Double-buffered register tiles with one vector load of A and of B per work-item and step
+# (the shape PoCL miscompiles; docs/kernels.md) and with two.
+STAGES2 = [
+    ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=0, stages=2)),
+    ((128, 128, 8), (8, 8), dict(use_local=1, vm=4, vn=4, pad=4, stages=2)),
+    ((128, 128, 16), (8, 8), dict(use_local=1, vm=4, vn=4, pad=4, stages=2)),
+]
+
+
 def check_layouts(backend: str, family: str, dtype: str) -> None:
     """Transposed, sliced (offset, strided) and batched operands, numpy in and out."""
     rng = np.random.default_rng(8)

@@ -14,7 +14,14 @@ from tiledmm_backends import kernels as K
 
 import tiledmm
 
-from ._gemm_checks import FAMILIES, check_layouts, check_nonfinite, check_shapes
+from ._gemm_checks import (
+    FAMILIES,
+    STAGES2,
+    check_geometry,
+    check_layouts,
+    check_nonfinite,
+    check_shapes,
+)
 
 
 def _reason() -> str | None:
@@ -35,6 +42,13 @@ def test_gpu_families(family, dtype):
     check_shapes("cupy", family, dtype)
     check_layouts("cupy", family, dtype)
     check_nonfinite("cupy", family, dtype)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("geo", STAGES2, ids=str)
+def test_gpu_double_buffering(geo):
+    check_geometry("cupy", "register", geo, "float32")
 
 
 @pytest.mark.gpu

@@ -13,7 +13,14 @@ import pytest
 
 import tiledmm
 
-from ._gemm_checks import FAMILIES, check_layouts, check_nonfinite, check_shapes, rel_error
+from ._gemm_checks import (
+    FAMILIES,
+    STAGES2,
+    check_geometry,
+    check_layouts,
+    check_nonfinite,
+    check_shapes,
+)  # fmt: skip
 
 pytest.importorskip("pyopencl")
 BE = tiledmm.get_backend("opencl") if "opencl" in {b.name for b in tiledmm.backends()} else None
@@ -61,41 +68,25 @@ CPU_STYLE = [  # the barrier-free register variant at the vector widths of SSE/N
 ]
 
 
-def _check_geometry(kernel, geo, dtype):
-    bt, tt, opts = geo
-    rng = np.random.default_rng(1)
-    for m, n, k in [(37, 53, 29), (1, 7, 3), (64, 64, 64), (5, 6, 0), (70, 45, 33)]:
-        geom = tiledmm.Geometry(bt, tt, tuple(opts.items()))
-        plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=kernel, device=BE.device(),
-                                 geometry=geom)  # fmt: skip
-        a = rng.standard_normal((m, k)).astype(dtype)
-        b = rng.standard_normal((k, n)).astype(dtype)
-        c = BE.empty((m, n), np.dtype(dtype))
-        c.fill(np.nan)
-        BE.run(plan, BE.asarray(a, a.dtype), BE.asarray(b, b.dtype), c)
-        ref = a.astype(np.float64) @ b.astype(np.float64)
-        assert rel_error(c.get(), ref) < 1e-5, (m, n, k)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geo", GPU_STYLE, ids=str)
 def test_register_local_memory_variant(geo, dtype):
     bt, tt, opts = geo
     if dtype == "float64":
         opts = {**opts, "vm": min(opts["vm"], 2), "vn": min(opts["vn"], 2), "pad": 0}
-    _check_geometry("register", (bt, tt, opts), dtype)
+    check_geometry("opencl", "register", (bt, tt, opts), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geo", CPU_STYLE, ids=str)
 def test_register_vector_widths(geo, dtype):
-    _check_geometry("register", geo, dtype)
+    check_geometry("opencl", "register", geo, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geo", TILED_LAYOUTS, ids=str)
 def test_tiled_local_layouts(geo, dtype):
-    _check_geometry("tiled", geo, dtype)
+    check_geometry("opencl", "tiled", geo, dtype)
 
 
 def test_device_selection(monkeypatch):
@@ -146,3 +137,22 @@ def test_vendor_yardstick_runs_without_buffer_copies():
     cupy = any(b.name == "cupy" and b.available for b in tiledmm.backends())
     if dev.is_gpu and "NVIDIA" in dev.vendor.upper() and cupy:
         assert vendor.name == "cupy"
+
+
+@pytest.mark.parametrize("geo", STAGES2, ids=str)
+def test_double_buffering_off_pocl(geo):
+    if BE._state().pocl:
+        pytest.skip("PoCL refuses stages=2 (next test)")
+    check_geometry("opencl", "register", geo, "float32")
+
+
+def test_pocl_refuses_double_buffering():
+    if not BE._state().pocl:
+        pytest.skip("PoCL only")
+    geo = tiledmm.Geometry((32, 32, 8), (4, 4), (("use_local", 1), ("stages", 2)))
+    plan = tiledmm.make_plan(32, 32, 16, dtype="float32", kernel="register", device=BE.device(),
+                             geometry=geo)  # fmt: skip
+    a = BE.asarray(np.ones((32, 16), np.float32), np.dtype(np.float32))
+    b = BE.asarray(np.ones((16, 32), np.float32), np.dtype(np.float32))
+    with pytest.raises(ValueError, match="use stages=1 on PoCL"):
+        BE.run(plan, a, b, BE.empty((32, 32), np.dtype(np.float32)))

@@ -94,6 +94,7 @@ class _State:
         self.queue = cl.CommandQueue(self.ctx, properties=profiling)
         self.events: list[Any] | None = None  # commands enqueued while timings() records
         self.fp64 = "cl_khr_fp64" in dev.extensions
+        self.pocl = "portable computing language" in dev.platform.name.lower()
         self.kernels: dict[Any, Any] = {}
         self.calls: dict[Any, Any] = {}
 
@@ -326,7 +327,13 @@ class OpenCLBackend(Backend):
         key = (id(plan), aligned)
         call = st.calls.get(key)
         if call is None:
-            src = K.source(plan.kernel, K.defines(plan, aligned))
+            defs = K.defines(plan, aligned)
+            if st.pocl and defs.get("STAGES", 1) > 1:  # see docs/kernels.md, "not reached"
+                raise ValueError(
+                    "stages=2 (double-buffered register tiles) is miscompiled by PoCL: wrong "
+                    "results for some tiles, exact without optimization; use stages=1 on PoCL"
+                )
+            src = K.source(plan.kernel, defs)
             kern = st.kernel("gemm", src)
             (gx, gy), (lx, ly) = K.launch_shape(plan)
             call = st.calls[key] = (plan, kern, (gx * lx, gy * ly), (lx, ly))
