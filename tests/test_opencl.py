@@ -80,6 +80,8 @@ def test_register_local_memory_variant(geo, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geo", CPU_STYLE, ids=str)
 def test_register_vector_widths(geo, dtype):
+    if BE.device().is_gpu:  # the planner sizes GPU micro-tiles by registers; this is the CPU kernel
+        pytest.skip("the barrier-free register variant is the CPU kernel")
     check_geometry("opencl", "register", geo, dtype)
 
 
