@@ -204,9 +204,9 @@ def test_cpu_alias_goes_to_highest_available_priority(plugin_env):
 
 
 def test_cpu_alias_without_throwaways():
-    names = {r.name for r in tiledmm.backends() if "cpu" in r.aliases and r.available}
-    expected = "numba-cpu" if "numba-cpu" in names else "numpy"
-    assert tiledmm.get_backend("cpu").name == expected
+    # numba-cpu (priority -5) shares the alias but ranks below numpy, which measured faster
+    assert tiledmm.get_backend("cpu").name == "numpy"
+    assert registry.resolve_backend_name("auto", shape=(512, 512, 512)) == "numpy"
 
 
 def test_unknown_backend_lists_known_names():

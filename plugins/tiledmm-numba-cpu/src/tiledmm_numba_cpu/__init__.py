@@ -24,7 +24,10 @@ class NumbaCpuBackend(Backend):
     name = "numba-cpu"
     aliases = ("cpu",)
     kernels = ("naive", "tiled", "register")
-    priority = 5
+    # below the numpy backend (0): its BLAS-backed register family measured faster on the same
+    # CPU (0.77 against 0.44 of numpy.matmul at 1024^3, benches/results/epyc-2c-cpu.json), and
+    # this one JIT-compiles on first use, so "auto" and "cpu" should not land here by a tie
+    priority = -5
 
     def unavailable_reason(self) -> str | None:
         if importlib.util.find_spec("numba") is None:
