@@ -158,3 +158,16 @@ def test_pocl_refuses_double_buffering():
     b = BE.asarray(np.ones((16, 32), np.float32), np.dtype(np.float32))
     with pytest.raises(ValueError, match="use stages=1 on PoCL"):
         BE.run(plan, a, b, BE.empty((32, 32), np.dtype(np.float32)))
+
+
+def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
+    from tiledmm import calibrate
+
+    if BE.device().is_gpu:
+        pytest.skip("CPU devices: the host's ceilings are the ones OpenCL plans read")
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(calibrate._SIZES, ("cpu", True), (64,))
+    monkeypatch.setitem(calibrate._COPY_BYTES, ("cpu", True), 1 << 20)
+    [(name, rec, _)] = list(calibrate.calibrate("opencl", quick=True))
+    assert name == tiledmm.host_cpu().name and rec["backend"] == "opencl"
+    assert tiledmm.host_cpu().ceilings_measured

@@ -1,7 +1,7 @@
 """``tiledmm calibrate``: measure a device's ceilings and cache them for the planner.
 
-Peak FLOP/s per dtype is the best median rate of the backend's vendor GEMM
-(``backend.vendor_matmul``) over a few sizes large enough to saturate the device; memory
+Peak FLOP/s per dtype is the best median rate of the vendor GEMM (``vendor_matmul`` of
+``backend.vendor_backend()``) over a few sizes large enough to saturate the device; memory
 bandwidth is a large device-to-device copy, counted as read + write bytes over the median
 time. Both are timed with ``backend.timings`` (device events on GPU backends). The record
 goes to :func:`tiledmm.device.save_calibration` under the device's name, where
@@ -84,11 +84,17 @@ def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
 def calibrate(
     backend: str | Backend = "numpy", quick: bool = False
 ) -> Iterator[tuple[str, dict, Path]]:
-    """Measure and cache the ceilings of ``backend``'s device; yields (device, record, path)."""
+    """Measure and cache the ceilings of ``backend``'s device; yields (device, record, path).
+
+    The measuring is done by ``backend.vendor_backend()``, the backend whose vendor GEMM the
+    benchmarks compare against: cuBLAS through CuPy for OpenCL on an NVIDIA GPU, the host
+    (numpy) for OpenCL on a CPU, whose plans read the host's ceilings.
+    """
     if isinstance(backend, str):
         from .registry import get_backend
 
         backend = get_backend(backend)
+    asked, backend = backend, backend.vendor_backend()
     dev = backend.device()
     cls = (dev.kind if dev.kind in ("cpu", "gpu") else "cpu", bool(quick))
     dtypes = [d for d in ("float32", "float64") if d in backend.dtypes]
@@ -109,7 +115,7 @@ def calibrate(
             f"{backend.name} vendor_matmul, best median of {repeat} at N={sizes}; "
             f"copy of {nbytes >> 20} MiB (read+write)"
         ),
-        "backend": backend.name,
+        "backend": asked.name,
         "quick": bool(quick),
         "samples": samples,
     }
