@@ -65,6 +65,7 @@ CPU_STYLE = [  # the barrier-free register variant at the vector widths of SSE/N
     ((24, 32, 1), (6, 16), dict(use_local=0, cpu_vec=4)),
     ((12, 32, 1), (6, 16), dict(use_local=0, cpu_vec=16)),
     ((8, 16, 1), (4, 8), dict(use_local=0, cpu_vec=2)),
+    ((24, 32, 1), (6, 16), dict(use_local=0, cpu_vec=8, kc=8)),  # K blocks with barriers
 ]
 
 

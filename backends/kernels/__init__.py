@@ -89,6 +89,7 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
             if tn % cv:
                 raise ValueError(f"register (CPU) needs TN % cpu_vec == 0, got TN={tn}, {cv}")
             d["CPU_VEC"] = cv
+            d["KC"] = int(opt.get("kc", 0))  # K block between barriers (0: one block)
     return d
 
 

@@ -9,6 +9,7 @@
  * USE_LOCAL 0 (CPUs, OpenCL only): no local memory and no barriers; the micro-tile is TM rows
  * of TN / CPU_VEC native vectors, B rows are read with vloadN and A values broadcast, which is
  * the shape of a CPU BLAS micro-kernel; the group (BM x BN) keeps the B panel in cache.
+ * KC > 0 walks K in blocks of KC with a barrier after each (see the kernel).
  * Edge tiles are zero-filled (local path) or clamped and never stored (CPU path).
  */
 #include "gemm_common.h"
@@ -186,23 +187,12 @@ KERNEL GEMM_SIGNATURE
 /* an element-aligned vector type: unaligned vector loads/stores without vloadN calls */
 typedef realN __attribute__((aligned(REAL_BYTES))) realNu;
 
-KERNEL GEMM_SIGNATURE
+/* acc += A[row.., k0:k1] @ B[k0:k1, col..]: the micro-kernel over one K block */
+INLINE void micro_kernel(realN acc[TM][NV], const GLOBAL real *a[TM], const GLOBAL real *b,
+                         const int ldb, const int k0, const int k1, const int cols)
 {
-  const int tid = LOCAL_ID();
-  const int tx = tid % THREADS_N, ty = tid / THREADS_N;
-  const int row = GROUP_Y() * BM + ty * TM, col = GROUP_X() * BN + tx * TN;
-  if (row >= M || col >= N)
-    return;
-  const GLOBAL real *a[TM];
-  UNROLL for (int i = 0; i < TM; ++i) /* rows past M read row M-1; they are never stored */
-    a[i] = A + offA + IMIN(row + i, M - 1) * lda;
-  realN acc[TM][NV];
-  UNROLL for (int i = 0; i < TM; ++i)
-    UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = (realN)(ZERO);
-
-  const GLOBAL real *b = B + offB + col;
-  if (col + TN <= N) {
-    for (int k = 0; k < K; ++k, b += ldb) {
+  if (cols >= TN) {
+    for (int k = k0; k < k1; ++k, b += ldb) {
       realN bv[NV];
       UNROLL for (int v = 0; v < NV; ++v) bv[v] = ((const GLOBAL realNu *)b)[v];
       UNROLL for (int i = 0; i < TM; ++i) {
@@ -211,9 +201,9 @@ KERNEL GEMM_SIGNATURE
       }
     }
   } else { /* right edge: gather the columns that exist, zeros elsewhere */
-    for (int k = 0; k < K; ++k, b += ldb) {
+    for (int k = k0; k < k1; ++k, b += ldb) {
       real bs[TN];
-      UNROLL for (int j = 0; j < TN; ++j) bs[j] = (col + j < N) ? b[j] : ZERO;
+      UNROLL for (int j = 0; j < TN; ++j) bs[j] = (j < cols) ? b[j] : ZERO;
       realN bv[NV];
       UNROLL for (int v = 0; v < NV; ++v) bv[v] = ((const realNu *)bs)[v];
       UNROLL for (int i = 0; i < TM; ++i) {
@@ -222,6 +212,39 @@ KERNEL GEMM_SIGNATURE
       }
     }
   }
+}
+
+KERNEL GEMM_SIGNATURE
+{
+  const int tid = LOCAL_ID();
+  const int tx = tid % THREADS_N, ty = tid / THREADS_N;
+  const int row = GROUP_Y() * BM + ty * TM, col = GROUP_X() * BN + tx * TN;
+  const int live = row < M && col < N;
+#if !KC
+  if (!live)
+    return;
+#endif
+  const GLOBAL real *a[TM];
+  UNROLL for (int i = 0; i < TM; ++i) /* rows past M read row M-1; they are never stored */
+    a[i] = A + offA + IMIN(row + i, M - 1) * lda;
+  realN acc[TM][NV];
+  UNROLL for (int i = 0; i < TM; ++i)
+    UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = (realN)(ZERO);
+  const GLOBAL real *b = B + offB + col;
+#if KC
+  /* K in blocks of KC with a barrier after each: PoCL runs the group's work-items one after
+   * another between barriers, so the group's A and B panels for one block stay in cache
+   * while every item of the group uses them. */
+  for (int k0 = 0; k0 < K; k0 += KC) {
+    if (live)
+      micro_kernel(acc, a, b + k0 * ldb, ldb, k0, IMIN(k0 + KC, K), N - col);
+    BARRIER();
+  }
+  if (!live)
+    return;
+#else
+  micro_kernel(acc, a, b, ldb, 0, K, N - col);
+#endif
   UNROLL for (int i = 0; i < TM; ++i) {
     if (row + i >= M)
       break;
