@@ -156,8 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     s.add_argument("-o", "--output", default="report", help="output folder")
     s.add_argument("--no-figures", action="store_true", help="only the Markdown table")
-    s.add_argument("--readme", help="also rewrite the headline table between the report "
-                   "markers of this Markdown file (README.md)")
+    s.add_argument(
+        "--readme",
+        help="also rewrite the headline table between the report "
+        "markers of this Markdown file (README.md)",
+    )
     s.set_defaults(func=cmd_report)
     return p
 

@@ -141,9 +141,7 @@ def _tiled(s: KernelSpec) -> list[str]:
         "while k0 < k:",
     ]
     body = _tile_loads(s, a_stride, a_transposed=False) + ["cuda.syncthreads()"]
-    body += [
-        f"acc += As[u32(arow + u32({kk}))] * Bs[u32({kk * s.bn}) + tx]" for kk in range(s.bk)
-    ]
+    body += [f"acc += As[u32(arow + u32({kk}))] * Bs[u32({kk * s.bn}) + tx]" for kk in range(s.bk)]
     body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
     lines += _ind(body, 1)
     lines += [
