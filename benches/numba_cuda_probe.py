@@ -9,7 +9,8 @@ three families on odd shapes (float32/float64, NaN-poisoned outputs), registers/
 per kernel, a register-kernel sweep at 4096^3 against cupy.matmul (FP32, CUDA events, medians
 after warm-up), the best variant at 2048/8192/4095, and tiledmm.matmul per-call cost at 64^3
 against a bare launch of the same compiled kernel. Writes $OUT/h200-numba-probe.json and prints
-a short table last. ``--small`` shrinks everything (simulator smoke test).
+a short table last. ``--small`` shrinks everything (simulator smoke test); ``--stages`` compares
+the committed register kernel with double-buffered ones (writes h200-numba-probe-stages.json).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 import numpy as np
 
 SMALL = "--small" in sys.argv
+STAGES = "--stages" in sys.argv  # single- against double-buffered register kernels
 T0 = time.time()
 
 
@@ -46,6 +48,14 @@ def specs():
         K("register", "float32", 128, 128, 16, 8, 8, pad=4, unroll_k=False),
         K("register", "float32", 64, 64, 8, 4, 4, unroll_k=False),
     ]
+    if STAGES:
+        reg = [
+            K("register", "float32", 128, 128, 8, 8, 8, unroll_k=True),  # the committed one
+            K("register", "float32", 128, 128, 8, 8, 8, unroll_k=True, stages=2),
+            K("register", "float32", 128, 128, 8, 8, 8, pad=4, unroll_k=True, stages=2),
+            K("register", "float32", 128, 128, 8, 8, 8, unroll_k=False, stages=2),
+            K("register", "float32", 128, 128, 16, 8, 8, unroll_k=False, stages=2),
+        ]
     tiled = [K("tiled", "float32", 16, 16, 16), K("tiled", "float32", 32, 32, 32)]
     naive = [K("naive", "float32", 16, 16, 1), K("naive", "float32", 8, 32, 1)]
     if SMALL:
@@ -210,7 +220,7 @@ def main():
     res["overhead"] = overhead(tiledmm, be, nb, cuda, rng)
     log("overhead", res["overhead"])
     res["wall_s"] = round(time.time() - T0, 1)
-    path = os.path.join(out_dir, "h200-numba-probe.json")
+    path = os.path.join(out_dir, "h200-numba-probe" + ("-stages" if STAGES else "") + ".json")
     with open(path, "w") as f:
         json.dump(res, f, indent=1, default=str)
     table(res)

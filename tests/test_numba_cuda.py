@@ -63,6 +63,15 @@ _SIM_SCRIPT = textwrap.dedent(
     be_obj = tiledmm.registry.get_backend("numba-cuda")
     be_obj.run(plan, cuda.to_device(a), cuda.to_device(b), c)
     case("h200-geometry", "register", "float32", 33, 130, 9, c.copy_to_host(), a, b)
+    # double-buffered shared tiles over five K steps (both buffers, a ragged last step)
+    geo = tiledmm.Geometry((16, 16, 4), (4, 4), (("stages", 2), ("unroll_k", True)))
+    plan = tiledmm.make_plan(21, 18, 19, dtype="float32", kernel="register",
+                             device=be_obj.device(), geometry=geo)
+    a = rng.standard_normal((21, 19)).astype("float32")
+    b = rng.standard_normal((19, 18)).astype("float32")
+    c = cuda.to_device(np.full((21, 18), np.nan, "float32"))
+    be_obj.run(plan, cuda.to_device(a), cuda.to_device(b), c)
+    case("double-buffered", "register", "float32", 21, 18, 19, c.copy_to_host(), a, b)
     # NaN and Inf propagate as in numpy
     a = np.array([[np.nan, 1.0], [np.inf, 1.0]], "float32")
     b = np.ones((2, 3), "float32")
@@ -102,7 +111,7 @@ def test_simulator_family_correct(sim, fam):
 
 
 def test_simulator_strided_and_default_geometry(sim):
-    for tag in ("strided", "h200-geometry"):
+    for tag in ("strided", "h200-geometry", "double-buffered"):
         (c,) = [c for c in sim["cases"] if c["tag"] == tag]
         assert not c["nan"] and c["err"] < 1e-5, c
 

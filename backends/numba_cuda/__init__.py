@@ -242,7 +242,7 @@ class NumbaCudaBackend(Backend):
         spec = KernelSpec(
             plan.kernel, plan.dtype, bm, bn, bk, tm, tn,
             layout=o.get("layout", "strided"), pad=int(o.get("pad", 0)),
-            unroll_k=bool(o.get("unroll_k", False)),
+            unroll_k=bool(o.get("unroll_k", False)), stages=int(o.get("stages", 1)),
         )  # fmt: skip
         launch = nb.Launcher(spec, plan.grid)
         self._launchers[id(plan)] = (plan, launch)

@@ -35,6 +35,7 @@ class KernelSpec:
     layout: str = "strided"  # register family: "strided" or "contig" micro-tile rows/columns
     pad: int = 0  # shared-memory row padding of the transposed A tile (bank conflicts)
     unroll_k: bool = True  # unroll the BK loop in the source (else a constant-bound range loop)
+    stages: int = 1  # register family: 2 double-buffers the shared tiles (one barrier per step)
 
     @property
     def threads(self) -> int:
@@ -46,6 +47,7 @@ class KernelSpec:
         s = f"{self.family}_{d}_{self.bm}x{self.bn}x{self.bk}_{self.tm}x{self.tn}"
         if self.family == "register":
             s += f"_{self.layout}_p{self.pad}" + ("" if self.unroll_k else "_loopk")
+            s += "_s2" if self.stages == 2 else ""
         return s
 
 
@@ -82,47 +84,71 @@ def _naive(s: KernelSpec) -> list[str]:
     ]
 
 
-def _tile_loads(s: KernelSpec, a_stride: int, a_transposed: bool = True) -> list[str]:
-    """Cooperative zero-filling loads of the A (BM x BK) and B (BK x BN) tiles.
+def _tile_elements(s: KernelSpec):
+    """(operand, slot, index expression, guard, rows, cols) for this thread's share of the
+    A (BM x BK) and B (BK x BN) tiles: element ``tid + slot * threads`` of each."""
+    t = s.threads
+    for name, rows, cols in (("A", s.bm, s.bk), ("B", s.bk, s.bn)):
+        total = rows * cols
+        for slot, l0 in enumerate(range(0, total, t)):
+            idx = f"u32(tid + u32({l0}))" if l0 else "tid"
+            guard = "" if l0 + t <= total else f"if {idx} < u32({total}):"
+            yield name, slot, idx, guard, rows, cols
+
+
+def _tile_fetch(s: KernelSpec, k0: str = "k0") -> list[str]:
+    """Global -> registers ``vA{slot}``, ``vB{slot}``: zero outside the matrices (and for
+    slots past the tile), so edge tiles are zero-filled."""
+    out = []
+    for name, slot, idx, guard, _, cols in _tile_elements(s):
+        grow, gcol, ld, lim_r, lim_c = (
+            ("row0", k0, "k", "m", "k") if name == "A" else (k0, "col0", "n", "k", "n")
+        )
+        v = f"v{name}{slot}"
+        body = [
+            f"r = u32({idx} // u32({cols}))",
+            f"gr = u32({grow} + r)",
+            f"gc = u32({gcol} + u32({idx} % u32({cols})))",
+            f"if gr < {lim_r} and gc < {lim_c}:",
+            f"    {v} = {name}[u32(gr * {ld} + gc)]",
+        ]
+        out += [f"{v} = DT(0)"] + ([guard] + _ind(body, 1) if guard else body)
+    return out
+
+
+def _tile_stash(
+    s: KernelSpec, a_stride: int, a_transposed: bool = True, a_base: str = "", b_base: str = ""
+) -> list[str]:
+    """Registers -> shared memory, at element offsets ``a_base``/``b_base`` (the other buffer
+    when double-buffering).
 
     The register family stores A transposed (As[k][m]) so a thread's TM values are adjacent;
     the tiled family keeps A row-major (As[m][k]): consecutive threads then write consecutive
     words (no bank conflicts) and a warp's reads of As[ty][kk] are broadcasts.
     """
-    t = s.threads
     out = []
-    for name, rows, cols, grow, gcol, src, ld, lim_r, lim_c in (
-        ("A", s.bm, s.bk, "row0", "k0", "A", "k", "m", "k"),
-        ("B", s.bk, s.bn, "k0", "col0", "B", "n", "k", "n"),
-    ):
-        total = rows * cols
-        for l0 in range(0, total, t):
-            idx = f"u32(tid + u32({l0}))" if l0 else "tid"
-            guard = [] if l0 + t <= total else [f"if {idx} < u32({total}):"]
-            body = [
-                f"r = u32({idx} // u32({cols}))",
-                f"c = u32({idx} % u32({cols}))",
-                f"gr = u32({grow} + r)",
-                f"gc = u32({gcol} + c)",
-                "v = DT(0)",
-                f"if gr < {lim_r} and gc < {lim_c}:",
-                f"    v = {src}[u32(gr * {ld} + gc)]",
-            ]
-            if name == "A" and a_transposed:
-                body.append(f"As[u32(c * u32({a_stride}) + r)] = v")
-            elif name == "A":
-                body.append(f"As[u32(r * u32({cols}) + c)] = v")
-            else:
-                body.append(f"Bs[u32(r * u32({cols}) + c)] = v")
-            out += guard + (_ind(body, 1) if guard else body)
+    for name, slot, idx, guard, _, cols in _tile_elements(s):
+        r, c = f"u32({idx} // u32({cols}))", f"u32({idx} % u32({cols}))"
+        if name == "A" and a_transposed:
+            at = f"{c} * u32({a_stride}) + {r}"
+        else:
+            at = f"{r} * u32({cols}) + {c}"
+        base = a_base if name == "A" else b_base
+        store = [f"{name}s[u32({base + ' + ' if base else ''}{at})] = v{name}{slot}"]
+        out += [guard] + _ind(store, 1) if guard else store
     return out
 
 
-def _k_loop(s: KernelSpec, a_stride: int) -> list[str]:
+def _tile_loads(s: KernelSpec, a_stride: int, a_transposed: bool = True) -> list[str]:
+    """Cooperative zero-filling loads of both tiles at ``k0``: all loads, then all stores."""
+    return _tile_fetch(s) + _tile_stash(s, a_stride, a_transposed)
+
+
+def _k_loop(s: KernelSpec, a_stride: int, stages: int = 1) -> list[str]:
     """Staged-tile main loop; the body after the loads comes from the family."""
     lines = [
-        f"As = cuda.shared.array({s.bk * a_stride}, DT)",
-        f"Bs = cuda.shared.array({s.bk * s.bn}, DT)",
+        f"As = cuda.shared.array({stages * s.bk * a_stride}, DT)",
+        f"Bs = cuda.shared.array({stages * s.bk * s.bn}, DT)",
         "tid = u32(cuda.threadIdx.x)",
         f"row0 = u32(u32(cuda.blockIdx.y) * u32({s.bm}))",
         f"col0 = u32(u32(cuda.blockIdx.x) * u32({s.bn}))",
@@ -163,7 +189,7 @@ def _register(s: KernelSpec) -> list[str]:
     def cols(j: int) -> str:
         return f"u32(tx + u32({j * wn}))" if s.layout == "strided" else f"u32(tx + u32({j}))"
 
-    lines = _k_loop(s, a_stride)
+    lines = _k_loop(s, a_stride, s.stages)
     if s.layout == "strided":
         lines += [f"ty = u32(tid // u32({wn}))", f"tx = u32(tid % u32({wn}))"]
     else:
@@ -179,14 +205,15 @@ def _register(s: KernelSpec) -> list[str]:
     # per-thread shared-memory offsets, hoisted out of the K loop (fewer statements to compile)
     lines += [f"ra{i} = {rows(i)}" for i in range(s.tm)]
     lines += [f"rb{j} = {cols(j)}" for j in range(s.tn)]
-    lines += ["k0 = u32(0)", "while k0 < k:"]
-    body = _tile_loads(s, a_stride) + ["cuda.syncthreads()"]
+    double = s.stages == 2
 
     def step(kk: str) -> list[str]:
         if kk.isdigit():
             oa, ob = f"u32({int(kk) * a_stride})", f"u32({int(kk) * s.bn})"
         else:
             oa, ob = f"u32({kk} * u32({a_stride}))", f"u32({kk} * u32({s.bn}))"
+        if double:  # offsets into the current buffer
+            oa, ob = f"u32(sa + {oa})", f"u32(sb + {ob})"
         st = [f"oa = {oa}", f"ob = {ob}"]
         st += [f"a{i} = As[oa + ra{i}]" for i in range(s.tm)]
         st += [f"b{j} = Bs[ob + rb{j}]" for j in range(s.tn)]
@@ -194,12 +221,23 @@ def _register(s: KernelSpec) -> list[str]:
         return st
 
     if s.unroll_k:
-        for kk in range(s.bk):
-            body += step(str(kk))
+        product = [line for kk in range(s.bk) for line in step(str(kk))]
     else:
-        body += [f"for kk in range(u32({s.bk})):"] + _ind(step("u32(kk)"), 1)
-    body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
-    lines += _ind(body, 1)
+        product = [f"for kk in range(u32({s.bk})):"] + _ind(step("u32(kk)"), 1)
+    lines += ["k0 = u32(0)"]
+    if double:
+        # the next tile goes global -> registers before this one's products and registers ->
+        # the other buffer after them: one barrier per K step
+        lines += _tile_loads(s, a_stride) + ["cuda.syncthreads()", "sa = u32(0)", "sb = u32(0)"]
+        body = [f"kn = u32(k0 + u32({s.bk}))", "if kn < k:"] + _ind(_tile_fetch(s, "kn"), 1)
+        body += product
+        body += [f"na = u32(u32({s.bk * a_stride}) - sa)", f"nb = u32(u32({s.bk * s.bn}) - sb)"]
+        body += ["if kn < k:"] + _ind(_tile_stash(s, a_stride, a_base="na", b_base="nb"), 1)
+        body += ["cuda.syncthreads()", "k0 = kn", "sa = na", "sb = nb"]
+    else:
+        body = _tile_loads(s, a_stride) + ["cuda.syncthreads()"] + product
+        body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
+    lines += ["while k0 < k:"] + _ind(body, 1)
     for i in range(s.tm):
         lines += [f"gr = u32(row0 + ra{i})", "if gr < m:"]
         inner = ["base = u32(gr * n)"]
