@@ -42,3 +42,13 @@ def test_one_output_per_item_groups_fit_the_work_group_limit(limit):
 def test_fit_leaves_fitting_geometry_alone():
     geo = Geometry((16, 16, 32), (1, 1), (("split", 4),), source="tuned")
     assert K.fit(geo, "tiled", "float32", CPU) == geo
+
+
+def test_padding_pays_only_for_large_local_memory_products():
+    gpu = DeviceSpec(name="gpu", kind="gpu", peak_flops=(("float32", 50e12),), bandwidth=4e12)
+    geo = Geometry((128, 128, 16), (8, 8), (("use_local", 1),))
+    big = make_plan(4095, 4095, 4095, dtype="float32", kernel="register", device=gpu, geometry=geo)
+    small = make_plan(255, 255, 255, dtype="float32", kernel="register", device=gpu, geometry=geo)
+    cpu_kernel = replace(big, options={"use_local": 0})
+    assert K.pad_pays(big) and not K.pad_pays(small) and not K.pad_pays(cpu_kernel)
+    assert [K.aligned_ld(c, 4) for c in (1, 4, 4095, 4096)] == [4, 4, 4096, 4096]

@@ -172,3 +172,13 @@ def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
     [(name, rec, _)] = list(calibrate.calibrate("opencl", quick=True))
     assert name == tiledmm.host_cpu().name and rec["backend"] == "opencl"
     assert tiledmm.host_cpu().ceilings_measured
+
+
+@pytest.mark.parametrize("geo", GPU_STYLE[:2], ids=str)
+def test_unaligned_operands_copied_to_aligned_rows(geo, monkeypatch):
+    from tiledmm_backends import kernels as K
+
+    calls = []
+    monkeypatch.setattr(K, "pad_pays", lambda plan: calls.append(plan) or True)
+    check_geometry("opencl", "register", geo, "float32")  # odd K and N: unaligned rows
+    assert calls

@@ -212,6 +212,12 @@ class CupyBackend(Backend):
             c, ldc = cp.empty((m, n), out.dtype), max(n, 1)
         vw = 16 // s
         aligned = not (lda % vw or ldb % vw or a.data.ptr % 16 or b.data.ptr % 16)
+        if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
+            if lda % vw or a.data.ptr % 16:
+                a, lda = _aligned_copy(a, vw)
+            if ldb % vw or b.data.ptr % 16:
+                b, ldb = _aligned_copy(b, vw)
+            aligned = True
         call = self._calls.get((id(plan), aligned))
         if call is None or call[4] != cp.cuda.runtime.getDevice():
             K.check_int32(m * max(lda, 1), k * max(ldb, 1), m * ldc)
@@ -228,6 +234,15 @@ class CupyBackend(Backend):
 
 
 _ZERO = np.int32(0)
+
+
+def _aligned_copy(x, vw: int):
+    """``x`` copied into fresh rows of ``aligned_ld`` elements: (view, leading dimension)."""
+    rows, cols = x.shape
+    ld = K.aligned_ld(cols, vw)
+    y = _cupy().empty((rows, ld), x.dtype)[:, :cols]
+    y[...] = x
+    return y, ld
 
 
 def _overlap(x, y) -> bool:

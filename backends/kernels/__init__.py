@@ -19,6 +19,7 @@ from tiledmm import DeviceSpec, Geometry
 
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
+    "aligned_ld", "pad_pays",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
@@ -139,6 +140,24 @@ def fit(geo: Geometry, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
         return replace(geo, options=opts)
     note = f"{geo.source}; group cut to {bm}x{bn} for {device.name}'s {limit} work-items"
     return replace(geo, block_tile=(bm, bn, bk), options=opts, source=note)
+
+
+def aligned_ld(cols: int, vw: int) -> int:
+    """A leading dimension of at least ``cols`` elements whose rows start 16-byte aligned."""
+    return max(-(-cols // vw) * vw, vw)
+
+
+def pad_pays(plan: Any) -> bool:
+    """Whether copying unaligned operands into 16-byte-aligned rows pays off: only the
+    local-memory register kernel has 16-byte loads to gain, and the copies (A and B read and
+    written once) must cost under a tenth of the product at the device's ceilings."""
+    if plan.kernel != "register" or not int(plan.options.get("use_local", 1)):
+        return False
+    dev, s = plan.device, 8 if plan.dtype == "float64" else 4
+    if dev.bandwidth <= 0:
+        return False
+    copy = 2 * (plan.m * plan.k + plan.k * plan.n) * s / dev.bandwidth
+    return copy < 0.1 * plan.flops / dev.peak(plan.dtype)
 
 
 def check_int32(*sizes: int) -> None:

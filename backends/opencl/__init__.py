@@ -293,6 +293,15 @@ class OpenCLBackend(Backend):
           i32(rows), i32(cols), src.base_data, i64(so), i64(s0), i64(s1),
           dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
 
+    def _aligned_copy(self, x, vw: int) -> tuple[Any, int, int]:
+        """``x`` copied into fresh rows of ``aligned_ld`` elements: (array, offset 0, ld)."""
+        _, cla = _cl()
+        rows, cols = x.shape
+        ld = K.aligned_ld(cols, vw)
+        y = cla.empty(self._state().queue, (rows, ld), x.dtype)
+        self._copy(x, y[:, :cols])
+        return y, 0, ld
+
     def _contiguous(self, x):
         if x.flags.c_contiguous or x.ndim != 2:
             return x
@@ -317,6 +326,7 @@ class OpenCLBackend(Backend):
         m, kk = a.shape
         n = b.shape[1]
         K.check_int32(a.size, b.size, out.size)
+        a0, b0 = a, b
         a, oa, lda = self._rowmajor(a)
         b, ob, ldb = self._rowmajor(b)
         direct = out.strides[1] == out.dtype.itemsize or n == 1
@@ -324,6 +334,12 @@ class OpenCLBackend(Backend):
         oc, ldc = c.offset // c.dtype.itemsize, max(c.strides[0] // c.dtype.itemsize, 1)
         vw = K.vector_width(c.dtype.itemsize)
         aligned = not (lda % vw or ldb % vw or oa % vw or ob % vw)
+        if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
+            if lda % vw or oa % vw:
+                a, oa, lda = self._aligned_copy(a0, vw)
+            if ldb % vw or ob % vw:
+                b, ob, ldb = self._aligned_copy(b0, vw)
+            aligned = True
         key = (id(plan), aligned)
         call = st.calls.get(key)
         if call is None:
