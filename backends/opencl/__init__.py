@@ -93,6 +93,7 @@ class _State:
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.ctx, properties=profiling)
         self.events: list[Any] | None = None  # commands enqueued while timings() records
+        self.scratch: dict[str, Any] = {}  # aligned copies of A and B, reused across calls
         self.fp64 = "cl_khr_fp64" in dev.extensions
         self.pocl = "portable computing language" in dev.platform.name.lower()
         self.kernels: dict[Any, Any] = {}
@@ -293,12 +294,16 @@ class OpenCLBackend(Backend):
           i32(rows), i32(cols), src.base_data, i64(so), i64(s0), i64(s1),
           dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
 
-    def _aligned_copy(self, x, vw: int) -> tuple[Any, int, int]:
-        """``x`` copied into fresh rows of ``aligned_ld`` elements: (array, offset 0, ld)."""
+    def _aligned_copy(self, x, vw: int, role: str) -> tuple[Any, int, int]:
+        """``x`` copied into rows of ``aligned_ld`` elements (a scratch buffer per ``role``,
+        kept for the next call of the same shape): (array, offset 0, ld)."""
         _, cla = _cl()
+        st = self._state()
         rows, cols = x.shape
         ld = K.aligned_ld(cols, vw)
-        y = cla.empty(self._state().queue, (rows, ld), x.dtype)
+        y = st.scratch.get(role)  # the queue is in order: the last kernel is done reading it
+        if y is None or y.shape != (rows, ld) or y.dtype != x.dtype:
+            y = st.scratch[role] = cla.empty(st.queue, (rows, ld), x.dtype)
         self._copy(x, y[:, :cols])
         return y, 0, ld
 
@@ -336,9 +341,9 @@ class OpenCLBackend(Backend):
         aligned = not (lda % vw or ldb % vw or oa % vw or ob % vw)
         if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
             if lda % vw or oa % vw:
-                a, oa, lda = self._aligned_copy(a0, vw)
+                a, oa, lda = self._aligned_copy(a0, vw, "a")
             if ldb % vw or ob % vw:
-                b, ob, ldb = self._aligned_copy(b0, vw)
+                b, ob, ldb = self._aligned_copy(b0, vw, "b")
             aligned = True
         key = (id(plan), aligned)
         call = st.calls.get(key)
