@@ -85,7 +85,7 @@ def _naive(s: KernelSpec) -> list[str]:
 
 
 def _tile_elements(s: KernelSpec):
-    """(operand, slot, index expression, guard, rows, cols) for this thread's share of the
+    """(operand, slot, index expression, guard, cols) for this thread's share of the
     A (BM x BK) and B (BK x BN) tiles: element ``tid + slot * threads`` of each."""
     t = s.threads
     for name, rows, cols in (("A", s.bm, s.bk), ("B", s.bk, s.bn)):
@@ -93,14 +93,14 @@ def _tile_elements(s: KernelSpec):
         for slot, l0 in enumerate(range(0, total, t)):
             idx = f"u32(tid + u32({l0}))" if l0 else "tid"
             guard = "" if l0 + t <= total else f"if {idx} < u32({total}):"
-            yield name, slot, idx, guard, rows, cols
+            yield name, slot, idx, guard, cols
 
 
 def _tile_fetch(s: KernelSpec, k0: str = "k0") -> list[str]:
     """Global -> registers ``vA{slot}``, ``vB{slot}``: zero outside the matrices (and for
     slots past the tile), so edge tiles are zero-filled."""
     out = []
-    for name, slot, idx, guard, _, cols in _tile_elements(s):
+    for name, slot, idx, guard, cols in _tile_elements(s):
         grow, gcol, ld, lim_r, lim_c = (
             ("row0", k0, "k", "m", "k") if name == "A" else (k0, "col0", "n", "k", "n")
         )
@@ -127,7 +127,7 @@ def _tile_stash(
     words (no bank conflicts) and a warp's reads of As[ty][kk] are broadcasts.
     """
     out = []
-    for name, slot, idx, guard, _, cols in _tile_elements(s):
+    for name, slot, idx, guard, cols in _tile_elements(s):
         r, c = f"u32({idx} // u32({cols}))", f"u32({idx} % u32({cols}))"
         if name == "A" and a_transposed:
             at = f"{c} * u32({a_stride}) + {r}"
@@ -144,11 +144,11 @@ def _tile_loads(s: KernelSpec, a_stride: int, a_transposed: bool = True) -> list
     return _tile_fetch(s) + _tile_stash(s, a_stride, a_transposed)
 
 
-def _k_loop(s: KernelSpec, a_stride: int, stages: int = 1) -> list[str]:
-    """Staged-tile main loop; the body after the loads comes from the family."""
+def _k_loop(s: KernelSpec, a_stride: int) -> list[str]:
+    """Staged-tile main loop (``s.stages`` shared buffers); the family writes the body."""
     lines = [
-        f"As = cuda.shared.array({stages * s.bk * a_stride}, DT)",
-        f"Bs = cuda.shared.array({stages * s.bk * s.bn}, DT)",
+        f"As = cuda.shared.array({s.stages * s.bk * a_stride}, DT)",
+        f"Bs = cuda.shared.array({s.stages * s.bk * s.bn}, DT)",
         "tid = u32(cuda.threadIdx.x)",
         f"row0 = u32(u32(cuda.blockIdx.y) * u32({s.bm}))",
         f"col0 = u32(u32(cuda.blockIdx.x) * u32({s.bn}))",
@@ -189,7 +189,7 @@ def _register(s: KernelSpec) -> list[str]:
     def cols(j: int) -> str:
         return f"u32(tx + u32({j * wn}))" if s.layout == "strided" else f"u32(tx + u32({j}))"
 
-    lines = _k_loop(s, a_stride, s.stages)
+    lines = _k_loop(s, a_stride)
     if s.layout == "strided":
         lines += [f"ty = u32(tid // u32({wn}))", f"tx = u32(tid % u32({wn}))"]
     else:
