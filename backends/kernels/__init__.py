@@ -32,6 +32,11 @@ def _read(name: str) -> str:
     return (HERE / name).read_text()
 
 
+def _itemsize(dtype: str) -> int:
+    """Bytes per element of the kernels' two dtypes (REAL_BYTES)."""
+    return 8 if dtype == "float64" else 4
+
+
 def vector_width(itemsize: int) -> int:
     """Elements per 16-byte vector (float4 / double2)."""
     return 16 // itemsize
@@ -48,7 +53,7 @@ def source(family: str, defs: dict[str, int]) -> str:
 
 def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     """Compile-time parameters for ``plan``; raises ValueError for tiles the source can't run."""
-    s = 8 if plan.dtype == "float64" else 4
+    s = _itemsize(plan.dtype)
     vw = vector_width(s)
     bm, bn, bk = plan.block_tile
     tm, tn = plan.thread_tile
@@ -131,7 +136,7 @@ def fit(geo: Geometry, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
     """``geo`` made to fit ``device``: option values ``"simd"`` become the device's native
     vector width in elements (``simd_bytes`` / element size), and the one-output-per-item
     families halve their larger group side until the group fits ``max_threads_per_block``."""
-    lanes = max(1, device.simd_bytes // (8 if dtype == "float64" else 4))
+    lanes = max(1, device.simd_bytes // _itemsize(dtype))
     opts = tuple((k, lanes if v == "simd" else v) for k, v in geo.options)
     (bm, bn, bk), limit = geo.block_tile, max(1, device.max_threads_per_block)
     while kernel in ("naive", "tiled") and bm * bn > limit:
@@ -155,7 +160,7 @@ def pad_pays(plan: Any) -> bool:
     the copy kernels ran far below the copy ceiling (benches/results/logs/h200-pad-probe.log)."""
     if plan.kernel != "register" or not int(plan.options.get("use_local", 1)):
         return False
-    dev, s = plan.device, 8 if plan.dtype == "float64" else 4
+    dev, s = plan.device, _itemsize(plan.dtype)
     if dev.bandwidth <= 0:
         return False
     copy = 2 * (plan.m * plan.k + plan.k * plan.n) * s / dev.bandwidth

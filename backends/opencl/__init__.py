@@ -331,7 +331,6 @@ class OpenCLBackend(Backend):
         m, kk = a.shape
         n = b.shape[1]
         K.check_int32(a.size, b.size, out.size)
-        a0, b0 = a, b
         a, oa, lda = self._rowmajor(a)
         b, ob, ldb = self._rowmajor(b)
         direct = out.strides[1] == out.dtype.itemsize or n == 1
@@ -341,9 +340,9 @@ class OpenCLBackend(Backend):
         aligned = not (lda % vw or ldb % vw or oa % vw or ob % vw)
         if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
             if lda % vw or oa % vw:
-                a, oa, lda = self._aligned_copy(a0, vw, "a")
+                a, oa, lda = self._aligned_copy(a, vw, "a")
             if ldb % vw or ob % vw:
-                b, ob, ldb = self._aligned_copy(b0, vw, "b")
+                b, ob, ldb = self._aligned_copy(b, vw, "b")
             aligned = True
         key = (id(plan), aligned)
         call = st.calls.get(key)
