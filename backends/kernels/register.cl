@@ -219,32 +219,26 @@ KERNEL GEMM_SIGNATURE
   const int tid = LOCAL_ID();
   const int tx = tid % THREADS_N, ty = tid / THREADS_N;
   const int row = GROUP_Y() * BM + ty * TM, col = GROUP_X() * BN + tx * TN;
-  const int live = row < M && col < N;
-#if !KC
-  if (!live)
-    return;
-#endif
+  const int live = row < M && col < N; /* dead items stay for the barriers (KC > 0) */
   const GLOBAL real *a[TM];
   UNROLL for (int i = 0; i < TM; ++i) /* rows past M read row M-1; they are never stored */
     a[i] = A + offA + IMIN(row + i, M - 1) * lda;
   realN acc[TM][NV];
   UNROLL for (int i = 0; i < TM; ++i)
     UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = (realN)(ZERO);
-  const GLOBAL real *b = B + offB + col;
-#if KC
-  /* K in blocks of KC with a barrier after each: PoCL runs the group's work-items one after
-   * another between barriers, so the group's A and B panels for one block stay in cache
-   * while every item of the group uses them. */
-  for (int k0 = 0; k0 < K; k0 += KC) {
+  /* K in blocks of KC (KC 0: one block) with a barrier after each: PoCL runs the group's
+   * work-items one after another between barriers, so the group's A and B panels for one
+   * block stay in cache while every item of the group uses them. */
+  const int kc = KC ? KC : K;
+  for (int k0 = 0; k0 < K; k0 += kc) {
     if (live)
-      micro_kernel(acc, a, b + k0 * ldb, ldb, k0, IMIN(k0 + KC, K), N - col);
+      micro_kernel(acc, a, B + offB + col + k0 * ldb, ldb, k0, IMIN(k0 + kc, K), N - col);
+#if KC
     BARRIER();
+#endif
   }
   if (!live)
     return;
-#else
-  micro_kernel(acc, a, b, ldb, 0, K, N - col);
-#endif
   UNROLL for (int i = 0; i < TM; ++i) {
     if (row + i >= M)
       break;
