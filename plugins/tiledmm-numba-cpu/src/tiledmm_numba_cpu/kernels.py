@@ -30,16 +30,19 @@ def _naive(A, B, C, BM, BN, BK, TN):
     M, K = A.shape
     N = B.shape[1]
     gx = (N + BN - 1) // BN
-    gy = (M + BM - 1) // BM
-    for blk in prange(gx * gy):
-        i0 = (blk // gx) * BM
-        j0 = (blk % gx) * BN
+    for blk in prange(gx * ((M + BM - 1) // BM)):
+        i0, j0 = _origin_j(blk, gx, BM, BN)
         for i in range(i0, min(i0 + BM, M)):
             for j in range(j0, min(j0 + BN, N)):
                 s = A.dtype.type(0)
                 for p in range(K):
                     s += A[i, p] * B[p, j]
                 C[i, j] = s
+
+
+def _origin(blk, gx, BM, BN):
+    """Top-left element (row, column) of block ``blk`` in a grid ``gx`` blocks wide."""
+    return (blk // gx) * BM, (blk % gx) * BN
 
 
 def _pack(A, B, i0, j0, k0, Ap, Bp):
@@ -68,10 +71,8 @@ def _tiled(A, B, C, BM, BN, BK, TN):
     M, K = A.shape
     N = B.shape[1]
     gx = (N + BN - 1) // BN
-    gy = (M + BM - 1) // BM
-    for blk in prange(gx * gy):
-        i0 = (blk // gx) * BM
-        j0 = (blk % gx) * BN
+    for blk in prange(gx * ((M + BM - 1) // BM)):
+        i0, j0 = _origin_j(blk, gx, BM, BN)
         Ap = np.empty((BM, BK), A.dtype)
         Bp = np.empty((BK, BN), A.dtype)
         Cb = np.zeros((BM, BN), A.dtype)
@@ -91,11 +92,9 @@ def _register(A, B, C, BM, BN, BK, TN):
     M, K = A.shape
     N = B.shape[1]
     gx = (N + BN - 1) // BN
-    gy = (M + BM - 1) // BM
     kq = (BK + 3) // 4 * 4  # K tile rounded up to the 4-step unroll (extra steps are zeros)
-    for blk in prange(gx * gy):
-        i0 = (blk // gx) * BM
-        j0 = (blk % gx) * BN
+    for blk in prange(gx * ((M + BM - 1) // BM)):
+        i0, j0 = _origin_j(blk, gx, BM, BN)
         Ap = np.zeros((BM, kq), A.dtype)
         Bp = np.zeros((kq, BN), A.dtype)
         Cb = np.zeros((BM, BN), A.dtype)
@@ -140,6 +139,7 @@ def _register(A, B, C, BM, BN, BK, TN):
         _store_j(C, Cb, i0, j0)
 
 
+_origin_j = njit(cache=True, nogil=True)(_origin)
 _pack_j = njit(cache=True, nogil=True)(_pack)
 _store_j = njit(cache=True, nogil=True)(_store)
 _FUNCS = {"naive": _naive, "tiled": _tiled, "register": _register}
