@@ -82,6 +82,14 @@ def info(ep_name: str) -> tiledmm.PluginInfo:
     return next(p for p in tiledmm.plugins() if p.name == ep_name)
 
 
+def load_warned(plugin_env, ep_name: str, source: str, match: str | None = None):
+    """Install a plugin, reload expecting a PluginWarning, and return its PluginInfo."""
+    plugin_env(ep_name, source)
+    with pytest.warns(registry.PluginWarning, match=match):
+        registry.reload()
+    return info(ep_name)
+
+
 def test_throwaway_plugin_loads_through_entry_point(plugin_env):
     module = plugin_env("throwaway", good())
     registry.reload()
@@ -96,10 +104,8 @@ def test_throwaway_plugin_loads_through_entry_point(plugin_env):
 
 
 def test_broken_import_is_isolated(plugin_env):
-    plugin_env("crashy", "raise ImportError('no such device library: libfoo')\n")
-    with pytest.warns(registry.PluginWarning, match="crashy"):
-        registry.reload()
-    p = info("crashy")
+    src = "raise ImportError('no such device library: libfoo')\n"
+    p = load_warned(plugin_env, "crashy", src, match="crashy")
     assert p.status == "broken" and "libfoo" in p.error and p.backends == []
     assert info("numpy").status == "ok"
     assert tiledmm.get_backend("numpy").name == "numpy"
@@ -107,20 +113,14 @@ def test_broken_import_is_isolated(plugin_env):
 
 def test_malformed_hookimpl_names_plugin_and_hook(plugin_env):
     src = "import tiledmm\n\n@tiledmm.hookimpl\ndef register_backends(reg):\n    pass\n"
-    plugin_env("badarg", src)
-    with pytest.warns(registry.PluginWarning):
-        registry.reload()
-    p = info("badarg")
+    p = load_warned(plugin_env, "badarg", src)
     assert p.status == "broken"
     assert "badarg" in p.error and "register_backends" in p.error and "reg" in p.error
 
 
 def test_misspelled_hook_is_broken(plugin_env):
     src = "import tiledmm\n\n@tiledmm.hookimpl\ndef register_backend(register):\n    pass\n"
-    plugin_env("typo", src)
-    with pytest.warns(registry.PluginWarning):
-        registry.reload()
-    p = info("typo")
+    p = load_warned(plugin_env, "typo", src)
     assert p.status == "broken" and "register_backend" in p.error
 
 
