@@ -18,3 +18,19 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng()
+
+
+def backend_reason(name: str) -> str | None:
+    """Why backend ``name`` cannot run here (not registered, or unavailable), or None."""
+    import tiledmm
+
+    for entry in tiledmm.backends():
+        if entry.name == name:
+            return None if entry.available else entry.reason
+    return f"backend {name!r} is not registered"
+
+
+def requires_backend(name: str) -> pytest.MarkDecorator:
+    """The one way tests skip for a missing backend: ``@requires_backend("cupy")``."""
+    why = backend_reason(name)
+    return pytest.mark.skipif(why is not None, reason=f"{name} unavailable: {why}")

@@ -100,7 +100,10 @@ class Backend:
         """``x`` as a native array of ``dtype`` (copying to the device if needed)."""
         return np.asarray(x, dtype=dtype)
 
-    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
+        """A new native array for a result. ``like`` is the caller's own operand (before
+        ``asarray``): a backend whose results can take several array kinds (Numba CUDA: CuPy or
+        Numba device arrays) returns the kind of ``like``; ``None`` means the backend's own."""
         return np.empty(shape, dtype=dtype)
 
     def to_numpy(self, x: Any) -> np.ndarray:

@@ -73,6 +73,14 @@ class Plan:
     geometry_source: str = "default"
 
     @property
+    def launch_key(self) -> tuple:
+        """Everything that decides a launch of this plan: what backends key launch caches on
+        (``id(plan)`` would be reused after the plan is freed; options are not in ``hash``)."""
+        opts = tuple(sorted(self.options.items()))
+        return (self.backend, self.kernel, self.dtype, self.m, self.n, self.k,
+                self.block_tile, self.thread_tile, opts, self.device.name)  # fmt: skip
+
+    @property
     def predicted_gflops(self) -> float:
         return self.flops / self.predicted_seconds / 1e9 if self.predicted_seconds else 0.0
 
