@@ -11,6 +11,7 @@ goes to :func:`tiledmm.device.save_calibration` under the device's name, where
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from .backend import Backend
-from .device import save_calibration
+from .device import calibration_path, save_calibration
 
-__all__ = ["calibrate", "measure_peak", "measure_bandwidth"]
+__all__ = ["calibrate", "measure_peak", "measure_bandwidth", "writable_cache"]
 
 # Sizes (square N) per device class; the best median over them is the peak.
 _SIZES = {
@@ -81,6 +82,24 @@ def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
     return 2 * n * 4 / statistics.median(times)
 
 
+def writable_cache() -> Path:
+    """The calibration file's path, after making sure its folder exists and is writable, so a
+    bad ``TILEDMM_CACHE_DIR`` fails before minutes of measuring, not after."""
+    path = calibration_path()
+    hint = "set TILEDMM_CACHE_DIR to a writable folder"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise OSError(
+            f"cannot create the calibration cache folder {path.parent} ({why}); {hint}"
+        ) from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        what = "is a folder" if path.is_dir() else "is in a folder this user cannot write"
+        raise OSError(f"cannot write the calibration cache: {path} {what}; {hint}")
+    return path
+
+
 def calibrate(
     backend: str | Backend = "numpy", quick: bool = False
 ) -> Iterator[tuple[str, dict, Path]]:
@@ -90,6 +109,7 @@ def calibrate(
     benchmarks compare against: cuBLAS through CuPy for OpenCL on an NVIDIA GPU, the host
     (numpy) for OpenCL on a CPU, whose plans read the host's ceilings.
     """
+    writable_cache()
     if isinstance(backend, str):
         from .registry import get_backend
 

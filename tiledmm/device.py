@@ -12,14 +12,29 @@ which, and the plan repeats it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
+import threading
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DeviceSpec", "host_cpu", "calibration_path", "load_calibration", "save_calibration"]
+__all__ = [
+    "DeviceSpec",
+    "host_cpu",
+    "cpu_cores",
+    "cpu_model",
+    "CalibrationWarning",
+    "calibration_path",
+    "calibration_problem",
+    "read_calibration",
+    "load_calibration",
+    "save_calibration",
+]
 
 
 @dataclass(frozen=True)
@@ -73,19 +88,26 @@ class DeviceSpec:
         return d
 
     def with_calibration(self) -> DeviceSpec:
-        """This spec with ceilings replaced by cached measurements, if any exist."""
+        """This spec with ceilings replaced by cached measurements, if valid ones exist."""
         cal = load_calibration().get(self.name)
         if not cal:
             return self
         return replace(
             self,
-            peak_flops=tuple(sorted(cal["peak_flops"].items())),
+            peak_flops=tuple(sorted((k, float(v)) for k, v in cal["peak_flops"].items())),
             bandwidth=float(cal["bandwidth"]),
             ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
         )
 
 
 # --------------------------------------------------------------------------- calibration cache
+
+
+class CalibrationWarning(UserWarning):
+    """The calibration cache (or a record in it) was ignored; `tiledmm calibrate` rewrites it."""
+
+
+_REPAIR = "run `tiledmm calibrate` to measure again and rewrite it"
 
 
 def calibration_path() -> Path:
@@ -98,38 +120,122 @@ def calibration_path() -> Path:
     return Path(root) / "calibration.json"
 
 
+def _rate(value: Any) -> bool:
+    """A ceiling: a positive finite number (not a bool, not a string)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def calibration_problem(record: Any) -> str | None:
+    """Why ``record`` is not a usable calibration record (None when it is).
+
+    Schema: ``{"peak_flops": {dtype: FLOP/s, ...}, "bandwidth": bytes/s, "date": str,
+    "method": str, ...}``; every rate positive and finite, at least one dtype; other keys free.
+    """
+    if not isinstance(record, dict):
+        return f"it is a {type(record).__name__}, not an object"
+    peaks = record.get("peak_flops")
+    if not isinstance(peaks, dict) or not peaks:
+        return "peak_flops is missing or not an object of {dtype: FLOP/s}"
+    for dtype, value in peaks.items():
+        if not _rate(value):
+            return f"peak_flops[{dtype!r}] is {value!r}, not a positive finite number"
+    if "bandwidth" not in record:
+        return "bandwidth is missing"
+    if not _rate(record["bandwidth"]):
+        return f"bandwidth is {record['bandwidth']!r}, not a positive finite number"
+    for key in ("date", "method"):
+        if key in record and not isinstance(record[key], str):
+            return f"{key} is {record[key]!r}, not a string"
+    return None
+
+
+def read_calibration(path: Path) -> tuple[dict, list[str]]:
+    """(valid records by device name, problems): a file that cannot be read or parsed, or is
+    not an object, gives no records and one problem; a bad record is dropped and named."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}, []
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [f"it cannot be read ({getattr(exc, 'strerror', None) or exc})"]
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return {}, [f"it is not valid JSON ({exc})"]
+    if not isinstance(data, dict):
+        return {}, [f"it holds a JSON {type(data).__name__}, not an object of device records"]
+    good, problems = {}, []
+    for name, record in data.items():
+        why = calibration_problem(record)
+        if why:
+            problems.append(f"the record for {name!r} is ignored: {why}")
+        else:
+            good[name] = record
+    return good, problems
+
+
 def load_calibration() -> dict:
-    """All cached measurements, keyed by device name (re-read only when the file changes)."""
+    """Valid cached measurements, keyed by device name (re-read only when the file changes).
+
+    Never raises: a corrupt file or record is ignored with one :class:`CalibrationWarning` per
+    state of the file, saying why and that `tiledmm calibrate` rewrites it.
+    """
+    global _calibration_state
     path = calibration_path()
     try:
-        stamp = (str(path), path.stat().st_mtime_ns)
+        st = path.stat()
     except OSError:
         return {}
-    if _calibration_cache.get("stamp") != stamp:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
-        _calibration_cache.update(stamp=stamp, data=data)
-    return _calibration_cache["data"]
+    stamp = (str(path), st.st_mtime_ns, st.st_size)
+    state = _calibration_state
+    if state[0] == stamp:
+        return state[1]
+    data, problems = read_calibration(path)
+    with _calibration_lock:
+        fresh = _calibration_state[0] != stamp
+        _calibration_state = (stamp, data)
+    if problems and fresh:
+        whole = not data and len(problems) == 1 and not problems[0].startswith("the record")
+        what = "ignored, because " + problems[0] if whole else "; ".join(problems)
+        warnings.warn(
+            f"calibration cache {path}: {what}; the planner uses estimated ceilings where "
+            f"nothing valid is measured; {_REPAIR}",
+            CalibrationWarning,
+            stacklevel=2,
+        )
+    return data
 
 
-_calibration_cache: dict = {}
+_calibration_state: tuple[Any, dict] = (None, {})
+_calibration_lock = threading.Lock()
 
 
 def save_calibration(device_name: str, record: dict) -> Path:
+    """Store ``record`` for ``device_name``, keeping the file's other valid records; a corrupt
+    file (or record) is overwritten. Raises ValueError for an invalid ``record``."""
+    why = calibration_problem(record)
+    if why:
+        raise ValueError(f"calibration record for {device_name!r} not saved: {why}")
     path = calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = dict(load_calibration())
+    data, _ = read_calibration(path)
     data[device_name] = record
-    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
+    os.replace(tmp, path)
     return path
 
 
 # --------------------------------------------------------------------------- the host CPU
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo, else the platform's processor)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -182,7 +288,8 @@ def _cpu_caches() -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out.items()))
 
 
-def _cores() -> int:
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -193,11 +300,11 @@ def _cores() -> int:
 def _host_cpu_estimate() -> DeviceSpec:
     flags = _cpu_flags()
     lanes32 = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-    cores, ghz = _cores(), _cpu_mhz() / 1000
+    cores, ghz = cpu_cores(), _cpu_mhz() / 1000
     peak32 = cores * ghz * 1e9 * lanes32 * 2 * 2  # two FMA pipes, 2 FLOPs per FMA
     caches = _cpu_caches()
     return DeviceSpec(
-        name=_cpu_model(),
+        name=cpu_model(),
         kind="cpu",
         vendor="",
         compute_units=cores,

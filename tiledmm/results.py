@@ -70,9 +70,9 @@ def opencl_info() -> list[dict]:
 
 
 def cpu_info() -> dict:
-    from .device import _cores, _cpu_model
+    from .device import cpu_cores, cpu_model
 
-    info = {"brand_raw": _cpu_model(), "count": _cores(), "arch": platform.machine()}
+    info = {"brand_raw": cpu_model(), "count": cpu_cores(), "arch": platform.machine()}
     try:
         import cpuinfo  # py-cpuinfo, a pytest-benchmark dependency
 
@@ -91,7 +91,7 @@ def cpu_info() -> dict:
                 )
             }
         )
-        info["count"] = _cores()
+        info["count"] = cpu_cores()
     except Exception:  # noqa: BLE001
         pass
     return info

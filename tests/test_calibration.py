@@ -1,0 +1,151 @@
+"""The calibration cache is validated: a corrupt file or record is ignored with one warning
+that says why, plans and matmul keep working on estimated ceilings, `tiledmm calibrate` repairs
+it."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tiledmm
+from tiledmm import calibrate, cli
+from tiledmm.device import CalibrationWarning, load_calibration, save_calibration
+
+GOOD = {"peak_flops": {"float32": 2e11, "float64": 1e11}, "bandwidth": 3e10, "date": "2026-01-01"}
+
+
+def _record(**change) -> dict:
+    rec = json.loads(json.dumps(GOOD))
+    for key, value in change.items():
+        if value is _DROP:
+            rec.pop(key)
+        else:
+            rec[key] = value
+    return rec
+
+
+_DROP = object()
+HOST = tiledmm.host_cpu().name
+
+# (file text, what the warning must say); each is valid for json.loads or deliberately not
+CORRUPT_FILES = {
+    "list": ("[]", "JSON list"),
+    "null": ("null", "JSON NoneType"),
+    "string": ('"calibrated"', "JSON str"),
+    "number": ("42", "JSON int"),
+    "not json": ("{oops", "not valid JSON"),
+    "empty": ("", "not valid JSON"),
+    "binary": (b"\xff\xfe\x00", "cannot be read"),
+}
+CORRUPT_RECORDS = {
+    "record is a list": ([], "list, not an object"),
+    "record is null": (None, "NoneType"),
+    "bandwidth missing": (_record(bandwidth=_DROP), "bandwidth is missing"),
+    "bandwidth a string": (_record(bandwidth="30 GB/s"), "bandwidth is '30 GB/s'"),
+    "bandwidth NaN": (_record(bandwidth=math.nan), "bandwidth is nan"),
+    "bandwidth zero": (_record(bandwidth=0), "bandwidth is 0"),
+    "bandwidth bool": (_record(bandwidth=True), "bandwidth is True"),
+    "peak negative": (_record(peak_flops={"float32": -1e11}), "peak_flops['float32'] is -1"),
+    "peak infinite": (_record(peak_flops={"float32": math.inf}), "is inf"),
+    "peak zero": (_record(peak_flops={"float32": 0.0}), "is 0.0"),
+    "peaks a list": (_record(peak_flops=[1e11]), "peak_flops is missing"),
+    "peaks empty": (_record(peak_flops={}), "peak_flops is missing"),
+    "peaks missing": (_record(peak_flops=_DROP), "peak_flops is missing"),
+    "date a number": (_record(date=20260101), "date is 20260101"),
+}
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    return tmp_path / "calibration.json"
+
+
+def _plans_and_matmul_work() -> None:
+    dev = tiledmm.host_cpu()
+    assert not dev.ceilings_measured and dev.bandwidth > 0
+    assert all(v > 0 and math.isfinite(v) for _, v in dev.peak_flops)
+    p = tiledmm.plan(33, 17, 9, backend="numpy", kernel="tiled")
+    assert 0 < p.predicted_seconds < math.inf
+    rng = np.random.default_rng()
+    a, b = rng.random((5, 7)), rng.random((7, 3))
+    np.testing.assert_allclose(tiledmm.matmul(a, b, backend="numpy"), a @ b, rtol=1e-12)
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
+
+@pytest.mark.parametrize("case", CORRUPT_FILES)
+def test_corrupt_file_is_ignored_with_one_warning(cache: Path, case: str) -> None:
+    text, why = CORRUPT_FILES[case]
+    _write(cache, text)
+    with pytest.warns(CalibrationWarning, match="ignored, because") as rec:
+        _plans_and_matmul_work()
+    assert len(rec) == 1, [str(w.message) for w in rec]
+    msg = str(rec[0].message)
+    assert why in msg and "tiledmm calibrate" in msg and str(cache) in msg
+    with warnings.catch_warnings():  # the same file state warns once, not on every plan
+        warnings.simplefilter("error")
+        _plans_and_matmul_work()
+
+
+@pytest.mark.parametrize("case", CORRUPT_RECORDS)
+def test_corrupt_record_is_ignored(cache: Path, case: str) -> None:
+    bad, why = CORRUPT_RECORDS[case]
+    cache.write_text(json.dumps({HOST: bad}))  # NaN/inf written as JSON's NaN/Infinity
+    with pytest.warns(CalibrationWarning, match="ignored") as rec:
+        _plans_and_matmul_work()
+    assert len(rec) == 1
+    assert why in str(rec[0].message) and repr(HOST) in str(rec[0].message)
+
+
+def test_bad_record_does_not_hide_good_ones(cache: Path) -> None:
+    cache.write_text(json.dumps({"Other CPU": _record(bandwidth=-1), HOST: GOOD}))
+    with pytest.warns(CalibrationWarning, match="'Other CPU' is ignored: bandwidth is -1"):
+        dev = tiledmm.host_cpu()
+    assert dev.ceilings_measured and dev.bandwidth == 3e10 and dev.peak("float32") == 2e11
+    assert set(load_calibration()) == {HOST}
+
+
+def test_save_rejects_an_invalid_record_and_repairs_the_file(cache: Path) -> None:
+    with pytest.raises(ValueError, match="bandwidth is nan"):
+        save_calibration(HOST, _record(bandwidth=math.nan))
+    assert not cache.exists()
+    cache.write_text(json.dumps({"Other CPU": "junk", "Third CPU": GOOD}))
+    save_calibration(HOST, GOOD)
+    assert json.loads(cache.read_text()) == {"Third CPU": GOOD, HOST: GOOD}
+
+
+@pytest.mark.parametrize("text", ["[]", "null", json.dumps({HOST: {"peak_flops": 1}})])
+def test_calibrate_repairs_a_corrupt_cache(
+    cache: Path, text: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    cache.write_text(text)
+    monkeypatch.setitem(calibrate._SIZES, ("cpu", True), (48,))
+    monkeypatch.setitem(calibrate._COPY_BYTES, ("cpu", True), 1 << 18)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CalibrationWarning)
+        assert cli.main(["calibrate", "--quick"]) == 0
+    assert str(cache) in capsys.readouterr().out
+    saved = json.loads(cache.read_text())
+    assert list(saved) == [HOST] and saved[HOST]["bandwidth"] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tiledmm.host_cpu().ceilings_measured
+
+
+def test_cache_dir_below_a_regular_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(blocker / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _plans_and_matmul_work()  # nothing to read: estimates, silently
+    with pytest.raises(OSError, match="TILEDMM_CACHE_DIR"):
+        next(calibrate.calibrate("numpy", quick=True))
