@@ -16,9 +16,14 @@ import textwrap
 import pytest
 
 import tiledmm
-from tiledmm import cli, registry
+from tiledmm import cli, dispatch, registry
 
-ENV_VARS = ("TILEDMM_PLUGINS", "TILEDMM_DISABLE_PLUGIN_AUTOLOAD", "TILEDMM_STRICT_PLUGINS")
+ENV_VARS = (
+    "TILEDMM_PLUGINS",
+    "TILEDMM_DISABLE_PLUGIN_AUTOLOAD",
+    "TILEDMM_STRICT_PLUGINS",
+    "TILEDMM_TRUST_PLUGINS",
+)
 
 GOOD = """
 import tiledmm
@@ -142,13 +147,25 @@ def test_invalid_backend_object_is_broken(plugin_env):
     assert info("notbackend").status == "broken"
 
 
-def test_tiledmm_plugins_selects_entry_points(plugin_env):
+def test_tiledmm_plugins_selects_third_party_plugins(plugin_env):
+    # Built-ins always load (a typo must not leave the user with no backend at all).
     plugin_env("throwaway", good())
     os.environ["TILEDMM_PLUGINS"] = "throwaway"
     registry.reload()
     assert info("throwaway").status == "ok"
-    assert info("numpy").status == "disabled"
-    assert [r.name for r in tiledmm.backends()] == ["throwaway"]
+    assert info("numpy").status == "ok"
+    plugin_env("other", good(backend="other"))
+    registry.reload()
+    assert info("other").status == "disabled"
+    with pytest.raises(ValueError, match="'other'.*disabled by TILEDMM_PLUGINS=throwaway"):
+        tiledmm.get_backend("other")
+
+
+def test_tiledmm_plugins_typo_warns_naming_the_variable(plugin_env):
+    os.environ["TILEDMM_PLUGINS"] = "nonexistent"
+    with pytest.warns(registry.PluginWarning, match="TILEDMM_PLUGINS.*'nonexistent'"):
+        registry.reload()
+    assert tiledmm.get_backend("numpy").name == "numpy"
 
 
 def test_disable_autoload_keeps_only_builtins(plugin_env):
@@ -158,6 +175,17 @@ def test_disable_autoload_keeps_only_builtins(plugin_env):
     assert info("throwaway").status == "disabled"
     assert info("numpy").status == "ok"
     assert all(p.status == "disabled" for p in tiledmm.plugins() if p.distribution != "tiledmm")
+    with pytest.raises(ValueError, match="throwaway.*disabled by TILEDMM_DISABLE_PLUGIN_AUTOLOAD"):
+        tiledmm.get_backend("throwaway")
+
+
+@pytest.mark.parametrize("value", ["false", "0", "no", "off", ""])
+def test_strict_false_values_are_off(plugin_env, value):
+    plugin_env("crashy", "raise RuntimeError('boom')\n")
+    os.environ["TILEDMM_STRICT_PLUGINS"] = value
+    with pytest.warns(registry.PluginWarning, match="crashy"):
+        registry.reload()
+    assert info("crashy").status == "broken"
 
 
 def test_strict_mode_raises_and_names_plugin(plugin_env):
@@ -195,18 +223,88 @@ def test_cpu_alias_goes_to_highest_available_priority(plugin_env):
     plugin_env("fast-off", good("fastcpu-off", ("cpu",), 100, "its device is switched off"))
     plugin_env("fast-on", good("fastcpu-on", ("cpu",), 50))
     registry.reload()
+    assert tiledmm.get_backend("cpu").name == "numpy"  # untrusted plugins rank after built-ins
+    os.environ["TILEDMM_TRUST_PLUGINS"] = "fast-off,fast-on"
+    registry.reload()
     assert tiledmm.get_backend("cpu").name == "fastcpu-on"  # the unavailable 100 is skipped
     with pytest.raises(RuntimeError, match="switched off"):
         tiledmm.get_backend("fastcpu-off")
-    os.environ["TILEDMM_PLUGINS"] = "numpy,fast-off"
+    os.environ["TILEDMM_PLUGINS"] = "fast-off"
     registry.reload()
     assert tiledmm.get_backend("cpu").name == "numpy"
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "cl", "reference", "auto"])
+def test_reserved_names_are_refused(plugin_env, name):
+    plugin_env("squatter", good(backend=name))
+    with pytest.warns(registry.PluginWarning, match="reserved"):
+        registry.reload()
+    assert info("squatter").status == "broken" and "reserved" in info("squatter").error
+
+
+def test_auto_alias_is_refused(plugin_env):
+    plugin_env("squatter", good(backend="sneaky", aliases=("auto",)))
+    with pytest.warns(registry.PluginWarning, match="'auto'"):
+        registry.reload()
+    assert info("squatter").status == "broken"
+
+
+FAST_DEVICE = """
+import tiledmm
+from dataclasses import replace
+
+class Fast(tiledmm.Backend):
+    name = "fastdev"
+    kernels = ("naive",)
+    priority = 100
+
+    def device(self):
+        return replace(tiledmm.host_cpu(), name="fantasy", peak_flops=(("float32", 1e30),),
+                       bandwidth=1e30, launch_overhead=0.0)
+
+    def run(self, plan, a, b, out):
+        out[...] = a @ b
+
+@tiledmm.hookimpl
+def register_backends(register):
+    register(Fast())
+"""
+
+
+def test_auto_never_routes_to_an_untrusted_plugin(plugin_env):
+    plugin_env("fastdev", FAST_DEVICE)
+    registry.reload()
+    assert dispatch.resolve_backend("auto", shape=(512, 512, 512)).name == "numpy"
+    row = next(r for r in tiledmm.backends() if r.name == "fastdev")
+    assert not row.trusted
+    os.environ["TILEDMM_TRUST_PLUGINS"] = "fastdev"
+    registry.reload()
+    assert dispatch.resolve_backend("auto", shape=(512, 512, 512)).name == "fastdev"
+
+
+def test_register_backend_takes_effect_for_auto():
+    import numpy as np
+
+    a = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
+    tiledmm.matmul(a, a)  # caches numpy as the auto choice for this shape
+    ns: dict = {}
+    exec(FAST_DEVICE.split("@tiledmm.hookimpl")[0], ns)
+    try:
+        tiledmm.register_backend(ns["Fast"]())
+        assert dispatch.resolve_backend("auto", shape=(64, 64, 64)).name == "fastdev"
+        calls = []
+        be = tiledmm.get_backend("fastdev")
+        be.run = lambda plan, x, y, out: (calls.append(plan), np.matmul(x, y, out=out))
+        np.testing.assert_allclose(tiledmm.matmul(a, a), a @ a, rtol=1e-5)
+        assert calls and calls[0].backend == "fastdev"
+    finally:
+        registry.reload()
 
 
 def test_cpu_alias_without_throwaways():
     # numba-cpu (priority -5) shares the alias but ranks below numpy, which measured faster
     assert tiledmm.get_backend("cpu").name == "numpy"
-    assert registry.resolve_backend_name("auto", shape=(512, 512, 512)) == "numpy"
+    assert dispatch.resolve_backend("auto", shape=(512, 512, 512)).name == "numpy"
 
 
 def test_unknown_backend_lists_known_names():

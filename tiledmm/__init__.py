@@ -10,8 +10,9 @@ The core never imports a device library; backends do that lazily.
 from .api import matmul
 from .backend import KERNEL_FAMILIES, Backend, Geometry
 from .device import DeviceSpec, host_cpu
+from .dispatch import plan
 from .hookspecs import hookimpl, hookspec
-from .planner import Occupancy, Plan, PlanError, make_plan, plan
+from .planner import Occupancy, Plan, PlanError, make_plan
 from .registry import BackendEntry, PluginInfo, backends, get_backend, plugins, register_backend
 
 __version__ = "0.1.0"

@@ -6,6 +6,11 @@ accepts (bool, integers, float16, complex, object) is delegated to the array lib
 (``numpy.matmul`` on the host, the backend's ``vendor_matmul`` on a device), so the result is
 NumPy's exactly. Errors are NumPy's own: on a mismatch the same call is replayed on zero-size
 stand-ins of the operands, so the exception type and wording are exactly numpy's.
+
+Deviations from ``numpy.matmul``, by design: NumPy's ufunc keywords (``dtype=``, ``casting=``,
+``order=``, ``axes=``, ...) are accepted for host arrays and hand the whole call to
+``numpy.matmul``; ndarray subclasses other than ``np.memmap`` (``np.matrix``, masked arrays)
+are handed to ``numpy.matmul`` too, so they keep their own semantics.
 """
 
 from __future__ import annotations
@@ -15,20 +20,17 @@ from typing import Any
 
 import numpy as np
 
+from . import registry
 from .backend import KERNEL_FAMILIES, Backend
-from .planner import Plan, _cached_plan
-from .registry import get_backend, resolve_backend_name
+from .dispatch import choose_backend, plan_for
+from .planner import Plan
 
 __all__ = ["matmul"]
 
-_backend_cache: dict[Any, Backend] = {}
-# The hot path: plain 2-D products without out=, keyed by everything that decides the launch.
-_fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool]] = {}
-
-
-def _clear_caches() -> None:
-    _backend_cache.clear()
-    _fast.clear()
+# The hot path: plain 2-D products of arrays without out=, keyed by everything that decides the
+# launch; entries hold the device key they were planned for.
+_fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any]] = {}
+_FAST_MAX = 4096
 
 
 @lru_cache(maxsize=256)
@@ -84,50 +86,69 @@ def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
 
 
 def _as_array(x: Any) -> Any:
-    return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return np.asarray(x) if isinstance(x, np.memmap) else x
+    return np.asarray(x)
 
 
-def _pick_backend(name: str, a: Any, b: Any, m: int, n: int, k: int, dtype: str) -> Backend:
-    key = (name, type(a), type(b)) if name != "auto" else (type(a), type(b), m, n, k, dtype)
-    be = _backend_cache.get(key)
-    if be is None:
-        sample = b if isinstance(a, np.ndarray) else a
-        be = get_backend(resolve_backend_name(name, dtype=dtype, shape=(m, n, k), sample=sample))
-        _backend_cache[key] = be
-    return be
+def _numpy_subclass(x: Any) -> bool:
+    """An ndarray subclass with semantics of its own (np.matrix, masked arrays)."""
+    return isinstance(x, np.ndarray) and type(x) is not np.ndarray and not isinstance(x, np.memmap)
 
 
-def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", out: Any = None):
+def _unwrap_out(out: Any) -> Any:
+    """numpy's ``out=`` forms: an array, or a tuple with exactly one entry (which may be None)."""
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise ValueError("The 'out' tuple must have exactly one entry per ufunc output")
+        return out[0]
+    return out
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    /,
+    *,
+    backend: str = "auto",
+    kernel: str = "auto",
+    out: Any = None,
+    **ufunc_kwargs: Any,
+):
     """Matrix product with NumPy's ``matmul`` semantics, computed by a tiledmm backend.
 
     Args:
         a, b: array-likes (NumPy arrays, device arrays of the chosen backend, nested lists).
         backend: a backend name, an alias (``"cuda"``, ``"cpu"``), or ``"auto"`` (where the
             inputs live, then the planner's fastest prediction).
-        kernel: ``"naive"``, ``"tiled"``, ``"register"`` or ``"auto"`` (fastest predicted).
-        out: optional output array; returned itself, as numpy does.
+        kernel: ``"naive"``, ``"tiled"``, ``"register"`` or ``"auto"`` (the highest rung the
+            backend implements, which is the fastest measured).
+        out: optional output array (or a 1-tuple holding one); returned itself, as numpy does.
+        ufunc_kwargs: numpy's ufunc keywords; the call then goes to ``numpy.matmul`` (host
+            arrays only).
 
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device.
     """
-    if out is None:
-        key = (
-            backend,
-            kernel,
-            type(a),
-            type(b),
-            getattr(a, "shape", None),
-            getattr(b, "shape", None),
-            getattr(a, "dtype", None),
-            getattr(b, "dtype", None),
-        )
-        hit = _fast.get(key)
+    if out is None and not ufunc_kwargs:
+        key = _fast_key(backend, kernel, a, b)
+        hit = _fast.get(key) if key is not None else None
         if hit is not None:
-            be, plan, rdt, host = hit
-            R = be.empty((plan.m, plan.n), rdt)
-            be.run(plan, be.asarray(a, rdt), be.asarray(b, rdt), R)
-            return be.to_numpy(R) if host else R
+            be, plan, rdt, host, dkey = hit
+            if be.device_key() == dkey:
+                R = be.empty((plan.m, plan.n), rdt, like=a)
+                be.run(plan, be.asarray(a, rdt), be.asarray(b, rdt), R)
+                return be.to_numpy(R) if host else R
     if kernel != "auto" and kernel not in KERNEL_FAMILIES:
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
+    out = _unwrap_out(out)
+    if ufunc_kwargs or _numpy_subclass(a) or _numpy_subclass(b):
+        a0, b0 = _as_array(a), _as_array(b)
+        if not (isinstance(a0, np.ndarray) and isinstance(b0, np.ndarray)):
+            raise TypeError(
+                f"matmul() got numpy ufunc keywords {sorted(ufunc_kwargs)} for device arrays; "
+                "tiledmm passes them to numpy.matmul, which takes host arrays only"
+            )
+        return np.matmul(a0, b0, out=out, **ufunc_kwargs)
     a, b = _as_array(a), _as_array(b)
     host = isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
     rdt, rname = _result_dtype(a.dtype, b.dtype)
@@ -137,11 +158,14 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         _raise_like_numpy(a, b, out)
     batch, m, n, k, a1, b1, pa, pb = shapes
-    be = _pick_backend(backend, a, b, m, n, k, rname)
     rshape = _result_shape(batch, m, n, a1, b1)
-    if out is not None and (
-        not hasattr(out, "shape") or tuple(out.shape) != rshape or not _castable(rdt, out.dtype)
-    ):
+    if out is not None:
+        if not hasattr(out, "shape") or not hasattr(out, "dtype"):
+            _check_like_numpy(a, b, out)  # numpy's TypeError for a non-array out
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError("output array is read-only")
+    be = choose_backend(backend, a, b, m, n, k, rname, kernel)
+    if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
         _check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
         return _store(be, out, matmul(a, b, backend=be.name, kernel=kernel))
 
@@ -151,7 +175,8 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
         res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
         return res if out is None else _store(be, out, res)
 
-    plan = _cached_plan(m, n, k, rname, kernel, be.name, None, None)
+    plan = plan_for(be, m, n, k, rname, kernel)
+    like = a
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
     if a1:
         A = A.reshape(1, k)
@@ -165,13 +190,11 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
         and be.accepts(out)
         and not (isinstance(out, np.ndarray) and (_overlaps(out, a) or _overlaps(out, b)))
     )
-    R = out if direct else be.empty(tuple(batch) + (m, n), rdt)
+    R = out if direct else be.empty(tuple(batch) + (m, n), rdt, like=like)
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
         if out is None and not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):
-            if len(_fast) > 4096:
-                _fast.clear()
-            _fast[key] = (be, plan, rdt, host)
+            _remember(_fast_key(backend, kernel, a, b), (be, plan, rdt, host, be.device_key()))
     if direct:
         return out
     if out is not None:
@@ -181,6 +204,25 @@ def matmul(a: Any, b: Any, /, *, backend: str = "auto", kernel: str = "auto", ou
         R = be.to_numpy(R)
         return R[()] if R.ndim == 0 else R
     return R
+
+
+def _fast_key(backend: str, kernel: str, a: Any, b: Any) -> tuple | None:
+    """The hot path's key: arrays only (objects without ``.shape``, such as lists, get none)."""
+    try:
+        return (backend, kernel, type(a), type(b), a.shape, b.shape, a.dtype, b.dtype,
+                registry.generation())  # fmt: skip
+    except AttributeError:
+        return None
+
+
+def _remember(key: tuple | None, entry: tuple) -> None:
+    """Keep a 2-D call's launch for the hot path (bounded: the oldest half goes when full)."""
+    if key is None:
+        return
+    if len(_fast) >= _FAST_MAX:
+        for old in list(_fast)[: _FAST_MAX // 2]:
+            _fast.pop(old, None)
+    _fast[key] = entry
 
 
 def _run_batched(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:

@@ -82,6 +82,11 @@ class Backend:
         """The device this backend runs on now (the planner reads its limits and ceilings)."""
         return host_cpu()
 
+    def device_key(self) -> Any:
+        """A cheap, hashable name of the current device (plan caches key on it). Backends that
+        can switch devices (CuPy's current device, an OpenCL device choice) override it."""
+        return None
+
     def devices(self) -> list[DeviceSpec]:
         """Every device the backend can see (for ``tiledmm info``)."""
         return [self.device()]

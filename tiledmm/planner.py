@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
 
-__all__ = ["Plan", "Occupancy", "PlanError", "plan", "make_plan", "default_geometry"]
+__all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "default_geometry"]
 
 _ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8}
 
@@ -338,69 +337,3 @@ def _occupancy(
 
 def _eff(blocks: int, waves: int, per_wave: int) -> float:
     return blocks / (waves * per_wave) if blocks else 1.0
-
-
-@lru_cache(maxsize=4096)
-def _cached_plan(m, n, k, dtype, kernel, backend_name, block_tile, thread_tile) -> Plan:
-    from .registry import get_backend
-
-    be = get_backend(backend_name)
-    device = be.device()
-    if kernel == "auto":
-        candidates = [
-            _cached_plan(m, n, k, dtype, fam, be.name, block_tile, thread_tile)
-            for fam in reversed(KERNEL_FAMILIES)
-            if fam in be.kernels
-        ]
-        if not candidates:
-            raise PlanError(f"backend {be.name!r} declares no kernels")
-        return min(candidates, key=lambda p: p.predicted_seconds)
-    if kernel not in be.kernels:
-        raise PlanError(
-            f"backend {be.name!r} has no {kernel!r} kernel; it has {', '.join(be.kernels)}"
-        )
-    geo = be.geometry(kernel, dtype, device) if block_tile is None else None
-    if block_tile is not None:
-        base = be.geometry(kernel, dtype, device) or default_geometry(kernel, dtype, device)
-        tt = thread_tile or (base.thread_tile if kernel == "register" else (1, 1))
-        geo = Geometry(tuple(block_tile), tuple(tt), base.options, None, "requested")
-    elif thread_tile is not None:
-        base = geo or default_geometry(kernel, dtype, device)
-        geo = Geometry(base.block_tile, tuple(thread_tile), base.options, None, "requested")
-    return make_plan(
-        m, n, k, dtype=dtype, kernel=kernel, device=device, geometry=geo, backend=be.name
-    )
-
-
-def plan(
-    m: int,
-    n: int,
-    k: int,
-    *,
-    dtype: str = "float32",
-    backend: str = "auto",
-    kernel: str = "auto",
-    block_tile: tuple[int, int, int] | None = None,
-    thread_tile: tuple[int, int] | None = None,
-) -> Plan:
-    """Plan C[m x n] = A[m x k] @ B[k x n] on a backend's current device.
-
-    ``backend="auto"`` plans for the fastest predicted available backend that takes host
-    arrays; ``kernel="auto"`` for the family with the lowest predicted time.
-    """
-    import numpy as np
-
-    from .registry import resolve_backend_name
-
-    dtype = np.dtype(dtype).name
-    name = resolve_backend_name(backend, dtype=dtype, shape=(m, n, k))
-    return _cached_plan(
-        int(m),
-        int(n),
-        int(k),
-        dtype,
-        kernel,
-        name,
-        None if block_tile is None else tuple(int(x) for x in block_tile),
-        None if thread_tile is None else tuple(int(x) for x in thread_tile),
-    )

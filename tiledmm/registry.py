@@ -1,17 +1,30 @@
 """Backend registry: pluggy plugins found through the ``tiledmm`` entry-point group.
 
 Built-in backends register through the same group as third-party plugins. A plugin that fails
-to import, to validate or to register is recorded as broken and skipped with a warning.
+to import, to validate or to register is recorded as broken and skipped with a warning. The
+registry is a leaf of the core: it imports the Backend contract and the hook specs, nothing
+else. Caches elsewhere key on :func:`generation`, which changes whenever the set of backends
+does (load, reload, ``register_backend``).
 
-Environment variables:
-  TILEDMM_PLUGINS=a,b                 load only these entry points (others are "disabled")
-  TILEDMM_DISABLE_PLUGIN_AUTOLOAD=1   load only the entry points tiledmm itself ships
+Trust policy: the built-in backends' names and aliases, and ``"auto"``, are reserved. A
+third-party backend may not take a reserved name (it is refused, with a warning, and listed as
+a conflict in ``tiledmm plugins``); it may share a built-in alias ("cpu", "cuda", "cl"), but
+ranks after every built-in on it, and ``backend="auto"`` considers it only if no built-in takes
+the arrays, unless the user trusts it (``TILEDMM_TRUST_PLUGINS``). A backend registered in code
+with :func:`register_backend` is trusted: the caller chose it.
+
+Environment variables (booleans: 1/true/yes/on or 0/false/no/off):
+  TILEDMM_PLUGINS=a,b                 load only these third-party plugins (built-ins always load)
+  TILEDMM_DISABLE_PLUGIN_AUTOLOAD=1   load no third-party plugin
   TILEDMM_STRICT_PLUGINS=1            raise on a broken plugin instead of warning
+  TILEDMM_TRUST_PLUGINS=a,b | all     let these plugins rank with the built-ins (aliases, auto)
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -25,19 +38,28 @@ from .backend import KERNEL_FAMILIES, Backend
 __all__ = [
     "PluginInfo",
     "BackendEntry",
+    "PluginWarning",
     "get_backend",
+    "candidates",
     "backends",
     "plugins",
-    "resolve_backend_name",
     "reload",
     "register_backend",
+    "generation",
+    "is_trusted",
 ]
 
 GROUP = "tiledmm"
+BUILTIN_DIST = "tiledmm"
+# Names and aliases no third-party backend may take (the built-ins' own, declared in
+# pyproject.toml's entry points and their classes; "auto" is the API's).
+RESERVED = frozenset(
+    {"auto", "numpy", "cupy", "numba-cuda", "opencl", "cpu", "reference", "cuda", "cl"}
+)
 
 
 class PluginWarning(UserWarning):
-    """A plugin could not be loaded; tiledmm carries on without it."""
+    """A plugin could not be loaded, or was refused; tiledmm carries on without it."""
 
 
 @dataclass
@@ -63,45 +85,87 @@ class BackendEntry:
     dtypes: tuple[str, ...]
     device: str
     plugin: str
+    trusted: bool = True
+
+
+def env_flag(name: str) -> bool:
+    """A boolean environment variable; an unreadable value warns and counts as off."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    warnings.warn(
+        f"{name}={raw!r} is not a boolean (use 1 or 0); treated as 0", PluginWarning, stacklevel=3
+    )
+    return False
+
+
+def _env_list(name: str) -> set[str]:
+    return {s.strip() for s in os.environ.get(name, "").split(",") if s.strip()}
 
 
 class _Registry:
+    """One loaded state: plugins, backends, their owners. Built whole, then published."""
+
     def __init__(self) -> None:
-        self.pm: pluggy.PluginManager | None = None
+        self.pm = pluggy.PluginManager(GROUP)
+        self.pm.add_hookspecs(hookspecs)
         self.backends: dict[str, Backend] = {}
         self.owner: dict[str, str] = {}
+        self.trusted: set[str] = set()  # backend names
         self.plugins: list[PluginInfo] = []
         self.reasons: dict[str, str | None] = {}
+        self.disabled_by: dict[str, str] = {}  # entry-point name -> the variable that did it
 
     def load(self) -> None:
-        pm = pluggy.PluginManager(GROUP)
-        pm.add_hookspecs(hookspecs)
-        self.pm, self.backends, self.owner, self.plugins, self.reasons = pm, {}, {}, [], {}
-        strict = os.environ.get("TILEDMM_STRICT_PLUGINS", "") not in ("", "0")
-        only = {s.strip() for s in os.environ.get("TILEDMM_PLUGINS", "").split(",") if s.strip()}
-        no_auto = os.environ.get("TILEDMM_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
-        seen = set()
-        for ep in sorted(
+        strict = env_flag("TILEDMM_STRICT_PLUGINS")
+        only = _env_list("TILEDMM_PLUGINS")
+        no_auto = env_flag("TILEDMM_DISABLE_PLUGIN_AUTOLOAD")
+        trust = _env_list("TILEDMM_TRUST_PLUGINS")
+        seen: set[tuple[str, str]] = set()
+        eps = sorted(
             entry_points(group=GROUP),
-            key=lambda e: (getattr(e.dist, "name", "?") != "tiledmm", e.name),
-        ):
-            dist = ep.dist.name if ep.dist else "?"
+            key=lambda e: (getattr(e.dist, "name", "?") != BUILTIN_DIST, e.name),
+        )
+        for ep in eps:
             if (ep.name, ep.value) in seen:  # the same distribution found twice on sys.path
                 continue
             seen.add((ep.name, ep.value))
+            dist = ep.dist.name if ep.dist else "?"
             info = PluginInfo(ep.name, ep.value, dist, ep.dist.version if ep.dist else "?")
             self.plugins.append(info)
-            if (only and ep.name not in only) or (no_auto and dist != "tiledmm"):
+            builtin = dist == BUILTIN_DIST
+            if not builtin and no_auto:
                 info.status = "disabled"
+                self.disabled_by[ep.name] = "TILEDMM_DISABLE_PLUGIN_AUTOLOAD=1"
                 continue
-            module = None
-            try:
-                module = ep.load()
-                pm.register(module, name=ep.name)
-                pm.check_pending()
-                self._call(module, info)
-            except Exception as exc:  # noqa: BLE001 - any plugin failure is isolated
-                self._mark_broken(info, module, exc, strict)
+            if not builtin and only and ep.name not in only:
+                info.status = "disabled"
+                self.disabled_by[ep.name] = f"TILEDMM_PLUGINS={os.environ['TILEDMM_PLUGINS']}"
+                continue
+            self._load_one(ep, info, builtin or "all" in trust or ep.name in trust, strict)
+        unknown = sorted(only - {p.name for p in self.plugins})
+        if unknown:
+            names = ", ".join(p.name for p in self.plugins) or "none"
+            warnings.warn(
+                f"TILEDMM_PLUGINS names {', '.join(map(repr, unknown))}, which matches no "
+                f"installed plugin (installed: {names}); check the spelling",
+                PluginWarning,
+                stacklevel=4,
+            )
+
+    def _load_one(self, ep: Any, info: PluginInfo, trusted: bool, strict: bool) -> None:
+        module = None
+        try:
+            module = ep.load()
+            self.pm.register(module, name=ep.name)
+            self.pm.check_pending()
+            impls = self.pm.hook.register_backends.get_hookimpls()
+            for impl in [i for i in impls if i.plugin is module]:
+                impl.function(register=lambda backend: self.add(backend, info, trusted))
+        except Exception as exc:  # noqa: BLE001 - any plugin failure is isolated
+            self._mark_broken(info, module, exc, strict)
 
     def _mark_broken(self, info: PluginInfo, module: Any, exc: Exception, strict: bool) -> None:
         if module is not None and self.pm.is_registered(module):
@@ -109,6 +173,7 @@ class _Registry:
         for name in info.backends:
             self.backends.pop(name, None)
             self.owner.pop(name, None)
+            self.trusted.discard(name)
         info.status, info.error, info.backends = "broken", f"{type(exc).__name__}: {exc}", []
         if strict:
             raise RuntimeError(
@@ -118,24 +183,29 @@ class _Registry:
         warnings.warn(
             f"tiledmm plugin {info.name!r} ({info.value}) was skipped: {info.error}",
             PluginWarning,
-            stacklevel=3,
+            stacklevel=5,
         )
 
-    def _call(self, module: Any, info: PluginInfo) -> None:
-        impls = [i for i in self.pm.hook.register_backends.get_hookimpls() if i.plugin is module]
-        for impl in impls:
-            impl.function(register=lambda backend: self.add(backend, info))
-
-    def add(self, backend: Any, info: PluginInfo | None = None) -> None:
+    def add(self, backend: Any, info: PluginInfo | None = None, trusted: bool = True) -> None:
         plugin = info.name if info else "(registered in code)"
+        builtin = info is not None and info.distribution == BUILTIN_DIST
         _validate(backend, plugin)
         if backend.name in self.backends:
             raise ValueError(
                 f"backend name {backend.name!r} from plugin {plugin!r} is already registered by "
                 f"plugin {self.owner[backend.name]!r}; pick another name"
             )
+        if not builtin and backend.name in RESERVED:
+            raise ValueError(
+                f"backend name {backend.name!r} from plugin {plugin!r} is reserved for "
+                f"tiledmm's built-in backends; pick another name"
+            )
+        if "auto" in backend.aliases:
+            raise ValueError(f"plugin {plugin!r} declares the alias 'auto', which is reserved")
         self.backends[backend.name] = backend
         self.owner[backend.name] = plugin
+        if trusted:
+            self.trusted.add(backend.name)
         if info is not None:
             info.backends.append(backend.name)
 
@@ -146,6 +216,10 @@ class _Registry:
             except Exception as exc:  # noqa: BLE001 - a probe that crashes means unavailable
                 self.reasons[name] = f"availability check failed: {type(exc).__name__}: {exc}"
         return self.reasons[name]
+
+    def rank(self, be: Backend) -> tuple[int, int]:
+        """Sort key: trusted (built-in) backends first, then by descending priority."""
+        return (be.name not in self.trusted, -be.priority)
 
 
 def _validate(backend: Any, plugin: str) -> None:
@@ -162,63 +236,85 @@ def _validate(backend: Any, plugin: str) -> None:
         )
     if type(backend).run is Backend.run:
         raise TypeError(f"{where}, which does not implement run(plan, a, b, out)")
+    _adapt_empty(backend)
 
 
-_REG = _Registry()
-_LOADED = False
+def _adapt_empty(backend: Backend) -> None:
+    """A plugin written before ``empty`` took ``like=`` keeps working: its method is wrapped
+    once, here, so the API can always pass ``like``."""
+    own = type(backend).empty
+    if own is Backend.empty or "like" in inspect.signature(own).parameters:
+        return
+    bound = backend.empty
+    backend.empty = lambda shape, dtype, like=None: bound(shape, dtype)  # type: ignore[method-assign]
+
+
+_LOCK = threading.RLock()
+_CURRENT: _Registry | None = None
+_GENERATION = 0
 
 
 def _registry() -> _Registry:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        try:
-            _REG.load()
-        except BaseException:  # strict mode: stay unloaded so the next use raises again
-            _LOADED = False
-            raise
-    return _REG
+    """The loaded registry; the first caller loads it, other threads wait for it."""
+    reg = _CURRENT
+    if reg is not None:
+        return reg
+    with _LOCK:
+        if _CURRENT is None:
+            fresh = _Registry()
+            fresh.load()  # strict mode raises here: nothing is published, the next use retries
+            _publish(fresh)
+        return _CURRENT
+
+
+def _publish(reg: _Registry | None) -> None:
+    global _CURRENT, _GENERATION
+    _CURRENT = reg
+    _GENERATION += 1
+
+
+def generation() -> int:
+    """A number that changes whenever the set of backends changes (for caches to key on)."""
+    return _GENERATION
 
 
 def reload() -> None:
     """Forget every plugin and load the entry points again (after installing a plugin)."""
-    global _LOADED
-    _LOADED = False
-    from . import api, planner
-
-    planner._cached_plan.cache_clear()
-    api._clear_caches()
-    _registry()
+    with _LOCK:
+        _publish(None)
+        _registry()
 
 
 def register_backend(backend: Backend) -> None:
-    """Register a backend object directly (scripts, notebooks, tests)."""
-    _registry().add(backend)
+    """Register a backend object directly (scripts, notebooks, tests). It is trusted."""
+    with _LOCK:
+        _registry().add(backend)
+        _publish(_CURRENT)
 
 
 def plugins() -> list[PluginInfo]:
     return list(_registry().plugins)
 
 
-def _by_alias(alias: str) -> list[Backend]:
-    reg = _registry()
-    found = [b for b in reg.backends.values() if alias in b.aliases and reg.reason(b.name) is None]
-    return sorted(found, key=lambda b: -b.priority)
+def is_trusted(name: str) -> bool:
+    return name in _registry().trusted
 
 
 def get_backend(name: str) -> Backend:
-    """A registered, available backend by name or alias (``"auto"`` is not accepted here)."""
+    """A registered, available backend by name or alias (``"auto"`` is not accepted here).
+
+    An alias goes to the available backend that ranks first: built-in and trusted backends
+    before others, then by priority."""
     reg = _registry()
     be = reg.backends.get(name)
     if be is None:
-        matches = _by_alias(name)
+        sharing = sorted((b for b in reg.backends.values() if name in b.aliases), key=reg.rank)
+        matches = [b for b in sharing if reg.reason(b.name) is None]
         if not matches:
-            known = sorted(reg.backends) + sorted(
-                {a for b in reg.backends.values() for a in b.aliases}
-            )
-            if any(name in b.aliases for b in reg.backends.values()):
-                raise RuntimeError(f"no available backend for {name!r}; `tiledmm info` says why")
-            raise ValueError(f"unknown backend {name!r}; known: {', '.join(known) or 'none'}")
+            if sharing:
+                why = "; ".join(f"{b.name}: {reg.reason(b.name)}" for b in sharing)
+                raise RuntimeError(f"no available backend for {name!r} ({why})")
+            raise ValueError(_unknown(reg, name))
         be = matches[0]
     why = reg.reason(be.name)
     if why:
@@ -226,41 +322,37 @@ def get_backend(name: str) -> Backend:
     return be
 
 
-def resolve_backend_name(
-    name: str,
-    *,
-    dtype: str = "float32",
-    shape: tuple[int, int, int] = (1, 1, 1),
-    sample: Any = None,
-) -> str:
-    """Resolve "auto" and aliases to a backend name.
+def _unknown(reg: _Registry, name: str) -> str:
+    known = sorted(reg.backends) + sorted({a for b in reg.backends.values() for a in b.aliases})
+    msg = f"unknown backend {name!r}; known: {', '.join(known) or 'none'}"
+    if name in reg.disabled_by:
+        return f"backend {name!r} comes from plugin {name!r}, disabled by {reg.disabled_by[name]}"
+    if reg.disabled_by:
+        off = ", ".join(f"{p} ({v})" for p, v in sorted(reg.disabled_by.items()))
+        msg += f"; disabled plugins: {off}"
+    return msg
 
-    "auto" keeps the data where it lives: among available backends whose ``accepts`` takes
-    ``sample`` (a NumPy array when none is given), the one with the lowest predicted time.
-    """
-    if name != "auto":
-        return get_backend(name).name
-    import numpy as np
 
-    from .planner import plan as _plan
-
+def candidates(sample: Any, kernel: str | None = None) -> list[Backend]:
+    """Available backends that take ``sample`` (and have ``kernel``, if given), best-ranked
+    first. Untrusted third-party backends are included only when no trusted one qualifies."""
     reg = _registry()
-    probe = np.empty((0, 0)) if sample is None else sample
-    cands = [b for b in reg.backends.values() if reg.reason(b.name) is None and b.accepts(probe)]
-    if not cands:
-        raise RuntimeError("no available backend accepts these arrays; see `tiledmm info`")
-    if len(cands) == 1:
-        return cands[0].name
-    m, n, k = shape
+    found = [
+        b
+        for b in reg.backends.values()
+        if (kernel is None or kernel in b.kernels)
+        and reg.reason(b.name) is None
+        and _accepts(b, sample)
+    ]
+    trusted = [b for b in found if b.name in reg.trusted]
+    return sorted(trusted or found, key=reg.rank)
 
-    def cost(b: Backend) -> tuple[float, int]:
-        try:
-            t = _plan(m, n, k, dtype=dtype, backend=b.name).predicted_seconds
-        except Exception:  # noqa: BLE001 - a backend that cannot plan this is not a candidate
-            t = float("inf")
-        return (t, -b.priority)
 
-    return min(cands, key=cost).name
+def _accepts(be: Backend, sample: Any) -> bool:
+    try:
+        return bool(be.accepts(sample))
+    except Exception:  # noqa: BLE001 - a plugin's accepts() that raises takes nothing
+        return False
 
 
 def backends() -> list[BackendEntry]:
@@ -283,6 +375,7 @@ def backends() -> list[BackendEntry]:
                 tuple(be.dtypes),
                 dev,
                 reg.owner.get(name, ""),
+                name in reg.trusted,
             )
         )
     return rows

@@ -1,0 +1,186 @@
+"""Dispatch: which backend and kernel family run a product, and the plan cache.
+
+The layer between the registry (which backends exist) and the pure planner (what a plan on a
+device looks like). ``backend="auto"`` keeps the data where it lives: among the available
+backends that take the operands (built-in and trusted ones first, see the registry's trust
+policy) it plans each and takes the lowest predicted time, ties going to priority.
+``kernel="auto"`` takes the highest rung of the ladder the backend implements (register, then
+tiled, then naive): that is the measured order on every device and shape in
+``benches/results`` (docs/architecture.md), where the single-roof model's ranking is known to
+be wrong (it predicts tiled kernels 2x too fast). Plans are cached per backend, device,
+problem and registry generation, in a bounded cache.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import registry
+from .backend import KERNEL_FAMILIES, Backend, Geometry
+from .cache import LRUCache
+from .planner import Plan, PlanError, default_geometry, make_plan
+
+__all__ = ["plan", "plan_for", "resolve_backend", "auto_kernel", "clear_caches"]
+
+_plans: LRUCache[Plan] = LRUCache(4096)
+_choices: LRUCache[Backend] = LRUCache(1024)
+
+
+def clear_caches() -> None:
+    """Forget cached plans and backend choices (they also expire with the registry)."""
+    _plans.clear()
+    _choices.clear()
+
+
+def auto_kernel(be: Backend) -> str:
+    """The family ``kernel="auto"`` runs on ``be``: the highest rung it implements."""
+    for fam in reversed(KERNEL_FAMILIES):
+        if fam in be.kernels:
+            return fam
+    raise PlanError(f"backend {be.name!r} declares no kernels")
+
+
+def plan_for(
+    be: Backend,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    kernel: str = "auto",
+    block_tile: tuple[int, ...] | None = None,
+    thread_tile: tuple[int, ...] | None = None,
+) -> Plan:
+    """The (cached) plan of one product on ``be``'s current device."""
+    key = (registry.generation(), be.name, be.device_key(), m, n, k, dtype, kernel,
+           block_tile, thread_tile)  # fmt: skip
+    hit = _plans.get(key)
+    if hit is None:
+        hit = _plans.put(key, _make(be, m, n, k, dtype, kernel, block_tile, thread_tile))
+    return hit
+
+
+def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile) -> Plan:
+    fam = auto_kernel(be) if kernel == "auto" else kernel
+    _check_kernel(be, fam)
+    device = be.device()
+    geo = be.geometry(fam, dtype, device)
+    if block_tile is not None or thread_tile is not None:
+        base = geo or default_geometry(fam, dtype, device)
+        bt = block_tile or base.block_tile
+        tt = thread_tile or (base.thread_tile if fam == "register" else (1, 1))
+        geo = Geometry(tuple(bt), tuple(tt), base.options, None, "requested")
+    return make_plan(m, n, k, dtype=dtype, kernel=fam, device=device, geometry=geo, backend=be.name)
+
+
+def _check_kernel(be: Backend, kernel: str) -> None:
+    if kernel not in be.kernels:
+        raise PlanError(
+            f"backend {be.name!r} has no {kernel!r} kernel; it has {', '.join(be.kernels)}"
+        )
+
+
+def resolve_backend(
+    name: str,
+    *,
+    dtype: str = "float32",
+    shape: tuple[int, int, int] = (1, 1, 1),
+    sample: Any = None,
+    kernel: str = "auto",
+) -> Backend:
+    """A backend for a name, an alias or ``"auto"`` (see the module docstring)."""
+    if name != "auto":
+        be = registry.get_backend(name)
+        if kernel != "auto":
+            _check_kernel(be, kernel)
+        return be
+    probe = np.empty((0, 0)) if sample is None else sample
+    want = None if kernel == "auto" else kernel
+    found = registry.candidates(probe, want)
+    if not found:
+        what = f" with a {kernel!r} kernel" if want else ""
+        raise RuntimeError(
+            f"no available backend{what} takes {type(probe).__name__} arrays; see `tiledmm info`"
+        )
+    if len(found) == 1:
+        return found[0]
+    m, n, k = shape
+
+    def cost(item: tuple[int, Backend]) -> tuple[float, int]:
+        try:
+            t = plan_for(item[1], m, n, k, dtype, kernel).predicted_seconds
+        except Exception:  # noqa: BLE001 - a backend that cannot plan this is not a candidate
+            t = float("inf")
+        return (t, item[0])
+
+    return min(enumerate(found), key=cost)[1]
+
+
+def choose_backend(name: str, a: Any, b: Any, m: int, n: int, k: int, dtype: str, kernel: str):
+    """:func:`resolve_backend` for one call's operands, cached per kinds and problem."""
+    key = (registry.generation(), name, kernel, type(a), type(b))
+    if name == "auto":
+        key += (m, n, k, dtype)
+    be = _choices.get(key)
+    if be is None:
+        sample = b if isinstance(a, np.ndarray) else a
+        be = _choices.put(
+            key, resolve_backend(name, dtype=dtype, shape=(m, n, k), sample=sample, kernel=kernel)
+        )
+    return be
+
+
+def _size(label: str, v: Any) -> int:
+    try:
+        if isinstance(v, bool | np.bool_):
+            raise TypeError
+        out = operator.index(v)
+    except TypeError:
+        raise PlanError(f"{label} must be a non-negative integer, got {v!r}") from None
+    if out < 0:
+        raise PlanError(f"{label} must be a non-negative integer, got {v!r}")
+    return out
+
+
+def _tile(label: str, v: Any, n: int, names: str) -> tuple[int, ...] | None:
+    if v is None:
+        return None
+    try:
+        t = tuple(_size(label, x) for x in v) if not isinstance(v, str) else ()
+    except (TypeError, PlanError):
+        t = ()
+    if len(t) != n or min(t) < 1:
+        raise PlanError(f"{label} must be {n} positive integers ({names}), got {v!r}")
+    return t
+
+
+def plan(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    dtype: Any = "float32",
+    backend: str = "auto",
+    kernel: str = "auto",
+    block_tile: tuple[int, int, int] | None = None,
+    thread_tile: tuple[int, int] | None = None,
+) -> Plan:
+    """Plan C[m x n] = A[m x k] @ B[k x n] on a backend's current device.
+
+    ``backend="auto"`` plans for the backend ``matmul`` would pick for host arrays;
+    ``kernel="auto"`` for the family ``matmul`` would run (see :func:`auto_kernel`).
+    """
+    m, n, k = _size("m", m), _size("n", n), _size("k", k)
+    try:
+        dt = np.dtype(dtype).name
+    except TypeError:
+        raise PlanError(f"dtype {dtype!r} is not a NumPy dtype (try float32 or float64)") from None
+    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
+        fams = ", ".join(KERNEL_FAMILIES)
+        raise PlanError(f"kernel must be 'auto' or one of {fams}, not {kernel!r}")
+    bt = _tile("block_tile", block_tile, 3, "BM, BN, BK")
+    tt = _tile("thread_tile", thread_tile, 2, "TM, TN")
+    be = resolve_backend(backend, dtype=dt, shape=(m, n, k), kernel=kernel)
+    return plan_for(be, m, n, k, dt, kernel, bt, tt)
