@@ -149,4 +149,4 @@ def test_hot_path_cache_is_bounded(rng):
     for n in range(1, 40):
         a = rng.standard_normal((n, 2)).astype(np.float32)
         tiledmm.matmul(a, a.T, backend="numpy")
-    assert len(api._fast) <= api._FAST_MAX  # noqa: SLF001 - the test checks the bound itself
+    assert api.hot_path_entries() <= api.HOT_PATH_MAX

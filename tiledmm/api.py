@@ -30,7 +30,7 @@ __all__ = ["matmul"]
 # The hot path: plain 2-D products of arrays without out=, keyed by everything that decides the
 # launch; entries hold the device key they were planned for.
 _fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any]] = {}
-_FAST_MAX = 4096
+HOT_PATH_MAX = 4096
 
 
 @lru_cache(maxsize=256)
@@ -206,6 +206,11 @@ def matmul(
     return R
 
 
+def hot_path_entries() -> int:
+    """How many 2-D launches the hot path remembers (at most ``HOT_PATH_MAX``)."""
+    return len(_fast)
+
+
 def _fast_key(backend: str, kernel: str, a: Any, b: Any) -> tuple | None:
     """The hot path's key: arrays only (objects without ``.shape``, such as lists, get none)."""
     try:
@@ -219,8 +224,8 @@ def _remember(key: tuple | None, entry: tuple) -> None:
     """Keep a 2-D call's launch for the hot path (bounded: the oldest half goes when full)."""
     if key is None:
         return
-    if len(_fast) >= _FAST_MAX:
-        for old in list(_fast)[: _FAST_MAX // 2]:
+    if len(_fast) >= HOT_PATH_MAX:
+        for old in list(_fast)[: HOT_PATH_MAX // 2]:
             _fast.pop(old, None)
     _fast[key] = entry
 
