@@ -1,0 +1,317 @@
+"""The planner one level up: chunks are tiles, workers are compute units, the link is the level.
+
+Pure Python (no dask import). Given a product (batch x M x N x K), a :class:`Cluster` (workers,
+memory per worker, link bandwidth, threads, per-task overhead) and the chunk products' predicted
+time from tiledmm's own planner on the worker's device, :func:`cluster_plan` searches chunk sizes
+(cm, cn, ck) and returns a :class:`ClusterPlan`.
+
+Traffic model (DESIGN.md's block-tile formula, one level up). Output chunks are spread over the
+W workers as a pm x pn grid of rectangles (pm * pn = W, the split that moves least); a worker
+fetches each A row-panel (cm x K) and B column-panel (K x cn) its rectangle needs once and keeps
+it, so the bytes moved over the links are s * K * (M * pn + N * pm) (less the share already on a
+worker when the inputs start spread over the workers). The result stays on the workers (dask
+``persist``), so its gather is not counted. Time per worker: its chunk products at the planner's
+predicted time, the K partial sums at device bandwidth, and its link traffic at link bandwidth,
+overlapped except for the first chunk's fetch; plus the scheduler's per-task overhead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+__all__ = ["Cluster", "ClusterPlan", "cluster_plan", "local_cluster"]
+
+_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
+_GRID_K = (1, 2, 4, 8, 16, 32)
+_MIN_CHUNK = 128  # smaller chunks are all scheduler overhead; never proposed (unless dim < it)
+_WORK_FRACTION = 0.5  # a worker's working set (operands + product + partial sum per thread)
+_RESIDENT_FRACTION = 0.9  # all that a worker holds at once (fetched panels + its results)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the cluster planner needs to know. Sizes in bytes, rates per second."""
+
+    workers: int = 1
+    worker_memory: float = 16 * 2**30  # device memory on GPU workers, RAM on CPU workers
+    link_bandwidth: float = math.inf  # into one worker (host<->device, worker<->worker)
+    threads_per_worker: int = 1  # chunk products held in memory at once per worker
+    task_overhead: float = 1e-4  # scheduler seconds per task (~1 ms on distributed)
+    inputs: str = "host"  # where operands start: "host" (one place) or "workers" (spread)
+    flops_per_worker: float | None = None  # a measured rate overriding the planner's
+    name: str = "local threads"
+
+    def __post_init__(self) -> None:
+        if int(self.workers) < 1:
+            raise ValueError(f"workers must be a positive integer, got {self.workers!r}")
+        if not self.worker_memory > 0 or not self.link_bandwidth > 0:
+            raise ValueError("worker_memory and link_bandwidth must be positive")
+        if self.inputs not in ("host", "workers"):
+            raise ValueError(f"inputs must be 'host' or 'workers', not {self.inputs!r}")
+
+
+def local_cluster() -> Cluster:
+    """Dask's default scheduler: threads of this process share memory, so nothing moves."""
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        mem = 16 * 2**30
+    return Cluster(workers=1, worker_memory=float(mem), name="local threads (one process)")
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """One chunking of one product on one cluster, and what the model predicts for it."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    chunks: tuple[int, int, int]  # (cm, cn, ck): A is cm x ck chunks, B ck x cn, C cm x cn
+    grid: tuple[int, int, int]  # chunks along M, N, K
+    worker_grid: tuple[int, int]  # (pm, pn): how the output blocks split over workers
+    tasks: int
+    flops: int
+    bytes_moved: float  # over the links, all workers together
+    intensity: float  # FLOPs per byte moved between workers/host (inf: nothing moves)
+    compute_seconds: float  # per worker (the busiest)
+    link_seconds: float  # per worker (the busiest)
+    overhead_seconds: float
+    predicted_seconds: float
+    bound: str  # "compute" | "link" | "scheduler"
+    working_bytes: int  # per worker, at once
+    resident_bytes: int  # per worker, fetched panels + results
+    fits: bool
+    chunk_rate: float  # FLOP/s of one chunk product on one worker (planner or measured)
+    chunk_source: str  # where chunk_rate comes from
+    cluster: Cluster
+    alternatives: tuple[tuple[str, ClusterPlan], ...] = field(default=(), compare=False)
+    rechunked: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def predicted_gflops(self) -> float:
+        return self.flops / self.predicted_seconds / 1e9 if self.predicted_seconds else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["cluster"] = dict(self.cluster.__dict__)
+        d["alternatives"] = [
+            {"name": name, "chunks": p.chunks, "predicted_seconds": p.predicted_seconds}
+            for name, p in self.alternatives
+        ]
+        d["predicted_gflops"] = self.predicted_gflops
+        return d
+
+    def __str__(self) -> str:
+        c, cm, cn, ck = self.cluster, *self.chunks
+        gm, gn, gk = self.grid
+        b = f"{self.batch} x " if self.batch > 1 else ""
+        link = "shared memory" if math.isinf(c.link_bandwidth) else _rate(c.link_bandwidth, "B")
+        ai = "inf (nothing moves)" if math.isinf(self.intensity) else f"{self.intensity:.3g}"
+        lines = [
+            f"cluster plan, {self.dtype}: C[{b}{self.m}x{self.n}] = A[{self.m}x{self.k}] @ "
+            f"B[{self.k}x{self.n}] on {c.workers} worker(s) ({c.name}; "
+            f"{_bytes(c.worker_memory)} each, link {link}, inputs start on the {c.inputs})",
+            f"  chunks {cm}x{cn}x{ck} (A {cm}x{ck}, B {ck}x{cn}): grid {gm} x {gn} x {gk}, "
+            f"{self.tasks} tasks; output blocks split {self.worker_grid[0]} x "
+            f"{self.worker_grid[1]} over the workers",
+            f"  cluster intensity {ai} FLOP/B ({self.flops / 1e9:.4g} GFLOP over "
+            f"{_bytes(self.bytes_moved)} moved between workers/host)",
+            f"  per worker: compute {_time(self.compute_seconds)} at "
+            f"{_rate(self.chunk_rate, 'FLOP')} per chunk product ({self.chunk_source}), link "
+            f"{_time(self.link_seconds)}; scheduler {_time(self.overhead_seconds)}",
+            f"  memory per worker: {_bytes(self.working_bytes)} working set, "
+            f"{_bytes(self.resident_bytes)} resident"
+            + ("" if self.fits else " -- does NOT fit: expect spilling"),
+            f"  predicted {_time(self.predicted_seconds)} ({self.predicted_gflops:.4g} GFLOP/s), "
+            f"{self.bound}-bound",
+        ]
+        for name, p in self.alternatives:
+            lines.append(
+                f"    vs {name}: chunks {p.chunks[0]}x{p.chunks[1]}x{p.chunks[2]} -> "
+                f"{_time(p.predicted_seconds)}" + ("" if p.fits else " (does not fit)")
+            )
+        if self.rechunked:
+            lines.append(f"  rechunked: {self.rechunked}")
+        return "\n".join(lines)
+
+
+def _bytes(x: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+def _rate(x: float, what: str) -> str:
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= size:
+            return f"{x / size:.4g} {unit}{what}/s"
+    return f"{x:.4g} {what}/s"
+
+
+def _time(t: float) -> str:
+    return f"{t:.3g} s" if t >= 1 else f"{t * 1e3:.3g} ms"
+
+
+_MODELLED = {1: "float16", 2: "float16", 4: "float32", 8: "float64", 16: "float64"}
+
+
+@lru_cache(maxsize=8192)
+def _chunk_seconds(m: int, n: int, k: int, dtype: str, backend: str, kernel: str) -> float:
+    """The planner's predicted time for one chunk product on one worker's device."""
+    import tiledmm
+
+    return tiledmm.plan(m, n, k, dtype=dtype, backend=backend, kernel=kernel).predicted_seconds
+
+
+def _device_bandwidth(dtype: str, backend: str, kernel: str) -> float:
+    import tiledmm
+
+    return tiledmm.plan(256, 256, 256, dtype=dtype, backend=backend, kernel=kernel).device.bandwidth
+
+
+def _worker_grid(workers: int, gm: int, gn: int, m: int, n: int) -> tuple[int, int]:
+    """The pm x pn split of the output blocks over workers that moves the fewest bytes."""
+    options = []
+    for pm in (d for d in range(1, workers + 1) if workers % d == 0):
+        pm_, pn_ = min(pm, gm), min(workers // pm, gn)  # no more parts than blocks on a side
+        per_worker = math.ceil(gm / pm_) * m / gm + math.ceil(gn / pn_) * n / gn
+        options.append((per_worker, -(pm_ * pn_), (pm_, pn_)))  # fewest bytes, most busy
+    return min(options)[2]
+
+
+def _evaluate(
+    m: int, n: int, k: int, batch: int, dtype: str, itemsize: int, chunks, cluster: Cluster,
+    backend: str, kernel: str,
+) -> ClusterPlan:  # fmt: skip
+    cm, cn, ck = (max(1, int(x)) for x in chunks)
+    cm, cn, ck = min(cm, max(m, 1)), min(cn, max(n, 1)), min(ck, max(k, 1))
+    gm, gn, gk = math.ceil(m / cm), math.ceil(n / cn), math.ceil(k / ck)
+    w, s = cluster.workers, itemsize
+    flops = 2 * batch * m * n * k
+    # batch entries first go whole to workers; the rest of the workers split each matrix
+    per_batch_workers = max(1, w // batch)
+    batches_per_worker = math.ceil(batch / w)
+    pm, pn = _worker_grid(per_batch_workers, gm, gn, m, n)
+    blocks_per_worker = math.ceil(gm / pm) * math.ceil(gn / pn) * batches_per_worker
+    busy = min(w, batch * pm * pn)
+    modelled = _MODELLED.get(s, "float32") if dtype not in ("float32", "float64") else dtype
+    chunk_flops = 2 * cm * cn * ck
+    if cluster.flops_per_worker:
+        rate, source = cluster.flops_per_worker, "measured rate"
+        t_chunk = chunk_flops / rate
+    else:
+        t_chunk = _chunk_seconds(cm, cn, ck, modelled, backend, kernel)
+        rate = chunk_flops / t_chunk if t_chunk else math.inf
+        source = f"tiledmm planner, {backend}/{kernel}" + (
+            "" if modelled == dtype else f", modelled as {modelled}"
+        )
+    t_sum = 0.0
+    if gk > 1:  # each partial product is read and added once more at device bandwidth
+        bw = _device_bandwidth(modelled, backend, kernel)
+        t_sum = blocks_per_worker * (gk - 1) * 3 * cm * cn * s / bw if bw else 0.0
+    t_compute = blocks_per_worker * gk * t_chunk + t_sum
+    per_worker_in = s * k * (math.ceil(gm / pm) * cm + math.ceil(gn / pn) * cn)
+    per_worker_in *= batches_per_worker
+    if cluster.inputs == "workers":
+        per_worker_in *= 1 - 1 / w
+    if math.isinf(cluster.link_bandwidth):  # threads of one process: nothing moves
+        per_worker_in = 0
+    moved = per_worker_in * busy
+    t_link = per_worker_in / cluster.link_bandwidth
+    n_tasks = batch * (gm * gn * gk + gm * gn * max(0, gk - 1) + gk * (gm + gn))
+    t_over = n_tasks * cluster.task_overhead
+    chunk_tasks = max(1, blocks_per_worker * gk)
+    t_fill = min(t_compute, t_link) / chunk_tasks
+    predicted = max(t_compute, t_link) + t_fill + t_over
+    bound = max(
+        (("compute", t_compute), ("link", t_link), ("scheduler", t_over)), key=lambda x: x[1]
+    )[0]
+    threads = max(1, cluster.threads_per_worker)
+    working = threads * s * (cm * ck + ck * cn + 2 * cm * cn)
+    resident = per_worker_in + s * blocks_per_worker * cm * cn + working
+    fits = (
+        working <= _WORK_FRACTION * cluster.worker_memory
+        and resident <= _RESIDENT_FRACTION * cluster.worker_memory
+    )
+    return ClusterPlan(
+        m=m, n=n, k=k, batch=batch, dtype=dtype, chunks=(cm, cn, ck), grid=(gm, gn, gk),
+        worker_grid=(pm, pn), tasks=n_tasks, flops=flops, bytes_moved=moved,
+        intensity=flops / moved if moved else math.inf, compute_seconds=t_compute,
+        link_seconds=t_link, overhead_seconds=t_over, predicted_seconds=predicted, bound=bound,
+        working_bytes=int(working), resident_bytes=int(resident), fits=fits, chunk_rate=rate,
+        chunk_source=source, cluster=cluster,
+    )  # fmt: skip
+
+
+def _sizes(d: int, grid: tuple[int, ...] = _GRID) -> list[int]:
+    """Candidate chunk sizes along a dimension of length d (distinct, >= _MIN_CHUNK)."""
+    if d <= _MIN_CHUNK:
+        return [max(d, 1)]
+    out = {math.ceil(d / g) for g in grid if math.ceil(d / g) >= _MIN_CHUNK}
+    return sorted(out, reverse=True)
+
+
+def cluster_plan(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    dtype: str = "float32",
+    batch: int = 1,
+    cluster: Cluster | None = None,
+    backend: str = "auto",
+    kernel: str = "auto",
+    chunks: tuple[int, int, int] | None = None,
+    **cluster_fields: Any,
+) -> ClusterPlan:
+    """Propose chunks (cm, cn, ck) for ``C = A @ B`` on a cluster, or evaluate given ``chunks``.
+
+    ``cluster_fields`` (workers=, worker_memory=, link_bandwidth=, ...) override ``cluster``'s
+    (default: :func:`local_cluster`). The proposal is the lowest predicted time among chunkings
+    that fit; within 3% of it, the one with the fewest tasks. ``plan.alternatives`` holds three
+    alternatives the model ranks (finer, coarser, and whole-K row panels).
+    """
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    cl = cluster or local_cluster()
+    if cluster_fields:
+        cl = replace(cl, **{k_: v for k_, v in cluster_fields.items() if v is not None})
+    if backend == "auto" or kernel == "auto":  # resolve once, so every chunk uses one backend
+        import tiledmm
+
+        probe = tiledmm.plan(1024, 1024, 1024, dtype=_modelled(dt), backend=backend, kernel=kernel)
+        backend = probe.backend if backend == "auto" else backend
+    m, n, k, batch = int(m), int(n), int(k), max(1, int(batch))
+
+    def ev(ch) -> ClusterPlan:
+        return _evaluate(m, n, k, batch, dt.name, dt.itemsize, ch, cl, backend, kernel)
+
+    if chunks is not None:
+        return ev(chunks)
+    cands = [ev((a, b, c)) for a in _sizes(m) for b in _sizes(n) for c in _sizes(k, _GRID_K)]
+    fitting = [p for p in cands if p.fits] or sorted(cands, key=lambda p: p.working_bytes)[:1]
+    fastest = min(p.predicted_seconds for p in fitting)
+    best = min(
+        (p for p in fitting if p.predicted_seconds <= 1.03 * fastest),
+        key=lambda p: (p.tasks, p.predicted_seconds),
+    )
+    cm, cn, ck = best.chunks
+    alts = (
+        ("finer (half chunks)", ev((max(1, cm // 2), max(1, cn // 2), ck))),
+        ("coarser (double chunks)", ev((2 * cm, 2 * cn, ck))),
+        ("row panels (whole K and N)", ev((math.ceil(m / max(1, cl.workers)), n, k))),
+    )
+    alts = tuple((name, p) for name, p in alts if p.chunks != best.chunks)
+    return replace(best, alternatives=alts)
+
+
+def _modelled(dt) -> str:
+    return dt.name if dt.name in ("float32", "float64") else _MODELLED.get(dt.itemsize, "float32")
