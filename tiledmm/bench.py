@@ -10,20 +10,18 @@ schema); ``benches/`` reuses the helpers below.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .backend import Backend
-from .results import benchmark_entry, write_results
+from .results import benchmark_entry
 
 __all__ = [
     "Settings",
@@ -36,7 +34,7 @@ __all__ = [
     "check_case",
     "measure_case",
     "run_sweep",
-    "main",
+    "check_request",
 ]
 
 _SQUARES_CPU = (256, 512, 1024, 2048)
@@ -68,12 +66,17 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     """``"1024,4095,1000x3000x777"`` -> [(1024,)*3, (4095,)*3, (1000, 3000, 777)]."""
     shapes = []
     for item in filter(None, (s.strip().lower() for s in text.split(","))):
-        parts = [int(p) for p in item.split("x")]
+        try:
+            parts = [int(p) for p in item.split("x")]
+        except ValueError:
+            parts = []
         if len(parts) == 1:
             parts *= 3
         if len(parts) != 3 or min(parts) < 1:
             raise ValueError(f"a size is N or MxNxK with positive integers, not {item!r}")
         shapes.append(tuple(parts))
+    if not shapes:
+        raise ValueError(f"no sizes in {text!r}: give N or MxNxK, comma separated")
     return shapes
 
 
@@ -278,7 +281,7 @@ def run_sweep(
     progress: bool | None = None,
 ) -> SweepResult:
     """Measure every backend x family x dtype x shape; wrong results are recorded, not timed."""
-    from .planner import plan as make
+    from . import plan as make  # the public tiledmm.plan
 
     res = SweepResult(list(backends))
     todo = []
@@ -304,72 +307,57 @@ def run_sweep(
         for fam in fams:
             bar.step(f"{be.name} {fam} {dtype} {m}x{n}x{k}")
             where = {"backend": be.name, "kernel": fam, "dtype": dtype, "m": m, "n": n, "k": k}
-            rate = speed.get((be.name, fam, dtype))
-            if rate and 2 * m * n * k / rate > settings.max_call_seconds:
-                est = 2 * m * n * k / rate
-                reason = f"about {est:.3g} s per call, over the {settings.max_call_seconds} s cap"
-                res.skipped.append(where | {"reason": reason})
-                continue
-            try:
-                p = make(m, n, k, dtype=dtype, backend=be.name, kernel=fam)
-                err, times = measure_case(case, p, settings)
-                if not times:
-                    tol = tolerance(dtype, k)
-                    res.failures.append(where | {"rel_error": err, "tolerance": tol})
-                    continue
-                vendor = vendor_result(case, settings)
-            except Exception as exc:  # noqa: BLE001 - one broken case must not end the sweep
-                res.failures.append(where | {"error": f"{type(exc).__name__}: {exc}"})
-                continue
-            seconds = statistics.median(times)
-            speed[(be.name, fam, dtype)] = 2 * m * n * k / seconds
-            info = extra_info(case, p, err, seconds, vendor)
-            res.benchmarks.append(benchmark_entry(info, times, settings))
+            _run_case(res, case, fam, where, settings, speed, make)
         del case
     bar.close()
     return res
 
 
-def _select_backends(names: list[str] | None) -> list[Backend]:
-    import tiledmm
+def _run_case(res, case, fam, where, settings, speed, make) -> None:
+    """Plan, check and time one family on one case; record a result, skip or failure."""
+    be, (m, n, k, dtype) = case.backend, (where[x] for x in ("m", "n", "k", "dtype"))
+    rate = speed.get((be.name, fam, dtype))
+    if rate and 2 * m * n * k / rate > settings.max_call_seconds:
+        est = 2 * m * n * k / rate
+        reason = f"about {est:.3g} s per call, over the {settings.max_call_seconds} s cap"
+        res.skipped.append(where | {"reason": reason})
+        return
+    try:
+        p = make(m, n, k, dtype=dtype, backend=be.name, kernel=fam)
+        err, times = measure_case(case, p, settings)
+        if not times:
+            res.failures.append(where | {"rel_error": err, "tolerance": tolerance(dtype, k)})
+            return
+        vendor = vendor_result(case, settings)
+    except Exception as exc:  # noqa: BLE001 - one broken case must not end the sweep
+        res.failures.append(where | {"error": f"{type(exc).__name__}: {exc}"})
+        return
+    seconds = statistics.median(times)
+    speed[(be.name, fam, dtype)] = 2 * m * n * k / seconds
+    info = extra_info(case, p, err, seconds, vendor)
+    res.benchmarks.append(benchmark_entry(info, times, settings))
 
-    if names:
-        return [tiledmm.get_backend(n) for n in names]
-    return [tiledmm.get_backend(r.name) for r in tiledmm.backends() if r.available]
 
-
-def main(args: argparse.Namespace) -> int:
-    """``tiledmm bench``: sweep, write JSON, then the figures and the table (report.py)."""
-    backends = _select_backends(args.backend)
-    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
-    shapes = parse_shapes(args.sizes) if args.sizes else None
-    if getattr(args, "calibrate", False):
-        from .calibrate import calibrate
-
-        for be in backends:
-            for dev, rec, path in calibrate(be, quick=args.quick):
-                print(f"calibrated {dev}: {rec['method']} -> {path}", file=sys.stderr)
-    t0 = time.perf_counter()
-    res = run_sweep(
-        backends,
-        kernels=args.kernel,
-        dtypes=dtypes,
-        shapes=shapes,
-        quick=args.quick,
-        seed=getattr(args, "seed", 0),
-    )
-    command = "tiledmm " + " ".join(sys.argv[1:]) if sys.argv else ""
-    paths = write_results(res, Path(args.output), getattr(args, "name", None), command)
-    for s in res.skipped:
-        print(f"skipped: {s}", file=sys.stderr)
-    for f in res.failures:
-        print(f"FAILED: {f}", file=sys.stderr)
-    print(
-        f"{len(res.benchmarks)} results in {time.perf_counter() - t0:.1f} s -> "
-        + ", ".join(str(p) for p in paths),
-        file=sys.stderr,
-    )
-    from .report import render
-
-    print(render(paths, Path(args.output), figures=not getattr(args, "no_figures", False)))
-    return 1 if res.failures else 0
+def check_request(
+    backends: list[Backend], kernels: list[str] | None, dtypes: list[str]
+) -> list[str]:
+    """Refuse a sweep that would measure nothing; returns the dtypes' canonical names."""
+    names = ", ".join(be.name for be in backends)
+    offered = list(dict.fromkeys(k for be in backends for k in be.kernels))
+    for kern in kernels or ():
+        if kern not in offered:
+            raise ValueError(f"no kernel {kern!r} in {names}; choose from {', '.join(offered)}")
+    dtypes = [d.strip() for d in dtypes if d.strip()]
+    if not dtypes:
+        raise ValueError("no dtype given; use float32, float64 or both (comma list)")
+    runs = list(dict.fromkeys(d for be in backends for d in be.dtypes))
+    out = []
+    for text in dtypes:
+        try:
+            dt = np.dtype(text).name
+        except TypeError:
+            raise ValueError(f"{text!r} is not a dtype; use one of {', '.join(runs)}") from None
+        if dt not in runs:
+            raise ValueError(f"no selected backend ({names}) runs {dt}; they run {', '.join(runs)}")
+        out.append(dt)
+    return list(dict.fromkeys(out))

@@ -4,9 +4,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from .backend import Backend
+
+__all__ = ["main", "CLIError"]
+
+
+class CLIError(Exception):
+    """A user error the CLI reports as one line (no traceback) with a non-zero exit."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr (exit 2), like every CLI error."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _tile(text: str) -> tuple[int, ...]:
@@ -96,10 +115,76 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import main as bench_main
+def _select_backends(names: list[str] | None) -> list[Backend]:
+    """The named backends (each must exist and be available), or every available one."""
+    import tiledmm
 
-    return bench_main(args)
+    if names:
+        return [tiledmm.get_backend(n) for n in dict.fromkeys(names)]
+    found = [tiledmm.get_backend(r.name) for r in tiledmm.backends() if r.available]
+    if not found:
+        raise RuntimeError("no backend is available here; `tiledmm info` says why")
+    return found
+
+
+def output_folder(path: str | Path) -> Path:
+    """``path`` as a folder that exists and can be written (checked before any measuring)."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise OSError(f"cannot write to the output folder {out}")
+    return out
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``tiledmm bench``: sweep, write JSON, then the figures and the table (report.py).
+
+    Exits non-zero when a case fails and when nothing was measured; an impossible request
+    (unknown backend, kernel or dtype; an output folder that cannot be written) raises before
+    any measuring."""
+    from .bench import check_request, parse_shapes, run_sweep
+    from .results import write_results
+
+    backends = _select_backends(args.backend)
+    dtypes = check_request(backends, args.kernel, args.dtype.split(","))
+    shapes = parse_shapes(args.sizes) if args.sizes else None
+    outdir = output_folder(args.output)
+    if getattr(args, "calibrate", False):
+        from .calibrate import calibrate
+
+        for be in backends:
+            for dev, rec, path in calibrate(be, quick=args.quick):
+                print(f"calibrated {dev}: {rec['method']} -> {path}", file=sys.stderr)
+    t0 = time.perf_counter()
+    res = run_sweep(
+        backends,
+        kernels=args.kernel,
+        dtypes=dtypes,
+        shapes=shapes,
+        quick=args.quick,
+        seed=getattr(args, "seed", 0),
+    )
+    command = "tiledmm " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
+    paths = write_results(res, outdir, getattr(args, "name", None), command)
+    for s in res.skipped:
+        print(f"skipped: {s}", file=sys.stderr)
+    for f in res.failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    where = ", ".join(str(p) for p in paths)
+    took = time.perf_counter() - t0
+    if not res.benchmarks:
+        raise RuntimeError(
+            f"0 results in {took:.1f} s ({len(res.skipped)} skipped, {len(res.failures)} failed;"
+            f" listed above) -> {where}"
+        )
+    print(f"{len(res.benchmarks)} results in {took:.1f} s -> {where}", file=sys.stderr)
+    from .report import render
+
+    print(render(paths, outdir, figures=not getattr(args, "no_figures", False)))
+    return 1 if res.failures else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -109,14 +194,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tiledmm", description=__doc__)
+    p = _Parser(prog="tiledmm", description=__doc__)
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)  # --debug also after the command
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
 
-    s = sub.add_parser("info", help="backends: available or why not, devices, limits, ceilings")
+    def command(name: str, **kw) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    s = command("info", help="backends: available or why not, devices, limits, ceilings")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("plan", help="explain the plan for one M x N x K product")
+    s = command("plan", help="explain the plan for one M x N x K product")
     s.add_argument("m", type=int)
     s.add_argument("n", type=int)
     s.add_argument("k", type=int)
@@ -128,16 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_plan)
 
-    s = sub.add_parser("plugins", help="installed plugins, versions, backends, status")
+    s = command("plugins", help="installed plugins, versions, backends, status")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_plugins)
 
-    s = sub.add_parser("calibrate", help="measure peak FLOP/s and bandwidth; cache them")
+    s = command("calibrate", help="measure peak FLOP/s and bandwidth; cache them")
     s.add_argument("--backend", default="numpy")
     s.add_argument("--quick", action="store_true")
     s.set_defaults(func=cmd_calibrate)
 
-    s = sub.add_parser("bench", help="run a sweep, write JSON + figures, print the table")
+    s = command("bench", help="run a sweep, write JSON + figures, print the table")
     s.add_argument(
         "--backend", action="append", help="backend name (repeatable); default: all available"
     )
@@ -152,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-figures", action="store_true", help="skip the plots")
     s.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("report", help="merge result files into the tiling table and figures")
+    s = command("report", help="merge result files into the tiling table and figures")
     s.add_argument("files", nargs="+")
     s.add_argument("-o", "--output", default="report", help="output folder")
     s.add_argument("--no-figures", action="store_true", help="only the Markdown table")
@@ -165,13 +258,55 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: OSError as 'what: file', newlines folded."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = [str(f) for f in (exc.filename, exc.filename2) if f is not None]
+        text = exc.strerror + (f": {' -> '.join(names)}" if names else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    if isinstance(exc, KeyError) and exc.args:
+        text = f"missing key {exc.args[0]!r}"
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+# Errors of the user's making: the message alone. Anything else also names its type.
+_USER_ERRORS = (CLIError, ValueError, TypeError, OSError, RuntimeError)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"tiledmm: warning: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; every error is one line on stderr and a non-zero exit status
+    (2 usage, 1 failure, 130 interrupted). ``--debug`` shows the traceback instead."""
     try:
-        return args.func(args) or 0
-    except (ValueError, RuntimeError) as exc:
-        print(f"tiledmm {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    where = f"tiledmm {args.command}"
+    with warnings.catch_warnings():
+        if not args.debug:
+            warnings.showwarning = _show_warning
+        try:
+            return args.func(args) or 0
+        except KeyboardInterrupt:
+            if args.debug:
+                raise
+            print(f"{where}: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+            if args.debug:
+                raise
+            if isinstance(exc, _USER_ERRORS):
+                print(f"{where}: error: {_one_line(exc)}", file=sys.stderr)
+            else:
+                msg = f"{type(exc).__name__}: {_one_line(exc)}"
+                print(f"{where}: error: {msg} (--debug shows where)", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

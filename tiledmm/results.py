@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import re
 import statistics
 import subprocess
+import warnings
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .backend import Backend
+from .backend import KERNEL_FAMILIES, Backend
 
 __all__ = [
     "stats_dict",
@@ -26,6 +29,14 @@ __all__ = [
     "commit_info",
     "write_results",
     "slug",
+    "read_benchmarks",
+    "row_problem",
+    "ROW_KEYS",
+    "load",
+    "headline",
+    "shape_label",
+    "fmt_num",
+    "family_rank",
 ]
 
 
@@ -252,6 +263,126 @@ def write_results(res: Any, outdir: Path, name: str | None = None, command: str 
         path.write_text(json.dumps(doc, indent=2, default=_jsonable) + "\n")
         paths.append(path)
     return paths
+
+
+# --------------------------------------------------------------------------- reading
+
+
+# extra_info fields a row must have (a benchmark without them is not a tiledmm result), and
+# the numeric ones it may have (number or null), as the report and plots read them
+ROW_KEYS = ("backend", "kernel", "device", "dtype", "m", "n", "k", "gflops")
+_NUMERIC = (
+    "seconds",
+    "vendor_gflops",
+    "intensity",
+    "predicted_seconds",
+    "rel_error",
+    "peak_flops",
+    "bandwidth",
+)
+
+
+def read_benchmarks(path: str | Path) -> list:
+    """The ``benchmarks`` list of a pytest-benchmark JSON file; OSError when it cannot be read,
+    ValueError (naming the file) when it is not JSON or not such a file."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a results file: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        found = (
+            "an object without a 'benchmarks' list"
+            if isinstance(doc, dict)
+            else f"a JSON {type(doc).__name__}"
+        )
+        raise ValueError(
+            f"{path} is not a results file: pytest-benchmark JSON is an object with a "
+            f"'benchmarks' list; this is {found}"
+        )
+    return doc["benchmarks"]
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def row_problem(info: dict) -> str | None:
+    """Why a tiledmm ``extra_info`` cannot be reported (None when it can)."""
+    for key in ("backend", "kernel", "device", "dtype"):
+        if not isinstance(info[key], str):
+            return f"{key} is {info[key]!r}, not a string"
+    for key in ("m", "n", "k"):
+        if not isinstance(info[key], int) or isinstance(info[key], bool) or info[key] < 1:
+            return f"{key} is {info[key]!r}, not a positive integer"
+    g = info["gflops"]
+    if not _number(g) or not math.isfinite(g) or g <= 0:
+        return f"gflops is {g!r}, not a positive finite number"
+    for key in _NUMERIC:
+        if info.get(key) is not None and not _number(info[key]):
+            return f"{key} is {info[key]!r}, not a number"
+    return None
+
+
+def family_rank(kernel: str) -> int:
+    """Sort position of a kernel family (the DESIGN order; unknown families last)."""
+    return KERNEL_FAMILIES.index(kernel) if kernel in KERNEL_FAMILIES else len(KERNEL_FAMILIES)
+
+
+def _key(r: dict) -> tuple:
+    dims = (r["m"] * r["n"] * r["k"], r["m"], r["n"], r["k"])
+    return (r["device"], r["backend"], r["dtype"], *dims, family_rank(r["kernel"]), r["kernel"])
+
+
+def load(paths: list[str | Path]) -> list[dict]:
+    """One row per (device, backend, kernel, dtype, shape); later files (sorted) win.
+
+    Benchmarks without tiledmm's ``extra_info`` are skipped; a malformed one is ignored with
+    a warning that says why; a file that is not pytest-benchmark JSON raises ValueError."""
+    rows: dict[tuple, dict] = {}
+    for path in sorted(str(p) for p in paths):
+        bad = []
+        for i, b in enumerate(read_benchmarks(path)):
+            e = b.get("extra_info") if isinstance(b, dict) else None
+            if not isinstance(e, dict) or not set(ROW_KEYS) <= set(e):
+                continue
+            why = row_problem(e)
+            if why:
+                bad.append(f"benchmark {i} ({b.get('name', '?')}): {why}")
+                continue
+            e = dict(e, file=Path(path).name)
+            stats = b.get("stats")
+            e.setdefault("seconds", stats.get("median") if isinstance(stats, dict) else None)
+            rows[_key(e)] = e
+        if bad:
+            warnings.warn(
+                f"{path}: {len(bad)} benchmark(s) ignored, because " + "; ".join(bad[:3]),
+                stacklevel=2,
+            )
+    return [rows[k] for k in sorted(rows)]
+
+
+def shape_label(r: dict) -> str:
+    return f"{r['m']}^3" if r["m"] == r["n"] == r["k"] else f"{r['m']}x{r['n']}x{r['k']}"
+
+
+def headline(rows: list[dict]) -> dict[tuple, tuple]:
+    """(device, backend, dtype) -> the square shape with the most families (largest on ties)."""
+    count: Counter = Counter()
+    for r in rows:
+        if r["m"] == r["n"] == r["k"]:
+            count[(r["device"], r["backend"], r["dtype"], r["m"])] += 1
+    best: dict[tuple, tuple] = {}
+    for (dev, be, dt, n), c in sorted(count.items()):
+        if (dev, be, dt) not in best or (c, n) >= best[(dev, be, dt)][1:]:
+            best[(dev, be, dt)] = ((n, n, n), c, n)
+    return {k: v[0] for k, v in best.items()}
+
+
+def fmt_num(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
 
 def _jsonable(x: Any) -> Any:
