@@ -29,7 +29,7 @@ _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
 _GRID_K = (1, 2, 4, 8, 16, 32)
 _MIN_CHUNK = 128  # smaller chunks are all scheduler overhead; never proposed (unless dim < it)
 _WORK_FRACTION = 0.5  # a worker's working set (operands + product + partial sum per thread)
-_RESIDENT_FRACTION = 0.9  # all that a worker holds at once (fetched panels + its results)
+_RESIDENT_FRACTION = 0.9  # working set + the worker's share of C (fetched panels may spill)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class ClusterPlan:
     predicted_seconds: float
     bound: str  # "compute" | "link" | "scheduler"
     working_bytes: int  # per worker, at once
-    resident_bytes: int  # per worker, fetched panels + results
+    resident_bytes: int  # per worker, fetched panels + its share of C + working set
     fits: bool
     chunk_rate: float  # FLOP/s of one chunk product on one worker (planner or measured)
     chunk_source: str  # where chunk_rate comes from
@@ -127,7 +127,8 @@ class ClusterPlan:
             f"{_time(self.link_seconds)}; scheduler {_time(self.overhead_seconds)}",
             f"  memory per worker: {_bytes(self.working_bytes)} working set, "
             f"{_bytes(self.resident_bytes)} resident"
-            + ("" if self.fits else " -- does NOT fit: expect spilling"),
+            + (" (panels beyond memory spill)" if self.resident_bytes > c.worker_memory else "")
+            + ("" if self.fits else " -- does NOT fit"),
             f"  predicted {_time(self.predicted_seconds)} ({self.predicted_gflops:.4g} GFLOP/s), "
             f"{self.bound}-bound",
         ]
@@ -235,10 +236,11 @@ def _evaluate(
     )[0]
     threads = max(1, cluster.threads_per_worker)
     working = threads * s * (cm * ck + ck * cn + 2 * cm * cn)
-    resident = per_worker_in + s * blocks_per_worker * cm * cn + working
+    results = s * blocks_per_worker * cm * cn  # the worker's share of C stays on it
+    resident = per_worker_in + results + working
     fits = (
         working <= _WORK_FRACTION * cluster.worker_memory
-        and resident <= _RESIDENT_FRACTION * cluster.worker_memory
+        and results + working <= _RESIDENT_FRACTION * cluster.worker_memory
     )
     return ClusterPlan(
         m=m, n=n, k=k, batch=batch, dtype=dtype, chunks=(cm, cn, ck), grid=(gm, gn, gk),
@@ -281,7 +283,7 @@ def cluster_plan(
     import numpy as np
 
     dt = np.dtype(dtype)
-    cl = cluster or local_cluster()
+    cl = cluster or (Cluster(name="as described") if cluster_fields else local_cluster())
     if cluster_fields:
         cl = replace(cl, **{k_: v for k_, v in cluster_fields.items() if v is not None})
     if backend == "auto" or kernel == "auto":  # resolve once, so every chunk uses one backend

@@ -1,0 +1,235 @@
+"""tiledmm on Dask: numpy semantics through chunked products, the cluster planner, a
+distributed LocalCluster with processes, and a worker that dies mid-computation."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+
+import tiledmm.dask as td  # noqa: E402
+from tiledmm.accuracy import matmul_error  # noqa: E402
+from tiledmm.cluster import Cluster, cluster_plan  # noqa: E402
+
+RNG = np.random.default_rng(20261201)
+
+
+def rand(shape, dtype=np.float32):
+    return (RNG.random(shape) * 2 - 1).astype(dtype)
+
+
+def tol(dtype, k):
+    return 64 * float(np.finfo(dtype).eps) * math.sqrt(max(k, 1))
+
+
+@pytest.fixture(autouse=True)
+def _sync_scheduler():
+    """Most tests run on dask's default threaded scheduler (no set-up)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", td.RechunkWarning)
+        yield
+
+
+def test_is_dask_array_does_not_import_dask():
+    code = (
+        "import sys, numpy as np, tiledmm, tiledmm.dask as td\n"
+        "assert not td.is_dask_array(np.ones(3)) and not td.is_dask_array([1])\n"
+        "assert 'dask' not in sys.modules, 'dask imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert td.is_dask_array(da.ones(3)) and not td.is_dask_array(np.ones(3))
+
+
+@pytest.mark.parametrize(
+    "m,n,k,chunks_a,chunks_b",
+    [
+        (37, 53, 29, (10, 13), (13, 20)),  # matching K chunks, odd everywhere
+        (61, 17, 45, (30, 7), (11, 17)),  # different K chunks (B follows A)
+        (1, 9, 1, (1, 1), (1, 4)),
+        (64, 48, 96, (64, 96), (96, 48)),  # one chunk
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matches_numpy_odd_shapes_and_chunks(m, n, k, chunks_a, chunks_b, dtype):
+    a, b = rand((m, k), dtype), rand((k, n), dtype)
+    for rechunk in (False, "auto"):
+        c = td.matmul(da.from_array(a, chunks_a), da.from_array(b, chunks_b), rechunk=rechunk)
+        assert isinstance(c, da.Array) and c.shape == (m, n) and c.dtype == dtype
+        got = c.compute()
+        assert type(got) is np.ndarray and got.dtype == dtype
+        assert matmul_error(got, a, b) < tol(dtype, k), rechunk
+
+
+def test_out_numpy_poisoned_and_dask_out_refused():
+    a, b = rand((23, 31)), rand((31, 19))
+    out = np.full((23, 19), np.nan, np.float32)
+    res = td.matmul(da.from_array(a, (7, 8)), da.from_array(b, (8, 5)), out=out)
+    assert res is out and matmul_error(out, a, b) < tol(np.float32, 31)
+    with pytest.raises(TypeError, match="immutable"):
+        td.matmul(da.from_array(a), b, out=da.zeros((23, 19)))
+    with pytest.raises(ValueError) as ours:
+        td.matmul(da.from_array(a), b, out=np.empty((23, 18), np.float32))
+    with pytest.raises(ValueError) as theirs:
+        np.matmul(a, b, out=np.empty((23, 18), np.float32))
+    assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize(
+    "sa,sb,ca,cb",
+    [
+        ((3, 1, 11, 13), (4, 13, 7), (2, 1, 6, 5), (3, 5, 4)),  # broadcast batch, ndim differ
+        ((2, 9, 14), (14, 6), (1, 4, 7), (7, 3)),
+        ((14,), (2, 14, 5), (5,), (1, 5, 5)),  # 1-D left
+        ((2, 3, 9, 14), (14,), (1, 2, 9, 7), (7,)),  # 1-D right
+        ((17,), (17,), (6,), (6,)),  # dot product: a 0-d result
+    ],
+)
+def test_batched_and_1d(sa, sb, ca, cb):
+    a, b = rand(sa, np.float64), rand(sb, np.float64)
+    c = td.matmul(da.from_array(a, ca), da.from_array(b, cb))
+    ref = np.matmul(a, b)
+    assert c.shape == ref.shape and c.dtype == ref.dtype
+    np.testing.assert_allclose(c.compute(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_mixed_dask_and_plain_operands():
+    a, b = rand((20, 33)), rand((33, 12))
+    for x, y in ((da.from_array(a, (7, 10)), b), (a, da.from_array(b, (10, 5)))):
+        c = td.matmul(x, y)
+        assert isinstance(c, da.Array)
+        assert matmul_error(c.compute(), a, b) < tol(np.float32, 33)
+    c = td.matmul(a.tolist(), da.from_array(b, (10, 5)))  # a nested list
+    assert c.dtype == np.float64
+
+
+@pytest.mark.parametrize(
+    "da_, db_",
+    [(np.int8, np.int16), (np.int64, np.int64), (bool, bool), (np.complex64, np.float32),
+     (np.float16, np.float16), (np.float32, np.float64)],
+)  # fmt: skip
+def test_dtypes_follow_numpy(da_, db_):
+    a = (RNG.random((19, 23)) * 8 - 4).astype(da_)
+    b = (RNG.random((23, 11)) * 8 - 4).astype(db_)
+    if da_ is bool:
+        a, b = RNG.random((19, 23)) > 0.7, RNG.random((23, 11)) > 0.7
+    c = td.matmul(da.from_array(a, (7, 6)), da.from_array(b, (6, 4)), rechunk=False)
+    ref = np.matmul(a, b)
+    assert c.dtype == ref.dtype
+    got = c.compute()
+    assert got.dtype == ref.dtype
+    if ref.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, ref)
+    else:
+        rtol = 1e-2 if ref.dtype == np.float16 else 1e-5
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize(
+    "sa,sb", [((5, 4), (3, 2)), ((2, 5, 4), (3, 4, 2)), ((), (3,)), ((4,), (5,))]
+)
+def test_errors_are_numpys(sa, sb):
+    a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+    with pytest.raises((ValueError, TypeError)) as theirs:
+        np.matmul(a, b)
+    with pytest.raises(type(theirs.value)) as ours:
+        td.matmul(da.from_array(a), da.from_array(b))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_rechunk_is_explicit_and_reported():
+    a, b = rand((300, 280)), rand((280, 260))
+    x, y = da.from_array(a, (30, 28)), da.from_array(b, (28, 26))  # 1000 tiny products
+    plan = td.explain(x, y)
+    assert plan.rechunked and plan.rechunked["from"] == (30, 26, 28)
+    assert plan.rechunked["to"] == plan.chunks
+    with pytest.warns(td.RechunkWarning, match="rechunked the operands from chunks"):
+        c = td.matmul(x, y)
+    assert c.chunks[0][0] == plan.chunks[0]
+    kept = td.matmul(x, y, rechunk=False)
+    assert kept.chunks == ((30,) * 10, (26,) * 10)
+    assert td.explain(x, y, rechunk=False).rechunked is None
+    forced = td.matmul(x, y, rechunk=(100, 130, 140))
+    assert forced.chunks == ((100,) * 3, (130,) * 2)
+    assert matmul_error(forced.compute(), a, b) < tol(np.float32, 280)
+    with pytest.raises(ValueError, match="rechunk must be"):
+        td.matmul(x, y, rechunk="sometimes")
+
+
+# --------------------------------------------------------------------------- the cluster planner
+
+
+def test_plan_fits_memory_and_beats_its_alternatives():
+    gpu = Cluster(workers=2, worker_memory=2 * 2**30, link_bandwidth=20e9, task_overhead=1e-3)
+    p = cluster_plan(16384, 16384, 16384, cluster=gpu, flops_per_worker=40e12)
+    assert p.fits and p.working_bytes <= 0.5 * gpu.worker_memory
+    assert p.grid[0] * p.grid[1] >= 2  # both workers get output blocks
+    assert p.alternatives and all(
+        p.predicted_seconds <= 1.03 * alt.predicted_seconds for _, alt in p.alternatives
+    )
+    assert "cluster intensity" in str(p) and p.to_dict()["chunks"] == p.chunks
+    big = cluster_plan(16384, 16384, 16384, cluster=gpu, flops_per_worker=40e12,
+                       worker_memory=64 * 2**30)  # fmt: skip
+    assert big.tasks <= p.tasks  # more memory never forces more, smaller chunks
+
+
+def test_plan_traffic_is_the_tile_formula_one_level_up():
+    m, n, k = 4096, 2048, 1024
+    one = cluster_plan(m, n, k, workers=1, link_bandwidth=10e9, chunks=(1024, 1024, k))
+    assert one.bytes_moved == 4 * k * (m + n)  # each input crosses the link once
+    four = cluster_plan(m, n, k, workers=4, link_bandwidth=10e9, chunks=(1024, 1024, k))
+    assert four.worker_grid == (2, 2)
+    assert four.bytes_moved == 4 * k * (m * 2 + n * 2)
+    assert four.intensity == pytest.approx(2 * m * n * k / four.bytes_moved)
+    local = cluster_plan(m, n, k, chunks=(1024, 1024, k))  # threads share memory
+    assert local.bytes_moved == 0 and math.isinf(local.intensity)
+
+
+# --------------------------------------------------------------------------- distributed
+
+
+def _die_once(x, marker):
+    """Kill this worker process the first time any worker runs it (the marker file says)."""
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        os._exit(1)
+    return x
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        silence_logs=50,
+    ) as cluster, distributed.Client(cluster) as c:  # fmt: skip
+        yield c
+
+
+def test_local_cluster_processes(client):
+    cl = td.current_cluster()
+    assert cl.workers == 2 and cl.inputs == "workers"
+    a, b = rand((3, 70, 45), np.float64), rand((45, 33), np.float64)
+    c = td.matmul(da.from_array(a, (2, 25, 20)), da.from_array(b, (20, 11)), rechunk=False)
+    got = c.compute()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
+    who = client.run(lambda: __import__("os").getpid())
+    assert len(set(who.values())) == 2  # two worker processes did it
+
+
+def test_worker_dies_mid_computation(client, tmp_path):
+    marker = tmp_path / "killed"
+    a, b = rand((60, 50)), rand((50, 40))
+    x = da.from_array(a, (20, 25)).map_blocks(_die_once, marker=str(marker), dtype=a.dtype)
+    c = td.matmul(x, da.from_array(b, (25, 20)), rechunk=False)
+    got = c.compute()
+    assert marker.exists()  # a worker really died; dask re-ran its tasks
+    assert matmul_error(got, a, b) < tol(np.float32, 50)
+    client.wait_for_workers(2, timeout=30)
