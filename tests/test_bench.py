@@ -43,6 +43,21 @@ def test_stats_follow_pytest_benchmark() -> None:
     s = stats_dict([3.0, 1.0, 2.0, 10.0])
     assert (s["min"], s["max"], s["median"], s["rounds"], s["iterations"]) == (1, 10, 2.5, 4, 1)
     assert math.isclose(s["mean"], 4.0) and s["ops"] == 0.25
+    from pytest_benchmark.stats import Stats
+
+    assert set(s) == set(Stats.fields) | {"iterations", "data"}
+    assert (s["q1"], s["q3"], s["outliers"], s["data"]) == (1.5, 6.5, "1;0", [3.0, 1.0, 2.0, 10.0])
+
+
+def test_progress_bar_only_on_a_terminal(capsys: pytest.CaptureFixture) -> None:
+    for enabled in (None, True):  # None: stderr decides (not a terminal under capsys)
+        bar = bench.progress_bar(3, enabled)
+        for _ in range(3):
+            bar.set_description_str("numpy tiled")
+            bar.update()
+        bar.close()
+        err = capsys.readouterr().err
+        assert ("2/3" in err and "numpy tiled" in err) if enabled else err == ""
 
 
 def test_quick_sweep_writes_valid_json(tmp_path: Path) -> None:
@@ -77,6 +92,7 @@ def test_poisoned_output_catches_unwritten_rows() -> None:
     inp = bench.Inputs(8, 8, 8, "float32")
     p = tiledmm.make_plan(8, 8, 8, dtype="float32", kernel="naive", device=be.device())
     assert bench.check_case(bench.Case(be, inp), p) == math.inf
+    assert bench.rel_error is tiledmm.accuracy.rel_error  # the one error metric
     assert bench.rel_error(inp.ref, inp.ref) == 0.0
     assert bench.tolerance("float32", 4096) > bench.tolerance("float64", 4096)
 

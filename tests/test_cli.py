@@ -76,7 +76,6 @@ def test_report_input_errors(tmp_path: Path, good: Path, capsys: pytest.CaptureF
     for name, text, why in [
         ("list.json", "[]", "JSON list"),
         ("null.json", "null", "JSON NoneType"),
-        ("obj.json", '{"x": 1}', "without a 'benchmarks' list"),
         ("broken.json", '{"benchmarks": [', "not valid JSON"),
         ("binary.json", "\udcff", "not valid JSON"),
     ]:
@@ -85,6 +84,13 @@ def test_report_input_errors(tmp_path: Path, good: Path, capsys: pytest.CaptureF
         fails(capsys, ["report", str(good), str(bad), *out], re.escape(str(bad)) + ".*" + why)
     empty = _results(tmp_path / "empty.json")
     fails(capsys, ["report", str(empty), *out], "no tiledmm results")
+    other = tmp_path / "other.json"  # another tool's JSON object in the folder: skipped, said
+    other.write_text('{"rows": [1, 2]}')
+    assert cli.main(["report", str(good), str(other), *out]) == 0
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"tiledmm: warning: {other} ignored, because it has no 'benchmarks' list " + (
+        "(not pytest-benchmark JSON)"
+    )
 
 
 def test_report_malformed_rows_warn_on_one_line(

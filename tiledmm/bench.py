@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .accuracy import rel_error
 from .backend import Backend
 from .results import benchmark_entry
 
@@ -91,15 +90,6 @@ def default_shapes(quick: bool, gpu: bool) -> list[tuple[int, int, int]]:
 def tolerance(dtype: str, k: int) -> float:
     """Accepted relative error: rounding that grows like sqrt(K), with headroom."""
     return 64 * float(np.finfo(dtype).eps) * math.sqrt(max(k, 1))
-
-
-def rel_error(c: np.ndarray, ref: np.ndarray) -> float:
-    """||c - ref|| / ||ref|| in float64 (inf when ``c`` has NaN: an element was not written)."""
-    c = np.asarray(c, dtype=np.float64)
-    if not np.isfinite(c).all():
-        return math.inf
-    denom = float(np.linalg.norm(ref)) or 1.0
-    return float(np.linalg.norm(c - ref)) / denom
 
 
 class Inputs:
@@ -238,28 +228,24 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
 # --------------------------------------------------------------------------- the sweep
 
 
-class Progress:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
+def progress_bar(total: int, enabled: bool | None = None) -> Any:
+    """A tqdm bar on stderr (``enabled=None``: only when stderr is a terminal); a no-op bar
+    without tqdm (the ``bench`` extra)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(
+        total=total, disable=None if enabled is None else not enabled, unit="case", leave=False
+    )
 
-    def __init__(self, total: int, enabled: bool | None = None) -> None:
-        self.total, self.done, self.t0 = total, 0, time.perf_counter()
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
 
-    def step(self, label: str) -> None:
-        if self.enabled:
-            width = 24
-            fill = int(width * self.done / max(self.total, 1))
-            sys.stderr.write(
-                f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
-                f"{time.perf_counter() - self.t0:5.0f}s {label[:60]:<60}"
-            )
-            sys.stderr.flush()
-        self.done += 1
+class _NoBar:
+    def set_description_str(self, text: str) -> None: ...
 
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 110 + "\r")
-            sys.stderr.flush()
+    def update(self, n: int = 1) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -295,7 +281,7 @@ def run_sweep(
             for shape in shapes or default_shapes(quick, gpu):
                 fams = [f for f in be.kernels if kernels is None or f in kernels]
                 todo.append((be, settings, dtype, shape, fams))
-    bar = Progress(sum(len(t[4]) for t in todo), progress)
+    bar = progress_bar(sum(len(t[4]) for t in todo), progress)
     speed: dict[tuple, float] = {}  # (backend, kernel, dtype) -> last measured FLOP/s
     inputs: dict[tuple, Inputs] = {}
     for be, settings, dtype, (m, n, k), fams in todo:
@@ -305,9 +291,12 @@ def run_sweep(
             inputs[key] = Inputs(m, n, k, dtype, seed)
         case = Case(be, inputs[key])
         for fam in fams:
-            bar.step(f"{be.name} {fam} {dtype} {m}x{n}x{k}")
+            bar.set_description_str(f"{be.name} {fam} {dtype} {m}x{n}x{k}")
             where = {"backend": be.name, "kernel": fam, "dtype": dtype, "m": m, "n": n, "k": k}
-            _run_case(res, case, fam, where, settings, speed, make)
+            try:
+                _run_case(res, case, fam, where, settings, speed, make)
+            finally:
+                bar.update()
         del case
     bar.close()
     return res

@@ -9,7 +9,6 @@ import math
 import os
 import platform
 import re
-import statistics
 import subprocess
 import warnings
 from collections import Counter
@@ -169,37 +168,14 @@ def commit_info() -> dict:
 
 
 def stats_dict(times: list[float]) -> dict:
-    """pytest-benchmark's ``stats`` block (seconds) for one list of per-call times."""
-    data = sorted(times)
-    n = len(data)
-    mean = statistics.fmean(data)
-    sd = statistics.stdev(data) if n > 1 else 0.0
-    q1, q3 = (statistics.quantiles(data, n=4)[i] for i in (0, 2)) if n > 1 else (data[0],) * 2
-    iqr = q3 - q1
-    lo = min((x for x in data if x >= q1 - 1.5 * iqr), default=data[0])
-    hi = max((x for x in data if x <= q3 + 1.5 * iqr), default=data[-1])
-    iqr_out = sum(1 for x in data if x < lo or x > hi)
-    sd_out = sum(1 for x in data if abs(x - mean) > sd) if sd else 0
-    return {
-        "min": data[0],
-        "max": data[-1],
-        "mean": mean,
-        "stddev": sd,
-        "rounds": n,
-        "median": statistics.median(data),
-        "iqr": iqr,
-        "q1": q1,
-        "q3": q3,
-        "iqr_outliers": iqr_out,
-        "stddev_outliers": sd_out,
-        "outliers": f"{sd_out};{iqr_out}",
-        "ld15iqr": lo,
-        "hd15iqr": hi,
-        "ops": 1 / mean if mean else 0.0,
-        "total": sum(data),
-        "iterations": 1,
-        "data": list(times),
-    }
+    """pytest-benchmark's ``stats`` block (seconds) for one list of per-call times, computed by
+    its own :class:`pytest_benchmark.stats.Stats` (plus ``iterations`` and ``data``)."""
+    from pytest_benchmark.stats import Stats
+
+    stats = Stats()
+    for t in times:
+        stats.update(t)
+    return stats.as_dict() | {"iterations": 1, "data": list(times)}
 
 
 def bench_name(backend: str, kernel: str, dtype: str, m: int, n: int, k: int) -> tuple[str, str]:
@@ -282,25 +258,22 @@ _NUMERIC = (
 )
 
 
-def read_benchmarks(path: str | Path) -> list:
-    """The ``benchmarks`` list of a pytest-benchmark JSON file; OSError when it cannot be read,
-    ValueError (naming the file) when it is not JSON or not such a file."""
+def read_benchmarks(path: str | Path) -> list | None:
+    """The ``benchmarks`` list of a pytest-benchmark JSON file, or None for a JSON object
+    without one (another tool's file); OSError when it cannot be read, ValueError (naming the
+    file) when it is not JSON or not an object."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not a results file: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
-        found = (
-            "an object without a 'benchmarks' list"
-            if isinstance(doc, dict)
-            else f"a JSON {type(doc).__name__}"
-        )
+    if not isinstance(doc, dict):
         raise ValueError(
             f"{path} is not a results file: pytest-benchmark JSON is an object with a "
-            f"'benchmarks' list; this is {found}"
+            f"'benchmarks' list; this is a JSON {type(doc).__name__}"
         )
-    return doc["benchmarks"]
+    found = doc.get("benchmarks")
+    return found if isinstance(found, list) else None
 
 
 def _number(x: Any) -> bool:
@@ -337,12 +310,19 @@ def _key(r: dict) -> tuple:
 def load(paths: list[str | Path]) -> list[dict]:
     """One row per (device, backend, kernel, dtype, shape); later files (sorted) win.
 
-    Benchmarks without tiledmm's ``extra_info`` are skipped; a malformed one is ignored with
-    a warning that says why; a file that is not pytest-benchmark JSON raises ValueError."""
+    Benchmarks without tiledmm's ``extra_info`` are skipped; a malformed one, or a JSON object
+    without a ``benchmarks`` list, is ignored with a warning that says why; a file that is not
+    JSON or not an object raises ValueError."""
     rows: dict[tuple, dict] = {}
     for path in sorted(str(p) for p in paths):
-        bad = []
-        for i, b in enumerate(read_benchmarks(path)):
+        benches, bad = read_benchmarks(path), []
+        if benches is None:
+            warnings.warn(
+                f"{path} ignored, because it has no 'benchmarks' list (not pytest-benchmark JSON)",
+                stacklevel=2,
+            )
+            continue
+        for i, b in enumerate(benches):
             e = b.get("extra_info") if isinstance(b, dict) else None
             if not isinstance(e, dict) or not set(ROW_KEYS) <= set(e):
                 continue
