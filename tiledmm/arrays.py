@@ -1,0 +1,455 @@
+"""Array kinds: any array library in, the same kind out (PyTorch, JAX, Numba, DLPack/array API).
+
+The backends take NumPy, CuPy and Numba arrays (and objects exposing
+``__cuda_array_interface__``). This module sits in front of them:
+
+- :func:`kind_of` names the caller's array library and device, cached per type; nothing here
+  imports torch, jax or cupy unless an operand's type module says it is theirs.
+- :func:`to_native` turns a foreign array into one the backends take, zero-copy: host memory
+  becomes a NumPy array (``Tensor.numpy()``, ``numpy.from_dlpack``), CUDA memory a CuPy array
+  over the same pointer (a Numba device array when CuPy is missing).
+- :func:`from_native` gives the result back as the caller's kind, on the caller's device.
+- :func:`delegate` hands the dtypes tiledmm does not run (and autograd, traced JAX code, other
+  devices) to the caller's own library, so those results are that library's exactly.
+- :func:`matmul_foreign` is the whole bridge, one call from ``tiledmm.matmul``.
+
+Mixed kinds follow one rule (:func:`result_kind`): ``out``'s kind when ``out=`` is given, else
+the first operand that is an array (lists and scalars do not count). tiledmm runs float32 and
+float64 operands (``RUN_DTYPES``, NumPy's promotion between them); any other operand dtype of a
+foreign library is delegated. Streams: a CUDA PyTorch operand on a non-default stream is handled
+by :class:`TorchStream` (see there); on the default stream nothing extra happens.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Kind",
+    "RUN_DTYPES",
+    "kind_of",
+    "result_kind",
+    "foreign",
+    "to_native",
+    "from_native",
+    "delegate",
+    "matmul_foreign",
+    "stream_for",
+    "TorchStream",
+    "array_libraries",
+]
+
+#: Operand dtypes tiledmm's kernels run for foreign libraries; others are delegated.
+RUN_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})  # a set: None is not in it
+
+#: Libraries the backends do not take as they are: the bridge converts them both ways.
+FOREIGN = frozenset({"torch", "jax", "numba", "dlpack"})
+
+_ROOTS = {"numpy": "numpy", "cupy": "cupy", "cupyx": "cupy", "numba": "numba", "torch": "torch",
+          "jax": "jax", "jaxlib": "jax", "pyopencl": "pyopencl", "dask": "dask"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The caller's array library and device.
+
+    ``lib``: "numpy", "cupy", "numba", "torch", "jax", "dlpack" (any other DLPack exporter),
+    "pyopencl", "dask" or "host" (lists, Python scalars, anything else NumPy converts).
+    ``device``: "cpu" or "cuda", else the library's own word ("mps", "trace" for a JAX tracer);
+    ``index``: the device ordinal. ``foreign``: the bridge converts it (see ``FOREIGN``).
+    """
+
+    lib: str
+    device: str = "cpu"
+    index: int = 0
+    foreign: bool = False
+
+
+_kinds: dict[tuple[str, str, int], Kind] = {}
+_lib_by_type: dict[type, str] = {}
+
+
+def _kind(lib: str, device: str = "cpu", index: int = 0) -> Kind:
+    k = _kinds.get((lib, device, index))
+    if k is None:
+        k = _kinds[(lib, device, index)] = Kind(lib, device, index, lib in FOREIGN)
+    return k
+
+
+def _lib_of(t: type) -> str:
+    """The array library a type belongs to, by its modules (cached; imports nothing)."""
+    lib = _lib_by_type.get(t)
+    if lib is None:
+        lib = "host"
+        for cls in t.__mro__[:-1]:
+            root = _ROOTS.get(cls.__module__.partition(".")[0])
+            if root:
+                lib = root
+                break
+        else:
+            if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
+                lib = "dlpack"
+        _lib_by_type[t] = lib
+    return lib
+
+
+_DL_DEVICES = {1: "cpu", 2: "cuda"}  # DLPack device types: kDLCPU, kDLCUDA
+
+
+def kind_of(x: Any) -> Kind:
+    """The :class:`Kind` of ``x`` (cheap: a dict lookup, plus a device query for torch/JAX)."""
+    lib = _lib_by_type.get(type(x)) or _lib_of(type(x))
+    if lib == "torch":
+        if x.is_cuda:
+            return _kind("torch", "cuda", x.get_device())
+        dev = x.device
+        return _kind("torch", dev.type, dev.index or 0)
+    if lib == "jax" or lib == "dlpack":
+        if lib == "jax" and not type(x).__module__.startswith("jaxlib"):
+            return _kind("jax", "trace")  # a tracer inside jit/grad/vmap: only jnp can run it
+        try:
+            code, index = x.__dlpack_device__()
+        except Exception:  # noqa: BLE001 - sharded over several devices, deleted, ...
+            return _kind(lib, "other")
+        return _kind(lib, _DL_DEVICES.get(int(code), f"dlpack{int(code)}"), int(index))
+    if lib == "numba" or lib == "cupy":
+        return _kind(lib, "cuda")
+    return _kind(lib)
+
+
+def _unwrap(out: Any) -> Any:
+    return out[0] if type(out) is tuple and len(out) == 1 else out
+
+
+def result_kind(a: Any, b: Any, out: Any = None) -> Kind:
+    """The one rule for mixed kinds: ``out``'s kind when given, else the first operand that is
+    an array (a list or scalar first operand defers to the second)."""
+    out = _unwrap(out)
+    if out is not None:
+        return kind_of(out)
+    ka = kind_of(a)
+    return kb if ka.lib == "host" and (kb := kind_of(b)).lib != "host" else ka
+
+
+def foreign(a: Any, b: Any, out: Any = None) -> Kind | None:
+    """``None`` when every operand is one the backends take as it is (the usual, fast answer);
+    otherwise the kind of the result, by :func:`result_kind`."""
+    o = _unwrap(out)
+    if (
+        (_lib_by_type.get(type(a)) or _lib_of(type(a))) not in FOREIGN
+        and (_lib_by_type.get(type(b)) or _lib_of(type(b))) not in FOREIGN
+        and (o is None or (_lib_by_type.get(type(o)) or _lib_of(type(o))) not in FOREIGN)
+    ):
+        return None
+    return result_kind(a, b, o)
+
+
+# ------------------------------------------------------------------------------- libraries
+
+_mods: dict[str, Any] = {}
+
+
+def _optional(name: str) -> Any:
+    """The module ``name`` if it imports, else None (answer cached)."""
+    if name not in _mods:
+        try:
+            _mods[name] = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken CUDA install raises all sorts
+            _mods[name] = None
+    return _mods[name]
+
+
+_torch_np: dict[Any, np.dtype] = {}
+
+
+def _torch_dtype(torch: Any, dt: Any) -> np.dtype | None:
+    """NumPy's dtype for a torch dtype, None where NumPy has none (bfloat16, float8, ...)."""
+    if not _torch_np:
+        names = "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 float32 float64"
+        for name in (*names.split(), "complex64", "complex128"):
+            if hasattr(torch, name):
+                _torch_np[getattr(torch, name)] = np.dtype(name)
+    return _torch_np.get(dt)
+
+
+# ------------------------------------------------------------------------------- conversion
+
+
+def _runs(x: Any, k: Kind) -> bool:
+    """Whether tiledmm runs this operand itself (else the caller's library does)."""
+    if k.lib == "torch":
+        return (
+            k.device in ("cpu", "cuda")
+            and not x.requires_grad  # autograd: torch.matmul keeps the graph
+            and _torch_dtype(sys.modules["torch"], x.dtype) in RUN_DTYPES
+        )
+    if k.lib in ("jax", "dlpack"):
+        return k.device in ("cpu", "cuda") and (k.lib == "dlpack" or x.dtype in RUN_DTYPES)
+    return True
+
+
+def to_native(x: Any, kind: Kind | None = None, *, writable: bool = False) -> Any:
+    """``x`` as an array the backends take, sharing its memory (no copy).
+
+    Host memory -> a NumPy array; CUDA memory -> a CuPy array (a Numba device array when CuPy
+    is not installed). Native kinds come back unchanged. ``writable`` (for ``out=``) refuses
+    read-only memory (JAX arrays are immutable).
+    """
+    k = kind or kind_of(x)
+    if not k.foreign or k.lib == "numba":
+        return x
+    if k.lib == "torch":
+        if k.device == "cpu":
+            return x.numpy()
+        if k.device == "cuda":
+            return _torch_cuda_view(x)
+    elif k.device == "cpu":
+        r = np.from_dlpack(x)
+        if writable and not r.flags.writeable:
+            raise TypeError(
+                f"out= must be writable; {type(x).__name__} arrays are read-only (JAX arrays "
+                "are immutable): leave out= unset and use the result"
+            )
+        return r
+    elif k.device == "cuda":
+        cp = _optional("cupy")
+        if cp is None:
+            raise TypeError(
+                f"{type(x).__name__} on CUDA: reading it needs CuPy (pip install 'tiledmm[cupy]')"
+            )
+        if writable and k.lib == "jax":
+            raise TypeError("out= cannot be a JAX array (JAX arrays are immutable)")
+        return cp.from_dlpack(x)
+    raise TypeError(f"tiledmm cannot read a {type(x).__name__} on device {k.device!r}")
+
+
+def _torch_cuda_view(t: Any) -> Any:
+    """A CuPy array over a CUDA tensor's memory (owner: the tensor), built from ``data_ptr``
+    and strides without going through ``__cuda_array_interface__``'s Python dict."""
+    cp = _optional("cupy")
+    if cp is None:
+        nb = _optional("numba.cuda")
+        if nb is None:
+            raise TypeError("CUDA tensors need CuPy or numba-cuda installed to run in tiledmm")
+        return nb.as_cuda_array(t)
+    dt = _torch_dtype(sys.modules["torch"], t.dtype)
+    s = dt.itemsize
+    shape, strides = tuple(t.shape), tuple(st * s for st in t.stride())
+    if t.numel() == 0:
+        return cp.empty(shape, dt)
+    span = sum((n - 1) * st for n, st in zip(shape, strides, strict=True)) + s
+    mem = cp.cuda.UnownedMemory(t.data_ptr(), span, t, t.get_device())
+    return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0), strides=strides)
+
+
+def _host(r: Any) -> np.ndarray:
+    """A result on the host (copied there only when it is a device array)."""
+    if isinstance(r, np.ndarray):
+        return r
+    if isinstance(r, np.generic):
+        return np.asarray(r)
+    for name in ("get", "copy_to_host"):  # CuPy/PyOpenCL, Numba
+        if hasattr(r, name):
+            return getattr(r, name)()
+    return np.asarray(r)
+
+
+def from_native(r: Any, kind: Kind, like: Any = None) -> Any:
+    """The backend's result ``r`` as an array of ``kind`` (``like``: the operand that set the
+    kind, needed for DLPack/array-API libraries). Zero-copy where the memory already is on
+    ``kind``'s device; a device copy otherwise."""
+    lib = kind.lib
+    if lib == "torch":
+        torch = sys.modules["torch"]
+        if kind.device == "cuda":
+            dev = torch.device("cuda", kind.index)
+            if hasattr(type(r), "__cuda_array_interface__"):
+                return torch.as_tensor(r, device=dev)
+            return torch.from_numpy(_host(r)).to(dev)
+        return torch.from_numpy(_host(r))
+    if lib == "jax":
+        from jax import dlpack as jdl
+
+        if kind.device == "cuda":
+            cp = _optional("cupy")
+            return jdl.from_dlpack(r if hasattr(r, "__dlpack__") else cp.asarray(r))
+        return jdl.from_dlpack(np.ascontiguousarray(_host(r)))
+    if lib == "numba":
+        if _lib_of(type(r)) == "numba":
+            return r
+        from numba import cuda
+
+        if hasattr(type(r), "__cuda_array_interface__"):
+            return cuda.as_cuda_array(r)
+        return cuda.to_device(_host(r))
+    if lib == "dlpack" and like is not None and hasattr(like, "__array_namespace__"):
+        xp = like.__array_namespace__()
+        return xp.from_dlpack(_host(r) if kind.device == "cpu" else r)
+    return r
+
+
+def _as_lib(x: Any, kind: Kind) -> Any:
+    """``x`` as an operand of ``kind``'s library, for delegation (zero-copy where possible)."""
+    if kind_of(x).lib == kind.lib or kind_of(x).lib == "host" and kind.lib != "torch":
+        return x
+    if kind.lib == "torch":
+        torch = sys.modules["torch"]
+        dev = torch.device("cuda", kind.index) if kind.device == "cuda" else kind.device
+        if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
+            return torch.from_dlpack(x).to(dev)
+        return torch.as_tensor(x, device=dev)
+    if kind.lib == "jax":
+        from jax import dlpack as jdl
+
+        return jdl.from_dlpack(x) if hasattr(x, "__dlpack__") else x
+    return from_native(to_native(x), kind)
+
+
+def delegate(a: Any, b: Any, kind: Kind, out: Any = None, like: Any = None) -> Any:
+    """The caller's own library multiplies (torch.matmul, jnp.matmul, the array API namespace's
+    ``matmul``), so dtypes and semantics tiledmm does not run are that library's exactly."""
+    A, B = _as_lib(a, kind), _as_lib(b, kind)
+    if kind.lib == "torch":
+        torch = sys.modules["torch"]
+        return torch.matmul(A, B) if out is None else torch.matmul(A, B, out=out)
+    if out is not None and kind.lib in ("jax", "dlpack"):
+        raise TypeError(f"out= is not supported for {kind.lib} arrays: use the result")
+    if kind.lib == "jax":
+        import jax.numpy as jnp
+
+        return jnp.matmul(A, B)
+    ns = getattr(like if like is not None else a, "__array_namespace__", None)
+    xp = ns() if ns is not None else np
+    return xp.matmul(A, B) if out is None else xp.matmul(A, B, out=out)
+
+
+# ------------------------------------------------------------------------------- streams
+
+
+def _raw_stream(torch: Any, index: int) -> int:
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def stream_for(kind: Kind, x: Any = None) -> int | None:
+    """The raw ``cudaStream_t`` the caller's library is using on ``kind``'s device, for a
+    backend to launch on (``cupy.cuda.ExternalStream(handle)``); None where the library does
+    its own stream ordering (DLPack consumers pass their stream) or for host kinds."""
+    if kind.lib == "torch" and kind.device == "cuda":
+        return _raw_stream(sys.modules["torch"], kind.index)
+    return None
+
+
+_external: dict[tuple[int, int], Any] = {}
+
+
+class TorchStream:
+    """Orders a tiledmm call inside PyTorch's current (non-default) CUDA stream ``s``.
+
+    On entry the legacy default stream waits for ``s`` (events, no host sync), so a backend
+    launching on the default stream (Numba) starts after the producer; CuPy's current stream
+    becomes ``s`` itself (``ExternalStream``), so CuPy launches and pool allocations are on it.
+    On exit ``s`` waits for the default stream, so a torch consumer sees the finished result.
+    """
+
+    __slots__ = ("torch", "index", "handle", "ext")
+
+    def __init__(self, index: int, handle: int) -> None:
+        self.torch, self.index, self.handle, self.ext = sys.modules["torch"], index, handle, None
+
+    def __enter__(self) -> TorchStream:
+        cuda = self.torch.cuda
+        cuda.default_stream(self.index).wait_stream(cuda.current_stream(self.index))
+        cp = _optional("cupy")
+        if cp is not None:
+            key = (self.handle, self.index)
+            ext = _external.get(key)
+            if ext is None:
+                if len(_external) > 64:
+                    _external.clear()
+                ext = _external[key] = cp.cuda.ExternalStream(self.handle, self.index)
+            self.ext = ext
+            ext.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.ext is not None:
+            self.ext.__exit__(*exc)
+        cuda = self.torch.cuda
+        cuda.current_stream(self.index).wait_stream(cuda.default_stream(self.index))
+
+
+# ------------------------------------------------------------------------------- the bridge
+
+
+def matmul_foreign(
+    kind: Kind, a: Any, b: Any, out: Any, native: Callable[..., Any], **kwargs: Any
+) -> Any:
+    """``native(a, b, out=..., **kwargs)`` (tiledmm's matmul on native arrays) for operands of
+    any kind, with the result as ``kind`` (from :func:`foreign`)."""
+    out = _unwrap(out)
+    ka, kb = kind_of(a), kind_of(b)
+    like = out if out is not None else (a if ka is kind else b)
+    if not (_runs(a, ka) and _runs(b, kb)):
+        return delegate(a, b, kind, out, like)
+    A, B = to_native(a, ka), to_native(b, kb)
+    if (ka.lib == "dlpack" and A.dtype not in RUN_DTYPES) or (
+        kb.lib == "dlpack" and B.dtype not in RUN_DTYPES
+    ):
+        return delegate(a, b, kind, out, like)
+    C = None if out is None else to_native(out, kind, writable=True)
+    if (ka.device == "cuda") != (kb.device == "cuda") and "host" not in (ka.lib, kb.lib):
+        warnings.warn(
+            f"matmul of a {ka.lib} array on {ka.device} and a {kb.lib} array on {kb.device}: "
+            "one is copied across devices",
+            stacklevel=3,
+        )
+    tk = next((k for k in (kind, ka, kb) if k.lib == "torch" and k.device == "cuda"), None)
+    h = stream_for(tk) if tk is not None else None
+    if h:
+        with TorchStream(tk.index, h):
+            r = native(A, B, out=C, **kwargs)
+    else:
+        r = native(A, B, out=C, **kwargs)
+    return out if out is not None else from_native(r, kind, like)
+
+
+# ------------------------------------------------------------------------------- info
+
+_LIBRARIES = (
+    ("numpy", "numpy", ("numpy",)),
+    ("cupy", "cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")),
+    ("torch", "torch", ("torch",)),
+    ("jax", "jax", ("jax",)),
+    ("numba", "numba", ("numba",)),
+    ("numba-cuda", "numba_cuda", ("numba-cuda",)),
+    ("pyopencl", "pyopencl", ("pyopencl",)),
+    ("dask", "dask", ("dask",)),
+    ("ml_dtypes", "ml_dtypes", ("ml-dtypes", "ml_dtypes")),
+)
+
+
+def array_libraries() -> list[tuple[str, str | None]]:
+    """The array libraries installed here, with versions (None when unknown); nothing is
+    imported (``importlib.util.find_spec`` and package metadata only)."""
+    found = []
+    for name, module, dists in _LIBRARIES:
+        if importlib.util.find_spec(module) is None:
+            continue
+        version = None
+        for dist in dists:
+            try:
+                version = md.version(dist)
+                break
+            except md.PackageNotFoundError:
+                continue
+        found.append((name, version))
+    return found
