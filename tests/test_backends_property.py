@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tiledmm
-from tests.helpers import available_backends, matmul_error
+from tests.helpers import available_backends
+from tiledmm.accuracy import matmul_error
 
 PRIMES = [1, 2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 67, 97, 127, 131]
 dims = st.one_of(st.sampled_from(PRIMES), st.integers(min_value=1, max_value=140))
@@ -18,7 +19,7 @@ TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
 @pytest.mark.parametrize("backend", available_backends())
-@pytest.mark.parametrize("kernel", ["naive", "tiled", "register"])
+@pytest.mark.parametrize("kernel", tiledmm.KERNEL_FAMILIES)
 @given(
     m=dims,
     n=dims,

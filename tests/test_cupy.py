@@ -13,6 +13,8 @@ import pytest
 from tiledmm_backends import kernels as K
 
 import tiledmm
+from tests.conftest import requires_backend
+from tiledmm.accuracy import matmul_error
 
 from ._gemm_checks import (
     FAMILIES,
@@ -23,15 +25,7 @@ from ._gemm_checks import (
     check_shapes,
 )
 
-
-def _reason() -> str | None:
-    for b in tiledmm.backends():
-        if b.name == "cupy":
-            return None if b.available else b.reason
-    return "cupy backend not registered"
-
-
-gpu = pytest.mark.skipif(_reason() is not None, reason=f"no CuPy GPU: {_reason()}")
+gpu = requires_backend("cupy")
 
 
 @pytest.mark.gpu
@@ -56,11 +50,33 @@ def test_gpu_double_buffering(geo):
 def test_device_arrays_stay_on_device():
     import cupy as cp
 
-    a = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    a = cp.asarray(np.random.default_rng().standard_normal((3, 4)), dtype=cp.float32)
     c = tiledmm.matmul(a, a.T)
     assert isinstance(c, cp.ndarray)
-    np.testing.assert_allclose(cp.asnumpy(c), cp.asnumpy(a) @ cp.asnumpy(a).T, rtol=1e-6)
+    assert matmul_error(cp.asnumpy(c), cp.asnumpy(a), cp.asnumpy(a).T) < 1e-6
     assert tiledmm.get_backend("cuda").name == "cupy"
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_launch_cache_is_bounded_and_keyed_by_launch():
+    be = tiledmm.get_backend("cupy")
+    rng = np.random.default_rng()
+    for n in range(1, 40):
+        a = rng.standard_normal((n, n + 1)).astype("float32")
+        assert matmul_error(tiledmm.matmul(a, a.T, backend="cupy"), a, a.T) < 1e-5
+    assert 0 < len(be.launches.cache) <= be.launches.cache.maxsize
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_overlapping_out_is_computed_in_a_temporary():
+    import cupy as cp
+
+    a = cp.asarray(np.random.default_rng().standard_normal((16, 16)), dtype=cp.float32)
+    ha = cp.asnumpy(a)
+    tiledmm.get_backend("cupy").run(tiledmm.plan(16, 16, 16, backend="cupy"), a, a, a)
+    assert matmul_error(cp.asnumpy(a), ha, ha) < 1e-5
 
 
 # ----------------------------------------------------------------------- CUDA builds via nvcc

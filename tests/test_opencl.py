@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 import tiledmm
+from tests.conftest import backend_reason
+from tiledmm.accuracy import matmul_error
 
 from ._gemm_checks import (
     FAMILIES,
@@ -22,10 +24,9 @@ from ._gemm_checks import (
     check_shapes,
 )  # fmt: skip
 
-pytest.importorskip("pyopencl")
-BE = tiledmm.get_backend("opencl") if "opencl" in {b.name for b in tiledmm.backends()} else None
-if BE is None or not BE.available:
-    pytest.skip("no usable OpenCL device", allow_module_level=True)
+if backend_reason("opencl"):  # every test here needs the device (requires_backend's reason)
+    pytest.skip(f"opencl unavailable: {backend_reason('opencl')}", allow_module_level=True)
+BE = tiledmm.get_backend("opencl")
 DTYPES = [d for d in ("float32", "float64") if d in BE.dtypes]
 
 
@@ -99,17 +100,61 @@ def test_device_selection(monkeypatch):
     assert BE.device().name == names[0]
     monkeypatch.setenv("TILEDMM_OPENCL_DEVICE", "no-such-device-xyz")
     with pytest.raises(RuntimeError, match="matches no OpenCL device"):
-        BE._state()
+        BE.state()
 
 
 def test_kernels_are_cached():
-    a = np.ones((33, 17), np.float32)
+    a = np.random.default_rng().standard_normal((33, 17)).astype(np.float32)
     tiledmm.matmul(a, a.T, backend="opencl", kernel="tiled")
-    st = BE._state()
+    st = BE.state()
     before = len(st.kernels)
     for _ in range(3):
         tiledmm.matmul(a, a.T, backend="opencl", kernel="tiled")
     assert len(st.kernels) == before
+
+
+def test_launch_cache_is_bounded(monkeypatch):
+    """Issue 16.9: one launch per distinct shape was kept forever."""
+    from tiledmm.cache import LRUCache
+
+    st = BE.state()
+    monkeypatch.setattr(st.launches, "cache", LRUCache(4))
+    rng = np.random.default_rng()
+    for n in range(1, 12):
+        a, b = rng.standard_normal((n, 3)).astype(np.float32), rng.standard_normal((3, 5))
+        b = b.astype(np.float32)
+        assert matmul_error(tiledmm.matmul(a, b, backend="opencl", kernel="naive"), a, b) < 1e-5
+    assert len(st.launches.cache) == 4
+
+
+def test_too_large_for_32_bit_indexing_fails_before_any_copy():
+    """Issue 16.10: a clear ValueError before the host copy or the buffer (no 8 GiB here:
+    the operand is a broadcast view, and pyopencl's INVALID_BUFFER_SIZE must not be reached)."""
+    huge = np.broadcast_to(np.float32(1), (1 << 16, (1 << 15) + 1))
+    small = np.ones(((1 << 15) + 1, 2), np.float32)
+    with pytest.raises(ValueError, match="too large for the OpenCL backend's 32-bit indexing"):
+        BE.asarray(huge, np.dtype(np.float32))
+    with pytest.raises(ValueError, match="split the product"):
+        BE.empty((1 << 16, (1 << 15) + 1), np.dtype(np.float32))
+    with pytest.raises(ValueError, match="32-bit"):
+        tiledmm.matmul(huge, small, backend="opencl")
+
+
+def test_launch_path_checks_extents_before_copies():
+    from tiledmm_backends.kernels import launch
+
+    with pytest.raises(ValueError, match="operand A .* too large for the 32-bit indexing"):
+        launch.check_extent("A", (1 << 16) + 1, 8, 0, 1 << 15)
+    launch.check_extent("A", 1 << 15, 8, 0, 1 << 15)  # 2**30 elements: fine
+
+
+def test_out_overlapping_an_input_is_computed_in_a_temporary():
+    rng = np.random.default_rng()
+    h = rng.standard_normal((24, 24)).astype(np.float32)
+    a = BE.asarray(h, h.dtype)
+    plan = tiledmm.plan(24, 24, 24, backend="opencl", kernel="tiled")
+    BE.run(plan, a, a, a)  # out is A and B
+    assert matmul_error(BE.to_numpy(a), h, h) < 1e-5
 
 
 def test_geometry_follows_device_kind():
@@ -122,7 +167,7 @@ def test_geometry_follows_device_kind():
 
 
 def test_timings_read_profiling_events():
-    a = np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32)
+    a = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
     A, C = BE.asarray(a, a.dtype), BE.empty((64, 64), a.dtype)
     plan = tiledmm.plan(64, 64, 64, backend="opencl", kernel="tiled")
     # host time before the first enqueue is not device time: the events exclude it
@@ -144,19 +189,20 @@ def test_vendor_yardstick_runs_without_buffer_copies():
 
 @pytest.mark.parametrize("geo", STAGES2, ids=str)
 def test_double_buffering_off_pocl(geo):
-    if BE._state().pocl:
+    if BE.state().pocl:
         pytest.skip("PoCL refuses stages=2 (next test)")
     check_geometry("opencl", "register", geo, "float32")
 
 
 def test_pocl_refuses_double_buffering():
-    if not BE._state().pocl:
+    if not BE.state().pocl:
         pytest.skip("PoCL only")
     geo = tiledmm.Geometry((32, 32, 8), (4, 4), (("use_local", 1), ("stages", 2)))
     plan = tiledmm.make_plan(32, 32, 16, dtype="float32", kernel="register", device=BE.device(),
                              geometry=geo)  # fmt: skip
-    a = BE.asarray(np.ones((32, 16), np.float32), np.dtype(np.float32))
-    b = BE.asarray(np.ones((16, 32), np.float32), np.dtype(np.float32))
+    rng = np.random.default_rng()
+    a = BE.asarray(rng.standard_normal((32, 16)).astype(np.float32), np.dtype(np.float32))
+    b = BE.asarray(rng.standard_normal((16, 32)).astype(np.float32), np.dtype(np.float32))
     with pytest.raises(ValueError, match="use stages=1 on PoCL"):
         BE.run(plan, a, b, BE.empty((32, 32), np.dtype(np.float32)))
 

@@ -4,7 +4,9 @@ One source per family (``naive.cl``, ``tiled.cl``, ``register.cl``) is written i
 dialect of ``gemm_common.h``; :func:`source` inlines the header and prepends the ``#define``s
 a plan asks for, so the same text compiles as OpenCL C and as CUDA C. :func:`defines` turns a
 plan (tiles + ``plan.options``) into those defines and checks the constraints the sources rely
-on. :func:`load_geometry` reads a backend's tuned-parameter JSON (keyed by device name).
+on. :func:`load_geometry` reads the one geometry database (``geometry.json``: tuned tiles by
+device name, defaults by device kind, for these sources and for numba-cuda's). ``launch`` runs
+the sources: the launch steps CuPy and OpenCL share.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tiledmm import DeviceSpec, Geometry
+from tiledmm import KERNEL_FAMILIES, DeviceSpec, Geometry
 
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
-    "aligned_ld", "pad_pays",
+    "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
-FAMILIES = ("naive", "tiled", "register")
+DATABASE = HERE / "geometry.json"
+FAMILIES = KERNEL_FAMILIES
 INT_MAX = 2**31 - 1  # the kernels index with 32-bit ints
 
 
@@ -32,7 +35,7 @@ def _read(name: str) -> str:
     return (HERE / name).read_text()
 
 
-def _itemsize(dtype: str) -> int:
+def itemsize(dtype: str) -> int:
     """Bytes per element of the kernels' two dtypes (REAL_BYTES)."""
     return 8 if dtype == "float64" else 4
 
@@ -53,7 +56,7 @@ def source(family: str, defs: dict[str, int]) -> str:
 
 def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     """Compile-time parameters for ``plan``; raises ValueError for tiles the source can't run."""
-    s = _itemsize(plan.dtype)
+    s = itemsize(plan.dtype)
     vw = vector_width(s)
     bm, bn, bk = plan.block_tile
     tm, tn = plan.thread_tile
@@ -108,35 +111,42 @@ def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 @cache
-def _table(path: str) -> dict:
-    p = Path(path)
-    return json.loads(p.read_text()) if p.exists() else {}
+def _entries(path: str) -> tuple[dict, ...]:
+    return tuple(json.loads(Path(path).read_text())["entries"])
 
 
-def load_geometry(path: Path, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
-    """Tiles for ``kernel``/``dtype`` on ``device`` from a backend's JSON table, fitted to it.
+def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str = "gemm-c",
+                  backend: str | None = None, shape_class: str | None = None,
+                  path: Path | None = None) -> Geometry | None:  # fmt: skip
+    """Tiles for ``kernel``/``dtype`` on ``device`` from the geometry database, fitted to it.
 
-    Lookup order: the device's own name under ``"devices"`` (tuned), then the device kind
-    (``"gpu"``/``"cpu"``) under ``"defaults"``. Each entry is ``{"block_tile": [...],
-    "thread_tile": [...], "options": {...}, "source": "..."}``; see :func:`fit` for the
-    entries that depend on the device.
+    ``kernels`` names the kernel source the tiles are for ("gemm-c": the shared C sources here;
+    "numba": numba-cuda's generated kernels). Lookup order: an entry for the device's own name
+    (tuned) before one for its kind ("gpu"/"cpu"); then one for ``backend`` before a shared one;
+    then one for ``shape_class`` before a general one. See ``geometry.json``'s ``about``.
     """
-    table = _table(str(path))
-    for section, key, src in (
-        ("devices", device.name, f"tuned on {device.name}"),
-        ("defaults", device.kind, f"default for {device.kind}"),
-    ):
-        e = table.get(section, {}).get(key, {}).get(dtype, {}).get(kernel)
-        if e:
-            return fit(Geometry.from_dict(e, src), kernel, dtype, device)
-    return None
+    best, rank = None, None
+    for e in _entries(str(path or DATABASE)):
+        if e["kernels"] != kernels or e["family"] != kernel or e.get("dtype", dtype) != dtype:
+            continue
+        if e.get("backend", backend) != backend or e.get("shape_class", shape_class) != shape_class:
+            continue
+        if e.get("device", device.name) != device.name or e.get("kind", device.kind) != device.kind:
+            continue
+        r = ("device" not in e, "backend" not in e, "shape_class" not in e)
+        if rank is None or r < rank:
+            best, rank = e, r
+    if best is None:
+        return None
+    src = f"tuned on {device.name}" if "device" in best else f"default for {device.kind}"
+    return fit(Geometry.from_dict(best, src), kernel, dtype, device)
 
 
 def fit(geo: Geometry, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
     """``geo`` made to fit ``device``: option values ``"simd"`` become the device's native
     vector width in elements (``simd_bytes`` / element size), and the one-output-per-item
     families halve their larger group side until the group fits ``max_threads_per_block``."""
-    lanes = max(1, device.simd_bytes // _itemsize(dtype))
+    lanes = max(1, device.simd_bytes // itemsize(dtype))
     opts = tuple((k, lanes if v == "simd" else v) for k, v in geo.options)
     (bm, bn, bk), limit = geo.block_tile, max(1, device.max_threads_per_block)
     while kernel in ("naive", "tiled") and bm * bn > limit:
@@ -160,14 +170,8 @@ def pad_pays(plan: Any) -> bool:
     the copy kernels ran far below the copy ceiling (benches/results/logs/h200-pad-probe.log)."""
     if plan.kernel != "register" or not int(plan.options.get("use_local", 1)):
         return False
-    dev, s = plan.device, _itemsize(plan.dtype)
+    dev, s = plan.device, itemsize(plan.dtype)
     if dev.bandwidth <= 0:
         return False
     copy = 2 * (plan.m * plan.k + plan.k * plan.n) * s / dev.bandwidth
     return copy < 0.05 * plan.flops / dev.peak(plan.dtype)
-
-
-def check_int32(*sizes: int) -> None:
-    """The kernels index with 32-bit ints: refuse operands whose extents would overflow."""
-    if max(sizes, default=0) > INT_MAX:
-        raise ValueError("operands too large for the 32-bit indexing of the tiledmm kernels")

@@ -1,38 +1,40 @@
 """Numba CUDA backend: the three kernel families written in Python with ``numba.cuda``.
 
 Arrays: NumPy in -> NumPy out (the API copies through ``to_numpy``); Numba device arrays and
-anything with ``__cuda_array_interface__`` stay on the device. Result kind: if either operand
-of the call was a CuPy array and CuPy imports, the result is a CuPy array; otherwise a Numba
-``DeviceNDArray`` (zero-copy ``cupy.asarray``/``torch.as_tensor`` views convert it). The API
-calls ``asarray(a)``, ``asarray(b)``, ``empty(...)`` in that order on one thread, so the
-backend remembers per thread whether the last two operands were CuPy arrays.
+anything with ``__cuda_array_interface__`` stay on the device. Result kind: decided by the
+caller's operand that the API passes to ``empty(shape, dtype, like=...)``: a CuPy array gives
+a CuPy result, anything else a Numba ``DeviceNDArray`` (zero-copy ``cupy.asarray`` /
+``torch.as_tensor`` views convert it). No state is kept between calls.
 
 Kernels are generated per parameter set (see ``kernels.py``), compiled once per signature,
-cached on disk, and launched through a per-plan ``Launcher`` (no per-call typing). Indices
-are unsigned 32-bit: one matrix may hold at most 2**32 - 1 elements. Nothing here imports
-Numba until the backend is used; ``unavailable_reason`` says what is missing and how to fix it.
+cached on disk, and launched through a ``Launcher`` per launch (``plan.launch_key``, device;
+a bounded cache; no per-call typing). Tiles come from the geometry database
+(``kernels/geometry.json``, section "numba"), the device description from
+``tiledmm_backends.nvidia``. Indices are unsigned 32-bit: one matrix may hold at most
+2**32 - 1 elements. ``engine.py`` is the only module that imports ``numba.cuda``, lazily;
+``unavailable_reason`` says what is missing and how to fix it.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
-import json
 import os
-import threading
+import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tiledmm import Backend, Geometry, hookimpl
-from tiledmm.device import DeviceSpec
+from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
+from tiledmm.cache import LRUCache
 
-__all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility"]
+from .. import kernels as K
+from .. import nvidia
 
-_TUNED = Path(__file__).with_name("tuned.json")
-_SIM_NAME = "CUDA simulator"
+__all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]
+
+SIM_NAME = "CUDA simulator"
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -67,28 +69,9 @@ def _simulating() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0")
 
 
-@cache
-def _tuned() -> dict:
-    try:
-        return json.loads(_TUNED.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _default_geometry(kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
-    if device.name == _SIM_NAME:  # the simulator runs a Python thread per CUDA thread
-        tiles = {"naive": ((8, 8, 1), (1, 1)), "tiled": ((8, 8, 8), (1, 1))}
-        bt, tt = tiles.get(kernel, ((16, 16, 4), (4, 4)))
-        return Geometry(bt, tt, source="numba-cuda simulator: small tiles")
-    if kernel == "naive":
-        return Geometry((16, 16, 1), source="numba-cuda default")
-    if kernel == "tiled":
-        return Geometry((16, 16, 16), source="numba-cuda default")
-    if dtype == "float32":
-        opts = (("layout", "strided"), ("pad", 0), ("unroll_k", False))
-        return Geometry((128, 128, 8), (8, 8), opts, source="numba-cuda default")
-    opts = (("layout", "strided"), ("pad", 0), ("unroll_k", False))
-    return Geometry((64, 64, 8), (4, 4), opts, source="numba-cuda default")
+def _is_cupy(x: Any) -> bool:
+    cp = sys.modules.get("cupy")  # a CuPy array exists only once cupy is imported
+    return cp is not None and isinstance(x, cp.ndarray)
 
 
 class NumbaCudaBackend(Backend):
@@ -100,8 +83,8 @@ class NumbaCudaBackend(Backend):
     priority = 10
 
     def __init__(self) -> None:
-        self._launchers: dict[int, tuple[Any, Any]] = {}
-        self._tls = threading.local()
+        self._launchers: LRUCache[Any] = LRUCache(256)
+        self._last: tuple | None = None  # (plan, launcher) of the last call
 
     # ----------------------------------------------------------------- availability, device
 
@@ -118,7 +101,7 @@ class NumbaCudaBackend(Backend):
         if bad and not _simulating():
             return bad
         try:
-            from . import _numba as nb
+            from . import engine as nb
         except Exception as exc:  # noqa: BLE001 - any import failure is a reason
             return (
                 f"numba.cuda failed to import ({type(exc).__name__}: {exc}): "
@@ -137,10 +120,7 @@ class NumbaCudaBackend(Backend):
         return _device_spec().with_calibration()
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
-        entry = _tuned().get(device.name, {}).get(f"{kernel}/{dtype}")
-        if entry:
-            return Geometry.from_dict(entry, f"tuned on {device.name}")
-        return _default_geometry(kernel, dtype, device)
+        return K.load_geometry(kernel, dtype, device, kernels="numba", backend=self.name)
 
     # ----------------------------------------------------------------- arrays
 
@@ -149,16 +129,11 @@ class NumbaCudaBackend(Backend):
             return True
         return _simulating() and type(x).__name__ == "FakeCUDAArray"
 
-    def _note_kind(self, is_cupy: bool) -> None:
-        self._tls.kinds = (getattr(self._tls, "kinds", (False, False))[1], is_cupy)
-
     def asarray(self, x: Any, dtype: np.dtype) -> Any:
-        from . import _numba as nb
+        from . import engine as nb
 
         dtype = np.dtype(dtype)
-        is_cupy = type(x).__module__.startswith("cupy")
-        self._note_kind(is_cupy)
-        if is_cupy:
+        if _is_cupy(x):
             return x if x.dtype == dtype else x.astype(dtype)
         if isinstance(x, np.ndarray) or not self.accepts(x):
             return nb.to_device(np.ascontiguousarray(x, dtype=dtype))
@@ -174,15 +149,11 @@ class NumbaCudaBackend(Backend):
             )
         return out
 
-    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        if any(getattr(self._tls, "kinds", ())):
-            try:
-                import cupy
-
-                return cupy.empty(shape, dtype)
-            except ImportError:
-                pass
-        from . import _numba as nb
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
+        """A CuPy array when ``like`` (the caller's operand) is one, else a Numba array."""
+        if _is_cupy(like):
+            return sys.modules["cupy"].empty(shape, dtype)
+        from . import engine as nb
 
         return nb.device_array(shape, dtype)
 
@@ -193,7 +164,7 @@ class NumbaCudaBackend(Backend):
             return x.copy_to_host()
         if hasattr(x, "get"):
             return x.get()
-        from . import _numba as nb
+        from . import engine as nb
 
         return nb.wrap(x).copy_to_host()
 
@@ -203,24 +174,24 @@ class NumbaCudaBackend(Backend):
         try:
             import cupy
         except ImportError:
-            from . import _numba as nb
+            from . import engine as nb
 
             return nb.to_device(np.matmul(self.to_numpy(a), self.to_numpy(b)))
         res = cupy.matmul(cupy.asarray(a), cupy.asarray(b))
-        if type(a).__module__.startswith("cupy"):
+        if _is_cupy(a):
             return res
-        from . import _numba as nb
+        from . import engine as nb
 
         return nb.wrap(res)
 
     def synchronize(self) -> None:
-        from . import _numba as nb
+        from . import engine as nb
 
         nb.synchronize()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call between CUDA events (host timer under the simulator)."""
-        from . import _numba as nb
+        from . import engine as nb
 
         if nb.SIMULATOR:
             return super().timings(fn, repeat=repeat, warmup=warmup)
@@ -229,11 +200,20 @@ class NumbaCudaBackend(Backend):
     # ----------------------------------------------------------------- the kernel
 
     def launcher(self, plan) -> Any:
-        """The bound kernel for ``plan`` (compiled on first use, then cached per plan)."""
-        hit = self._launchers.get(id(plan))
-        if hit is not None and hit[0] is plan:
-            return hit[1]
-        from . import _numba as nb
+        """The bound kernel for ``plan`` (compiled on first use, then cached per launch key
+        and device; the last plan is also remembered by identity)."""
+        last = self._last
+        if last is not None and last[0] is plan:
+            return last[1]
+        from . import engine as nb
+
+        key = (plan.launch_key, nb.device_id())
+        launch = self._launchers.get_or_make(key, lambda: self._make_launcher(plan))
+        self._last = (plan, launch)
+        return launch
+
+    def _make_launcher(self, plan) -> Any:
+        from . import engine as nb
         from .kernels import KernelSpec
 
         bm, bn, bk = plan.block_tile
@@ -244,12 +224,10 @@ class NumbaCudaBackend(Backend):
             layout=o.get("layout", "strided"), pad=int(o.get("pad", 0)),
             unroll_k=bool(o.get("unroll_k", False)), stages=int(o.get("stages", 1)),
         )  # fmt: skip
-        launch = nb.Launcher(spec, plan.grid)
-        self._launchers[id(plan)] = (plan, launch)
-        return launch
+        return nb.Launcher(spec, plan.grid)
 
     def run(self, plan, a, b, out) -> None:
-        from . import _numba as nb
+        from . import engine as nb
 
         m, n, k = plan.m, plan.n, plan.k
         if max(m * k, k * n, m * n) >= 1 << 32:
@@ -271,7 +249,7 @@ class NumbaCudaBackend(Backend):
 
 def _contig(x: Any) -> Any:
     """A C-contiguous Numba array with the values of ``x`` (a view when it already is one)."""
-    from . import _numba as nb
+    from . import engine as nb
 
     x = nb.wrap(x)
     if x.is_c_contiguous():
@@ -283,56 +261,45 @@ def _contig(x: Any) -> Any:
 
 @cache
 def _device_spec() -> DeviceSpec:
-    from . import _numba as nb
+    from . import engine as nb
 
     if nb.SIMULATOR:
         return DeviceSpec(
-            name=_SIM_NAME, kind="gpu", vendor="NVIDIA (simulated)", compute_units=1,
+            name=SIM_NAME, kind="gpu", vendor="NVIDIA (simulated)", compute_units=1,
             warp_size=32, max_shared_per_block=48 * 1024, shared_per_unit=48 * 1024,
             peak_flops=(("float32", 1e6), ("float64", 1e6)), bandwidth=1e6,
             launch_overhead=1e-3, ceilings_source="estimate: the simulator runs on the host",
         )  # fmt: skip
-    return _device_from(nb.cuda.get_current_device())
+    return device_spec_from(nb.cuda.get_current_device())
 
 
-def _attr(dev: Any, name: str, default: int) -> int:
-    try:
-        return int(getattr(dev, name))
-    except (AttributeError, TypeError, ValueError):  # attribute unknown to this driver/binding
-        return default
+# numba.cuda device attribute (CU_DEVICE_ATTRIBUTE_* without the prefix) for each of
+# nvidia.device_spec's keys
+_ATTRS = dict(
+    sms="MULTIPROCESSOR_COUNT", clock_khz="CLOCK_RATE", mem_clock_khz="MEMORY_CLOCK_RATE",
+    bus_bits="GLOBAL_MEMORY_BUS_WIDTH", warp="WARP_SIZE", threads_per_block="MAX_THREADS_PER_BLOCK",
+    threads_per_sm="MAX_THREADS_PER_MULTIPROCESSOR", blocks_per_sm="MAX_BLOCKS_PER_MULTIPROCESSOR",
+    shared_optin="MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+    shared_per_sm="MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+    regs_per_sm="MAX_REGISTERS_PER_MULTIPROCESSOR", l2="L2_CACHE_SIZE",
+)  # fmt: skip
 
 
-def _device_from(dev: Any) -> DeviceSpec:
-    """A DeviceSpec from a numba.cuda device's attributes (CU_DEVICE_ATTRIBUTE_* names)."""
+def device_spec_from(dev: Any) -> DeviceSpec:
+    """A DeviceSpec from a numba.cuda device's attributes (missing ones take defaults)."""
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    cc = dev.compute_capability
-    sms = _attr(dev, "MULTIPROCESSOR_COUNT", 1)
-    clock = _attr(dev, "CLOCK_RATE", 1000000) * 1e3  # kHz -> Hz
-    lanes = 128 if cc[0] >= 8 and cc != (8, 0) else 64  # FP32 lanes per SM
-    fp64 = 64 if cc in ((6, 0), (7, 0), (8, 0), (9, 0)) else 2
-    mem_hz = _attr(dev, "MEMORY_CLOCK_RATE", 1000000) * 1e3
-    bw = 2 * mem_hz * _attr(dev, "GLOBAL_MEMORY_BUS_WIDTH", 256) / 8
-    optin = _attr(dev, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0)
-    return DeviceSpec(
-        name=name, kind="gpu", vendor="NVIDIA", compute_units=sms,
-        warp_size=_attr(dev, "WARP_SIZE", 32),
-        max_threads_per_block=_attr(dev, "MAX_THREADS_PER_BLOCK", 1024),
-        max_threads_per_unit=_attr(dev, "MAX_THREADS_PER_MULTIPROCESSOR", 2048),
-        max_blocks_per_unit=_attr(dev, "MAX_BLOCKS_PER_MULTIPROCESSOR", 32),
-        # static shared arrays (all this backend uses) are capped at 48 KiB per block
-        max_shared_per_block=_attr(dev, "MAX_SHARED_MEMORY_PER_BLOCK", 49152),
-        shared_per_unit=_attr(dev, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", 49152),
-        registers_per_unit=_attr(dev, "MAX_REGISTERS_PER_MULTIPROCESSOR", 65536),
-        max_registers_per_thread=255,
-        caches=(("L2", _attr(dev, "L2_CACHE_SIZE", 0)),),
-        peak_flops=(("float32", sms * clock * lanes * 2), ("float64", sms * clock * fp64 * 2)),
-        bandwidth=bw, launch_overhead=27e-6,
-        ceilings_source=(
-            f"estimate from {sms} SMs x {clock / 1e9:.2f} GHz x {lanes} FP32 lanes x 2; "
-            "run `tiledmm calibrate` to measure"
-        ),
-        extra=(("compute_capability", f"{cc[0]}.{cc[1]}"), ("shared_optin_per_block", str(optin))),
-    )  # fmt: skip
+    a = {}
+    for key, attr in _ATTRS.items():
+        try:
+            a[key] = int(getattr(dev, attr))
+        except (AttributeError, TypeError, ValueError):  # unknown to this driver/binding
+            pass
+    a.setdefault("sms", 1)
+    a.setdefault("clock_khz", 1000000)
+    a.setdefault("mem_clock_khz", 1000000)
+    a.setdefault("bus_bits", 256)
+    cc = tuple(dev.compute_capability)
+    return nvidia.device_spec(name, cc, a, launch_overhead=27e-6)
 
 
 @hookimpl

@@ -5,8 +5,10 @@ that the CuPy backend runs as CUDA). ``TILEDMM_OPENCL_DEVICE`` picks the device 
 ``devices()`` or by a case-insensitive piece of its name (default: the first GPU, else the
 first device). Native arrays are ``pyopencl.array.Array`` on this backend's queue.
 
-The register family's geometry comes from ``geometry.json`` by device name, else by kind: on
-GPUs it stages tiles in local memory; on CPUs it is a local-memory-free vector micro-kernel.
+Tiles come from the geometry database (``kernels/geometry.json``) by device name, else by kind:
+on GPUs the register family stages tiles in local memory; on CPUs it is a local-memory-free
+vector micro-kernel. ``run`` is the shared launch path (``kernels.launch``) with this backend's
+array model (a buffer, an element offset and a leading dimension per operand) as the adapter.
 ``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
 is the honest yardstick on CPU devices. ``timings`` reads OpenCL profiling events: from the
 start of the first command a call enqueues to the end of its last (launch overhead excluded,
@@ -15,22 +17,24 @@ as CUDA events exclude it); calls that enqueue no tiledmm command fall back to w
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl, host_cpu
+from tiledmm.cache import LRUCache
 
 from .. import kernels as K
+from .. import nvidia
+from ..kernels import launch
 
-__all__ = ["OpenCLBackend", "register_backends"]
+__all__ = ["OpenCLBackend", "OpenCLState", "register_backends"]
 
-GEOMETRY = Path(__file__).with_name("geometry.json")
 ENV = "TILEDMM_OPENCL_DEVICE"
 
 _COPY2D = """
@@ -83,8 +87,9 @@ def _pick(choice: str):
     return (gpus or list(devs))[0]
 
 
-class _State:
-    """Context, queue and compiled programs for one device."""
+class OpenCLState:
+    """Context, queue and compiled programs for one device; also the array model that the
+    shared launch path (``kernels.launch.Adapter``) runs with on this device."""
 
     def __init__(self, dev) -> None:
         cl, _ = _cl()
@@ -96,24 +101,84 @@ class _State:
         self.scratch: dict[str, Any] = {}  # aligned copies of A and B, reused across calls
         self.fp64 = "cl_khr_fp64" in dev.extensions
         self.pocl = "portable computing language" in dev.platform.name.lower()
-        self.kernels: dict[Any, Any] = {}
-        self.calls: dict[Any, Any] = {}
+        self.kernels: LRUCache[Any] = LRUCache(256)
+        self.launches = launch.Launches(self._build)
 
-    def enqueue(self, kern, *args) -> None:
+    def kernel(self, name: str, src: str):
+        """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
+        return self.kernels.get_or_make((name, src), lambda: self._program(name, src))
+
+    def _program(self, name: str, src: str):
+        cl, _ = _cl()
+        return getattr(cl.Program(self.ctx, src).build(options=["-cl-mad-enable"]), name)
+
+    def _build(self, plan, aligned: bool):
+        defs = K.defines(plan, aligned)
+        if self.pocl and defs.get("STAGES", 1) > 1:  # see docs/kernels.md, "not reached"
+            raise ValueError(
+                "stages=2 (double-buffered register tiles) is miscompiled by PoCL: wrong "
+                "results for some tiles, exact without optimization; use stages=1 on PoCL"
+            )
+        (gx, gy), (lx, ly) = K.launch_shape(plan)
+        return self.kernel("gemm", K.source(plan.kernel, defs)), (gx * lx, gy * ly), (lx, ly)
+
+    # ------------------------------------------------------------------ the adapter
+
+    def layout(self, x) -> launch.Layout:
+        s0, s1 = x.strides
+        return launch.Layout(x.base_data, id(x.base_data), x.offset, s0, s1,
+                             x.offset // x.dtype.itemsize)  # fmt: skip
+
+    def empty(self, shape, dtype):
+        _, cla = _cl()
+        return cla.empty(self.queue, shape, dtype)
+
+    def contiguous(self, x):
+        if x.flags.c_contiguous or x.ndim != 2:
+            return x
+        y = self.empty(x.shape, x.dtype)
+        self.copy(x, y)
+        return y
+
+    def aligned_copy(self, x, ld: int, role: str):
+        """``x`` copied into rows of ``ld`` elements of a scratch buffer per ``role`` (reused
+        by the next call of the same shape: the queue is in order)."""
+        rows, cols = x.shape
+        y = self.scratch.get(role)
+        if y is None or y.shape != (rows, ld) or y.dtype != x.dtype:
+            y = self.scratch[role] = self.empty((rows, ld), x.dtype)
+        self.copy(x, y[:, :cols])
+        return y[:, :cols]
+
+    def copy(self, src, dst) -> None:
+        """``dst[...] = src`` for strided 2-D arrays of one dtype (one small kernel)."""
+        rows, cols = src.shape
+        if not rows or not cols:
+            return
+        dt = src.dtype
+        k = self.kernel("copy2d", f"#define REAL_BYTES {dt.itemsize}\n" + _COPY2D)
+        so, s0, s1 = _strided(src)
+        do, d0, d1 = _strided(dst)
+        i32, i64 = np.int32, np.int64
+        self.enqueue_kernel(k, ((cols + 15) // 16 * 16, (rows + 15) // 16 * 16), (16, 16),
+          i32(rows), i32(cols), src.base_data, i64(so), i64(s0), i64(s1),
+          dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
+
+    def device_id(self) -> int:
+        return id(self)
+
+    def enqueue(self, call, m: int, n: int, k: int, a: tuple, b: tuple, c: tuple) -> None:
+        kern, gsize, lsize = call
+        i32 = np.int32
+        self.enqueue_kernel(kern, gsize, lsize, i32(m), i32(n), i32(k),
+             a[0], i32(a[1]), i32(a[2]), b[0], i32(b[1]), i32(b[2]),
+             c[0], i32(c[1]), i32(c[2]))  # fmt: skip
+
+    def enqueue_kernel(self, kern, *args) -> None:
         """Launch ``kern`` on the queue, keeping its event while ``timings`` records."""
         event = kern(self.queue, *args)
         if self.events is not None:
             self.events.append(event)
-
-    def kernel(self, name: str, src: str):
-        """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
-        key = (name, src)
-        k = self.kernels.get(key)
-        if k is None:
-            cl, _ = _cl()
-            k = getattr(cl.Program(self.ctx, src).build(options=["-cl-mad-enable"]), name)
-            self.kernels[key] = k
-        return k
 
 
 def _spec(dev) -> DeviceSpec:
@@ -131,30 +196,43 @@ def _spec(dev) -> DeviceSpec:
             simd_bytes=4 * max(1, dev.native_vector_width_float),
             extra=h.extra + (("opencl", f"{dev.platform.name} / {dev.version}"),),
         )
-    nv = "NVIDIA" in dev.vendor.upper()
-    lanes = 128 if nv else 64  # FP32 lanes per compute unit (Hopper/Ampere+ SM; a guess else)
-    clock = dev.max_clock_frequency * 1e6
-    peak32 = cu * lanes * 2 * clock
+    via = (("opencl", f"{dev.platform.name} / {dev.version}"),)
+    clock_khz = dev.max_clock_frequency * 1e3
+    if "NVIDIA" in dev.vendor.upper():  # the CUDA backends' description, as OpenCL reports it
+        cc = _nv_compute_capability(dev)
+        a = dict(sms=cu, clock_khz=clock_khz, bandwidth=3e12, threads_per_block=wg,
+                 shared_optin=lmem, l2=dev.global_mem_cache_size)  # fmt: skip
+        spec = nvidia.device_spec(name, cc, a, launch_overhead=8e-6, extra=via)
+        return spec.with_calibration()
+    peak32 = cu * 64 * 2 * clock_khz * 1e3  # 64 FP32 lanes per compute unit: a guess
     return DeviceSpec(
         name=name,
         kind="gpu",
         vendor=dev.vendor,
         compute_units=cu,
-        warp_size=32 if nv else 64,
+        warp_size=64,
         max_threads_per_block=wg,
         max_threads_per_unit=2048,
         max_shared_per_block=lmem,
-        shared_per_unit=max(lmem, 228 * 1024 if nv else lmem),
+        shared_per_unit=lmem,
         caches=(("L2", dev.global_mem_cache_size),),
-        peak_flops=(("float32", peak32), ("float64", peak32 / 2 if nv else peak32 / 16)),
-        bandwidth=3e12 if nv else 5e11,
+        peak_flops=(("float32", peak32), ("float64", peak32 / 16)),
+        bandwidth=5e11,
         launch_overhead=8e-6,
         ceilings_source=(
-            f"estimate from {cu} units x {lanes} lanes x {clock / 1e9:.2f} GHz; bandwidth a "
+            f"estimate from {cu} units x 64 lanes x {clock_khz / 1e6:.2f} GHz; bandwidth a "
             "guess (OpenCL does not report it); run `tiledmm calibrate` to measure"
         ),
-        extra=(("opencl", f"{dev.platform.name} / {dev.version}"),),
+        extra=via,
     ).with_calibration()
+
+
+def _nv_compute_capability(dev) -> tuple[int, int]:
+    """From ``cl_nv_device_attribute_query``; (9, 0) (the H200's) where it is missing."""
+    try:
+        return int(dev.compute_capability_major_nv), int(dev.compute_capability_minor_nv)
+    except Exception:  # noqa: BLE001 - extension absent or unknown to this pyopencl
+        return (9, 0)
 
 
 def _strided(x) -> tuple[int, int, int]:
@@ -170,15 +248,16 @@ class OpenCLBackend(Backend):
     priority = 5
 
     def __init__(self) -> None:
-        self._states: dict[str, _State] = {}
+        self._states: dict[str, OpenCLState] = {}
 
     # ------------------------------------------------------------------ device
 
-    def _state(self) -> _State:
+    def state(self) -> OpenCLState:
+        """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs."""
         choice = os.environ.get(ENV, "")
         st = self._states.get(choice)
         if st is None:
-            st = self._states[choice] = _State(_pick(choice))
+            st = self._states[choice] = OpenCLState(_pick(choice))
         return st
 
     def unavailable_reason(self) -> str | None:
@@ -187,7 +266,7 @@ class OpenCLBackend(Backend):
         except ImportError:
             return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
         try:
-            self._state()
+            self.state()
         except Exception as exc:  # noqa: BLE001 - no platform, bad selection, ICD trouble
             return (
                 f"no usable OpenCL device: {exc} (install a driver or PoCL: "
@@ -198,18 +277,18 @@ class OpenCLBackend(Backend):
     @property
     def dtypes(self) -> tuple[str, ...]:  # float64 only where the device has cl_khr_fp64
         try:
-            return ("float32", "float64") if self._state().fp64 else ("float32",)
+            return ("float32", "float64") if self.state().fp64 else ("float32",)
         except Exception:  # noqa: BLE001
             return ("float32",)
 
     def device(self) -> DeviceSpec:
-        return _spec_cached(self._state().dev)
+        return _spec_cached(self.state().dev)
 
     def devices(self) -> list[DeviceSpec]:
         return [_spec_cached(d) for d in _all_devices()]
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
-        return K.load_geometry(GEOMETRY, kernel, dtype, device)
+        return K.load_geometry(kernel, dtype, device, backend=self.name)
 
     # ------------------------------------------------------------------ arrays
 
@@ -222,25 +301,26 @@ class OpenCLBackend(Backend):
 
     def asarray(self, x: Any, dtype: np.dtype) -> Any:
         _, cla = _cl()
-        q = self._state().queue
+        q = self.state().queue
+        _check_size(np.shape(x))  # before the host copy and the buffer
         if isinstance(x, cla.Array):
             if x.dtype != dtype:
-                x = self._contiguous(x).astype(dtype)
+                x = self.state().contiguous(x).astype(dtype)
             return x
         return cla.to_device(q, np.ascontiguousarray(x, dtype=dtype))
 
-    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        _, cla = _cl()
-        return cla.empty(self._state().queue, shape, dtype)
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
+        _check_size(tuple(shape))
+        return self.state().empty(shape, dtype)
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        return self._contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
+        return self.state().contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
 
     def vendor_matmul(self, a: Any, b: Any) -> Any:
         """numpy.matmul through the host: OpenCL ships no BLAS; on CPU devices this is the
         OpenBLAS yardstick the kernels are compared against."""
         _, cla = _cl()
-        return cla.to_device(self._state().queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
+        return cla.to_device(self.state().queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
 
     def vendor_backend(self) -> Backend:
         """The yardstick's backend: cuBLAS through CuPy on an NVIDIA GPU (when available);
@@ -256,11 +336,11 @@ class OpenCLBackend(Backend):
         return self
 
     def synchronize(self) -> None:
-        self._state().queue.finish()
+        self.state().queue.finish()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call from profiling events (first command's start to last one's end)."""
-        st = self._state()
+        st = self.state()
         for _ in range(warmup):
             fn()
         st.queue.finish()
@@ -278,92 +358,22 @@ class OpenCLBackend(Backend):
             times.append(span * 1e-9 if span is not None else wall)
         return times
 
-    # ------------------------------------------------------------------ strided copies
-
-    def _copy(self, src, dst) -> None:
-        st = self._state()
-        rows, cols = src.shape
-        if not rows or not cols:
-            return
-        dt = src.dtype
-        k = st.kernel("copy2d", f"#define REAL_BYTES {dt.itemsize}\n" + _COPY2D)
-        so, s0, s1 = _strided(src)
-        do, d0, d1 = _strided(dst)
-        i32, i64 = np.int32, np.int64
-        st.enqueue(k, ((cols + 15) // 16 * 16, (rows + 15) // 16 * 16), (16, 16),
-          i32(rows), i32(cols), src.base_data, i64(so), i64(s0), i64(s1),
-          dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
-
-    def _aligned_copy(self, x, vw: int, role: str) -> tuple[Any, int, int]:
-        """``x`` copied into rows of ``aligned_ld`` elements (a scratch buffer per ``role``,
-        kept for the next call of the same shape): (array, offset 0, ld)."""
-        _, cla = _cl()
-        st = self._state()
-        rows, cols = x.shape
-        ld = K.aligned_ld(cols, vw)
-        y = st.scratch.get(role)  # the queue is in order: the last kernel is done reading it
-        if y is None or y.shape != (rows, ld) or y.dtype != x.dtype:
-            y = st.scratch[role] = cla.empty(st.queue, (rows, ld), x.dtype)
-        self._copy(x, y[:, :cols])
-        return y, 0, ld
-
-    def _contiguous(self, x):
-        if x.flags.c_contiguous or x.ndim != 2:
-            return x
-        _, cla = _cl()
-        y = cla.empty(self._state().queue, x.shape, x.dtype)
-        self._copy(x, y)
-        return y
-
-    def _rowmajor(self, x) -> tuple[Any, int, int]:
-        """(array, offset, leading dimension) with unit column stride, copying if needed."""
-        off, s0, s1 = _strided(x)
-        rows, cols = x.shape
-        if (s1 == 1 or cols <= 1) and s0 >= cols and off >= 0:
-            return x, off, max(s0, 1)
-        y = self._contiguous(x) if not x.flags.c_contiguous else x
-        return y, y.offset // y.dtype.itemsize, max(cols, 1)
-
     # ------------------------------------------------------------------ the kernel
 
     def run(self, plan, a, b, out) -> None:
-        st = self._state()
-        m, kk = a.shape
-        n = b.shape[1]
-        K.check_int32(a.size, b.size, out.size)
-        a, oa, lda = self._rowmajor(a)
-        b, ob, ldb = self._rowmajor(b)
-        direct = out.strides[1] == out.dtype.itemsize or n == 1
-        c = out if direct and out.strides[0] >= 0 else self.empty((m, n), out.dtype)
-        oc, ldc = c.offset // c.dtype.itemsize, max(c.strides[0] // c.dtype.itemsize, 1)
-        vw = K.vector_width(c.dtype.itemsize)
-        aligned = not (lda % vw or ldb % vw or oa % vw or ob % vw)
-        if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
-            if lda % vw or oa % vw:
-                a, oa, lda = self._aligned_copy(a, vw, "a")
-            if ldb % vw or ob % vw:
-                b, ob, ldb = self._aligned_copy(b, vw, "b")
-            aligned = True
-        key = (id(plan), aligned)
-        call = st.calls.get(key)
-        if call is None:
-            defs = K.defines(plan, aligned)
-            if st.pocl and defs.get("STAGES", 1) > 1:  # see docs/kernels.md, "not reached"
-                raise ValueError(
-                    "stages=2 (double-buffered register tiles) is miscompiled by PoCL: wrong "
-                    "results for some tiles, exact without optimization; use stages=1 on PoCL"
-                )
-            src = K.source(plan.kernel, defs)
-            kern = st.kernel("gemm", src)
-            (gx, gy), (lx, ly) = K.launch_shape(plan)
-            call = st.calls[key] = (plan, kern, (gx * lx, gy * ly), (lx, ly))
-        _, kern, gsize, lsize = call
-        i32 = np.int32
-        st.enqueue(kern, gsize, lsize, i32(m), i32(n), i32(kk),
-             a.base_data, i32(oa), i32(lda), b.base_data, i32(ob), i32(ldb),
-             c.base_data, i32(oc), i32(ldc))  # fmt: skip
-        if c is not out:
-            self._copy(c, out)
+        st = self.state()
+        launch.run(st, st.launches, plan, a, b, out)
+
+
+def _check_size(shape: tuple[int, ...]) -> None:
+    """Buffers are indexed with 32-bit element offsets: refuse a larger operand up front."""
+    if math.prod(shape) > K.INT_MAX:
+        shape = "x".join(map(str, shape))
+        raise ValueError(
+            f"an operand of {shape} elements is too large for the OpenCL backend's 32-bit "
+            "indexing (more than 2**31-1 elements): use backend='numpy', or split the product "
+            "into blocks"
+        )
 
 
 @cache

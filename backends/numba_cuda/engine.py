@@ -87,7 +87,10 @@ class Launcher:
                 self._fast = self._bind_fast()
             except Exception:  # noqa: BLE001 - internals moved: use the public path
                 self._fast = None
-        self._configured = self.dispatcher[self.grid, self.block]
+        # The simulator's ``dispatcher[grid, block]`` configures and returns the dispatcher
+        # itself (one object per kernel), so a kept configuration is overwritten by the next
+        # launcher of the same kernel: configure per call there.
+        self._configured = None if SIMULATOR else self.dispatcher[self.grid, self.block]
 
     def _bind_fast(self):
         from numba.cuda import dispatcher as dmod
@@ -95,10 +98,7 @@ class Launcher:
 
         kern = next(iter(self.dispatcher.overloads.values()))
         cufunc = kern._codelibrary.get_cufunc()
-        if getattr(dmod, "CUDA_CORE_GE_1_0", True):
-            cfg = dmod.LaunchConfig(grid=self.grid, block=self.block, shmem_size=0)
-        else:  # pragma: no cover - older cuda.core
-            cfg = dmod.LaunchConfig(grid=self.grid, block=self.block, shmem_size=0)
+        cfg = dmod.LaunchConfig(grid=self.grid, block=self.block, shmem_size=0)
         stream = driver._to_core_stream(0)
         return dmod.launch, stream, cfg, cufunc.kernel
 
@@ -114,9 +114,10 @@ class Launcher:
             args += (ctypes.c_uint32(m), ctypes.c_uint32(n), ctypes.c_uint32(k))
             launch(stream, cfg, fn, *args)
             return
-        self._configured(
-            a.reshape(a.size), b.reshape(b.size), c.reshape(c.size), _U32(m), _U32(n), _U32(k)
-        )
+        launch = self._configured
+        if launch is None:
+            launch = self.dispatcher[self.grid, self.block]
+        launch(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size), _U32(m), _U32(n), _U32(k))
 
 
 def bare_launch(spec: KernelSpec, grid, a, b, c, m: int, n: int, k: int) -> None:
@@ -172,6 +173,13 @@ def c_contiguous(x: Any) -> bool:
         return bool(flags.c_contiguous)
     strides = x.__cuda_array_interface__.get("strides")
     return strides is None
+
+
+def device_id() -> int:
+    """The current CUDA device's ordinal (0 under the simulator)."""
+    if SIMULATOR:
+        return 0
+    return int(cuda.get_current_device().id)
 
 
 to_device = cuda.to_device
