@@ -94,3 +94,46 @@ def test_register_kernel_rejects_unsupported_micro_tile():
     a = np.ones((8, 8), np.float32)
     with pytest.raises(ValueError, match="4 x TN"):
         tiledmm.get_backend("numba-cpu").run(plan, a, a, np.empty_like(a))
+
+
+def _read_only_operands(tmp_path, rng, dtype):
+    """(label, A, B) pairs of read-only kinds: setflags, broadcast_to (zero stride), memmap."""
+    a = rng.standard_normal((37, 19)).astype(dtype)
+    b = rng.standard_normal((19, 23)).astype(dtype)
+    frozen = a.copy()
+    frozen.setflags(write=False)
+    row = np.broadcast_to(rng.standard_normal((1, 23)).astype(dtype), (19, 23))
+    path = tmp_path / "b.bin"
+    b.tofile(path)
+    mapped = np.memmap(path, dtype=dtype, mode="r", shape=b.shape)
+    return [("setflags", frozen, b), ("broadcast", a, row), ("memmap", frozen.T.T, mapped)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kernel", FAMILIES)
+def test_read_only_inputs(kernel, dtype, tmp_path):
+    rng = np.random.default_rng()
+    for label, a, b in _read_only_operands(tmp_path, rng, dtype):
+        assert not (a.flags.writeable and b.flags.writeable), label
+        c = _run(a, b, kernel)
+        ref = _reference(a, b)
+        tol = 1e-5 if dtype == "float32" else 1e-12
+        assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < tol, (label, kernel)
+        got = tiledmm.matmul(a, b, backend="numba-cpu", kernel=kernel)
+        np.testing.assert_allclose(got, ref, rtol=tol * 10, atol=tol * 10, err_msg=label)
+
+
+@pytest.mark.parametrize("kernel", FAMILIES)
+def test_read_only_out_raises_numpys_error(kernel):
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((6, 5)), rng.standard_normal((5, 4))
+    out = np.full((6, 4), np.nan)
+    out.setflags(write=False)
+    with pytest.raises(ValueError) as want:
+        np.matmul(a, b, out=out)
+    with pytest.raises(ValueError) as got:
+        _run(a, b, kernel, out)
+    assert str(got.value) == str(want.value) == "output array is read-only"
+    with pytest.raises(ValueError, match="read-only"):
+        tiledmm.matmul(a, b, backend="numba-cpu", kernel=kernel, out=out)
+    assert np.isnan(out).all()

@@ -54,6 +54,8 @@ class NumbaCpuBackend(Backend):
         )
 
     def run(self, plan: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        if not out.flags.writeable:
+            raise ValueError("output array is read-only")  # numpy.matmul's words
         bm, bn, bk = plan.block_tile
         tm, tn = plan.thread_tile
         if plan.kernel == "register" and (tm != 4 or bn % tn or bm % 4):

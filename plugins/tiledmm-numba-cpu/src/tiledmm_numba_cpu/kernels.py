@@ -18,7 +18,7 @@ results are IEEE (no reassociation, no FMA contraction), so NaN and Inf propagat
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 __all__ = ["kernel", "MICRO_ROWS"]
 
@@ -147,11 +147,14 @@ _compiled: dict = {}
 
 
 def kernel(family: str, dtype: np.dtype):
-    """The compiled kernel for a family and dtype (one layout-generic signature each)."""
+    """The compiled kernel for a family and dtype: one layout-generic signature each, whose A
+    and B are read-only arrays, so writable, read-only (``setflags(write=False)``, read-only
+    memmaps) and broadcast operands all convert to it (Numba: writable -> read-only is safe)."""
     key = (family, np.dtype(dtype).name)
     fn = _compiled.get(key)
     if fn is None:
-        t = {"float32": "float32", "float64": "float64"}[key[1]]
-        sig = f"void({t}[:, :], {t}[:, :], {t}[:, :], intp, intp, intp, intp)"
+        t = {"float32": types.float32, "float64": types.float64}[key[1]]
+        ab = types.Array(t, 2, "A", readonly=True)
+        sig = types.void(ab, ab, types.Array(t, 2, "A"), *(types.intp,) * 4)
         fn = _compiled[key] = njit(sig, **_OPTS)(_FUNCS[family])
     return fn
