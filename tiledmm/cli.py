@@ -194,6 +194,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .backend import KERNEL_FAMILIES
+
     p = _Parser(prog="tiledmm", description=__doc__)
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
@@ -215,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("k", type=int)
     s.add_argument("--dtype", default="float32")
     s.add_argument("--backend", default="auto")
-    s.add_argument("--kernel", default="auto", choices=["auto", "naive", "tiled", "register"])
+    s.add_argument("--kernel", default="auto", choices=["auto", *KERNEL_FAMILIES])
     s.add_argument("--block-tile", type=_tile, help="BMxBNxBK, e.g. 128x128x8")
     s.add_argument("--thread-tile", type=_tile, help="TMxTN, e.g. 8x8")
     s.add_argument("--json", action="store_true")
