@@ -208,7 +208,7 @@ def bench_dask(args: argparse.Namespace) -> int:
         )  # fmt: skip
         rows.append(_row(info, times))
         table.append(("tiledmm", 1, "whole", m, n, k, med, info["gflops"], None, rel))
-        del a, b, holder
+        del a, b, holder, one  # one's defaults hold the operands
         _free(gpu)
 
     cluster, label = _cluster(workers, gpu)
