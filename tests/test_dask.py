@@ -233,3 +233,19 @@ def test_worker_dies_mid_computation(client, tmp_path):
     assert marker.exists()  # a worker really died; dask re-ran its tasks
     assert matmul_error(got, a, b) < tol(np.float32, 50)
     client.wait_for_workers(2, timeout=30)
+
+
+def test_plan_from_cli_arguments():
+    from argparse import Namespace
+
+    from tiledmm.cluster import parse_size, plan_from_args
+
+    assert parse_size("80GiB") == 80 * 2**30 and parse_size("25GB/s") == 25e9
+    with pytest.raises(ValueError, match="expected a size"):
+        parse_size("lots")
+    args = Namespace(m=3000, n=2000, k=1000, workers=3, worker_memory="1GiB",
+                     link_bandwidth="5GB/s", dtype="float64", backend="auto",
+                     kernel="auto")  # fmt: skip
+    p = plan_from_args(args)
+    assert p.cluster.workers == 3 and p.cluster.link_bandwidth == 5e9 and p.dtype == "float64"
+    assert p.fits and p.bytes_moved > 0 and "3 worker(s)" in str(p)

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["Cluster", "ClusterPlan", "cluster_plan", "local_cluster"]
+__all__ = [
+    "Cluster",
+    "ClusterPlan",
+    "cluster_plan",
+    "local_cluster",
+    "plan_from_args",
+    "parse_size",
+]
 
 _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
 _GRID_K = (1, 2, 4, 8, 16, 32)
@@ -317,3 +324,44 @@ def cluster_plan(
 
 def _modelled(dt) -> str:
     return dt.name if dt.name in ("float32", "float64") else _MODELLED.get(dt.itemsize, "float32")
+
+
+_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30,
+          "TI": 2**40}  # fmt: skip
+
+
+def parse_size(text: str | float | None) -> float | None:
+    """``"80GiB"``, ``"25GB/s"``, ``"1.5e9"`` -> a number (bytes or bytes/s); None stays None."""
+    if text is None or isinstance(text, int | float):
+        return text
+    t = str(text).strip().upper().replace(" ", "").removesuffix("/S").removesuffix("B")
+    num = t.rstrip("KMGTI")
+    unit = t[len(num) :]
+    if unit not in _UNITS or not num:
+        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}")
+    return float(num) * _UNITS[unit]
+
+
+def plan_from_args(args: Any) -> ClusterPlan:
+    """``tiledmm plan M N K --workers W [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``.
+
+    Without --link-bandwidth a multi-worker cluster gets 10 GB/s (a PCIe-class link), which
+    ``str(plan)`` shows; without --worker-memory, this host's memory (16 GiB for GPU workers
+    is a safer guess: pass it)."""
+    workers = int(getattr(args, "workers", None) or 1)
+    link = parse_size(getattr(args, "link_bandwidth", None))
+    mem = parse_size(getattr(args, "worker_memory", None))
+    base = local_cluster()
+    cl = Cluster(
+        workers=workers,
+        worker_memory=mem or base.worker_memory,
+        link_bandwidth=link or (math.inf if workers == 1 else 10e9),
+        task_overhead=1e-4 if workers == 1 else 1e-3,
+        name="as described" if workers > 1 else base.name,
+    )
+    return cluster_plan(
+        args.m, args.n, args.k, dtype=getattr(args, "dtype", "float32") or "float32",
+        batch=getattr(args, "batch", 1) or 1, cluster=cl,
+        backend=getattr(args, "backend", "auto") or "auto",
+        kernel=getattr(args, "kernel", "auto") or "auto",
+    )  # fmt: skip
