@@ -101,6 +101,7 @@ def _lib_of(t: type) -> str:
     return lib
 
 
+_TORCH_CPU = _kind("torch")
 _DL_DEVICES = {1: "cpu", 2: "cuda"}  # DLPack device types: kDLCPU, kDLCUDA
 
 
@@ -108,6 +109,8 @@ def kind_of(x: Any) -> Kind:
     """The :class:`Kind` of ``x`` (cheap: a dict lookup, plus a device query for torch/JAX)."""
     lib = _lib_by_type.get(type(x)) or _lib_of(type(x))
     if lib == "torch":
+        if x.is_cpu:
+            return _TORCH_CPU
         if x.is_cuda:
             return _kind("torch", "cuda", x.get_device())
         dev = x.device
@@ -281,7 +284,8 @@ def from_native(r: Any, kind: Kind, like: Any = None) -> Any:
         if kind.device == "cuda":
             cp = _optional("cupy")
             return jdl.from_dlpack(r if hasattr(r, "__dlpack__") else cp.asarray(r))
-        return jdl.from_dlpack(np.ascontiguousarray(_host(r)))
+        h = _host(r)  # (not np.ascontiguousarray: it turns a 0-d result into shape (1,))
+        return jdl.from_dlpack(h if h.flags.c_contiguous else h.copy())
     if lib == "numba":
         if _lib_of(type(r)) == "numba":
             return r
