@@ -337,9 +337,10 @@ def parse_size(text: str | float | None) -> float | None:
     t = str(text).strip().upper().replace(" ", "").removesuffix("/S").removesuffix("B")
     num = t.rstrip("KMGTI")
     unit = t[len(num) :]
-    if unit not in _UNITS or not num:
-        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}")
-    return float(num) * _UNITS[unit]
+    try:
+        return float(num) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}") from None
 
 
 def plan_from_args(args: Any) -> ClusterPlan:
