@@ -10,6 +10,7 @@ zero-copy on the way in (pointer checks), and PyTorch stream ordering.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -251,6 +252,37 @@ def test_jax_unrun_dtype_traced_code_and_out(jnp, rng):
     assert bool((traced == jax.jit(jnp.matmul)(a, b)).all())
     with pytest.raises(TypeError, match="JAX"):
         tiledmm.matmul(a, b, out=jnp.zeros((5, 3), jnp.float32))
+
+
+# --------------------------------------------------------------------- Numba (CUDA simulator)
+
+
+@requires_backend("numpy")
+def test_numba_in_numba_out_under_the_simulator():
+    """Numba device arrays give Numba device arrays on every backend; a backend that cannot
+    read CUDA memory (numpy, opencl) gets host copies and says so. One subprocess: the
+    simulator is chosen when numba is first imported."""
+    pytest.importorskip("numba")
+    code = """
+import warnings, numpy as np, tiledmm
+from numba import cuda
+rng = np.random.default_rng()
+a, b = rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
+da, db = cuda.to_device(a), cuda.to_device(b)
+for be in ("numba-cuda", "numpy"):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = tiledmm.matmul(da, db, backend=be, kernel="naive")
+        o = cuda.to_device(np.full((5, 3), np.nan))
+        assert tiledmm.matmul(da, db, backend=be, kernel="naive", out=o) is o
+    assert type(r) is type(da), (be, type(r))
+    assert np.abs(r.copy_to_host() - a @ b).max() < 1e-12
+    assert np.abs(o.copy_to_host() - a @ b).max() < 1e-12
+    assert (be == "numpy") == any("through the host" in str(x.message) for x in w), be
+"""
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 # --------------------------------------------------------------------- GPUs (skipped here)

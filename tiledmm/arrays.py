@@ -397,8 +397,9 @@ class TorchStream:
 def matmul_foreign(
     kind: Kind, a: Any, b: Any, out: Any, native: Callable[..., Any], **kwargs: Any
 ) -> Any:
-    """``native(a, b, out=..., **kwargs)`` (tiledmm's matmul on native arrays) for operands of
-    any kind, with the result as ``kind`` (from :func:`foreign`)."""
+    """``native(a, b, out=..., **kwargs)`` for operands of any kind, with the result as ``kind``
+    (from :func:`foreign`). ``native`` is tiledmm's matmul WITHOUT this bridge in front (Numba
+    arrays stay Numba arrays, so a native that bridged again would recurse)."""
     out = _unwrap(out)
     ka, kb = kind_of(a), kind_of(b)
     like = out if out is not None else (a if ka is kind else b)
@@ -416,6 +417,10 @@ def matmul_foreign(
             "one is copied across devices",
             stacklevel=3,
         )
+    on_cuda = [x for x, k in ((A, ka), (B, kb), (C, kind)) if x is not None and k.device == "cuda"]
+    if on_cuda and not _reads_cuda(kwargs.get("backend", "auto"), on_cuda[0]):
+        r = _through_host(A, B, C, native, kwargs)
+        return out if out is not None else from_native(r, kind, like)
     tk = next((k for k in (kind, ka, kb) if k.lib == "torch" and k.device == "cuda"), None)
     h = stream_for(tk) if tk is not None else None
     if h:
@@ -424,6 +429,44 @@ def matmul_foreign(
     else:
         r = native(A, B, out=C, **kwargs)
     return out if out is not None else from_native(r, kind, like)
+
+
+_reads: dict[tuple, bool] = {}
+
+
+def _reads_cuda(backend: str, x: Any) -> bool:
+    """Whether the named backend takes CUDA memory like ``x`` ("auto" picks one that does)."""
+    if backend == "auto":
+        return True
+    from .registry import generation, get_backend
+
+    key = (backend, type(x), generation())
+    hit = _reads.get(key)
+    if hit is None:
+        if len(_reads) > 256:
+            _reads.clear()
+        hit = _reads[key] = bool(get_backend(backend).accepts(x))
+    return hit
+
+
+def _through_host(A: Any, B: Any, C: Any, native: Callable[..., Any], kwargs: dict) -> Any:
+    """For a backend that cannot read CUDA memory (OpenCL): operands copied to the host, the
+    result (and ``out``, when given) copied back by the caller's library."""
+    warnings.warn(
+        f"backend {kwargs.get('backend')!r} cannot read CUDA memory: the operands and the "
+        "result are copied through the host",
+        stacklevel=4,
+    )
+    r = native(_host(A), _host(B), **kwargs)
+    if C is not None:
+        cp = _optional("cupy") if _lib_of(type(C)) == "cupy" else None
+        if cp is not None:
+            C[...] = cp.asarray(r)
+        else:
+            from numba import cuda
+
+            C[(slice(None),) * C.ndim] = cuda.to_device(np.ascontiguousarray(r, C.dtype))
+    return r
 
 
 # ------------------------------------------------------------------------------- info
