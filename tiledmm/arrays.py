@@ -244,11 +244,14 @@ def _torch_cuda_view(t: Any) -> Any:
             raise TypeError("CUDA tensors need CuPy or numba-cuda installed to run in tiledmm")
         return nb.as_cuda_array(t)
     dt = _torch_dtype(sys.modules["torch"], t.dtype)
-    s = dt.itemsize
-    shape, strides = tuple(t.shape), tuple(st * s for st in t.stride())
-    if t.numel() == 0:
+    s, shape, n = dt.itemsize, tuple(t.shape), t.numel()
+    if n == 0:
         return cp.empty(shape, dt)
-    span = sum((n - 1) * st for n, st in zip(shape, strides, strict=True)) + s
+    if t.is_contiguous():  # the usual case: CuPy derives the strides itself
+        mem = cp.cuda.UnownedMemory(t.data_ptr(), n * s, t, t.get_device())
+        return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0))
+    strides = tuple(st * s for st in t.stride())
+    span = sum((d - 1) * st for d, st in zip(shape, strides, strict=True)) + s
     mem = cp.cuda.UnownedMemory(t.data_ptr(), span, t, t.get_device())
     return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0), strides=strides)
 
