@@ -9,7 +9,7 @@ The core never imports a device library; backends do that lazily.
 
 from .api import matmul
 from .backend import KERNEL_FAMILIES, Backend, Geometry
-from .device import DeviceSpec, host_cpu
+from .device import CalibrationWarning, DeviceSpec, host_cpu
 from .dispatch import plan
 from .hookspecs import hookimpl, hookspec
 from .planner import Occupancy, Plan, PlanError, make_plan
@@ -29,6 +29,7 @@ __all__ = [
     "BackendEntry",
     "Geometry",
     "DeviceSpec",
+    "CalibrationWarning",
     "Plan",
     "PlanError",
     "Occupancy",

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import dask as dask_engine
 from . import registry
 from .backend import KERNEL_FAMILIES, Backend
 from .dispatch import choose_backend, plan_for
@@ -127,7 +128,8 @@ def matmul(
         ufunc_kwargs: numpy's ufunc keywords; the call then goes to ``numpy.matmul`` (host
             arrays only).
 
-    Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device.
+    Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
+    Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
     if out is None and not ufunc_kwargs:
         key = _fast_key(backend, kernel, a, b)
@@ -140,6 +142,8 @@ def matmul(
                 return be.to_numpy(R) if host else R
     if kernel != "auto" and kernel not in KERNEL_FAMILIES:
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
+    if dask_engine.is_dask_array(a) or dask_engine.is_dask_array(b):
+        return dask_engine.matmul(a, b, backend=backend, kernel=kernel, out=_unwrap_out(out))
     out = _unwrap_out(out)
     if ufunc_kwargs or _numpy_subclass(a) or _numpy_subclass(b):
         a0, b0 = _as_array(a), _as_array(b)

@@ -75,6 +75,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     import tiledmm
 
+    if args.workers:  # one level up: chunks of a Dask cluster as tiles
+        from .cluster import plan_from_args
+
+        cp = plan_from_args(args)
+        print(json.dumps(cp.to_dict(), indent=2, default=str) if args.json else str(cp))
+        return 0
     p = tiledmm.plan(
         args.m,
         args.n,
@@ -145,6 +151,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     Exits non-zero when a case fails and when nothing was measured; an impossible request
     (unknown backend, kernel or dtype; an output folder that cannot be written) raises before
     any measuring."""
+    if args.dask:
+        from .dask_bench import bench_dask
+
+        return bench_dask(args)
     from .bench import check_request, parse_shapes, run_sweep
     from .results import write_results
 
@@ -220,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kernel", default="auto", choices=["auto", *KERNEL_FAMILIES])
     s.add_argument("--block-tile", type=_tile, help="BMxBNxBK, e.g. 128x128x8")
     s.add_argument("--thread-tile", type=_tile, help="TMxTN, e.g. 8x8")
+    s.add_argument("--workers", type=int, help="plan chunks for a Dask cluster of W workers")
+    s.add_argument("--worker-memory", help="per worker, e.g. 80GiB (default: this host's RAM)")
+    s.add_argument("--link-bandwidth", help="into one worker, e.g. 25GB/s (default 10GB/s)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_plan)
 
@@ -245,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.add_argument("--calibrate", action="store_true", help="measure the ceilings first")
     s.add_argument("--no-figures", action="store_true", help="skip the plots")
+    s.add_argument("--dask", action="store_true", help="tiledmm on a Dask cluster vs one device")
+    s.add_argument("--workers", type=int, help="with --dask: workers (default: all local GPUs)")
+    s.add_argument("--reps", type=int, default=2, help="with --dask: timed runs per case")
+    s.add_argument("--link-bandwidth", type=float, help="with --dask: bytes/s into one worker")
+    s.add_argument("--worker-memory", type=float, help="with --dask: bytes per worker")
     s.set_defaults(func=cmd_bench)
 
     s = command("report", help="merge result files into the tiling table and figures")
