@@ -199,11 +199,16 @@ def test_torch_unrun_dtypes_are_torch_exactly(torch, rng, dtype):
     assert got.dtype == want.dtype and torch.equal(got, want)
 
 
-def test_torch_autograd_is_kept(torch, rng):
+def test_torch_autograd_is_kept(torch, rng, monkeypatch):
     a = torch.from_numpy(rand(rng, (4, 5))).requires_grad_()
     b = torch.from_numpy(rand(rng, (5, 3)))
     tiledmm.matmul(a, b).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), np.broadcast_to(b.numpy().sum(1), (4, 5)), 1e-6)
+    monkeypatch.setattr(arrays, "delegate", None)  # not delegated: calling it would fail
+    with torch.no_grad():  # inference with parameters: tiledmm runs it
+        got = tiledmm.matmul(a, b, backend="numpy")
+    assert got.grad_fn is None and not got.requires_grad
+    assert matmul_error(got.numpy(), a.detach().numpy(), b.numpy()) < TOL["float32"]
 
 
 def test_torch_mixed_kinds_follow_the_first_operand(torch, rng):

@@ -191,7 +191,7 @@ def _runs(x: Any, k: Kind) -> bool:
     if k.lib == "torch":
         return (
             k.device in ("cpu", "cuda")
-            and not x.requires_grad  # autograd: torch.matmul keeps the graph
+            and not (x.requires_grad and sys.modules["torch"].is_grad_enabled())  # autograd
             and _torch_dtype(sys.modules["torch"], x.dtype) in RUN_DTYPES
         )
     if k.lib in ("jax", "dlpack"):
@@ -211,7 +211,7 @@ def to_native(x: Any, kind: Kind | None = None, *, writable: bool = False) -> An
         return x
     if k.lib == "torch":
         if k.device == "cpu":
-            return x.numpy()
+            return (x.detach() if x.requires_grad else x).numpy()  # (under no_grad)
         if k.device == "cuda":
             return _torch_cuda_view(x)
     elif k.device == "cpu":
