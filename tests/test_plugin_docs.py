@@ -39,3 +39,13 @@ def test_hook_documented_with_exact_signature(fn):
     sig = signature_text(fn)
     assert sig in text, f"docs/plugins.md must document the hook as `{sig}`"
     assert f"### {fn.__name__}" in text, f"docs/plugins.md needs a `### {fn.__name__}` section"
+
+
+def test_every_backend_member_is_documented():
+    """Each public member of tiledmm.Backend appears in the guide's contract table."""
+    import tiledmm
+
+    text = DOC.read_text()
+    members = [m for m in vars(tiledmm.Backend) if not m.startswith("_") and m != "available"]
+    missing = [m for m in members if f"`{m}" not in text]
+    assert not missing, f"docs/plugins.md does not document Backend.{', '.join(missing)}"
