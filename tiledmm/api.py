@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from . import arrays, registry
 from . import dask as dask_engine
-from . import registry
 from .backend import KERNEL_FAMILIES, Backend
 from .dispatch import choose_backend, plan_for
 from .planner import Plan
@@ -132,14 +132,35 @@ def matmul(
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
     if out is None and not ufunc_kwargs:
-        key = _fast_key(backend, kernel, a, b)
-        hit = _fast.get(key) if key is not None else None
+        hit = _hot_path(backend, kernel, a, b)
         if hit is not None:
-            be, plan, rdt, host, dkey = hit
-            if be.device_key() == dkey:
-                R = be.empty((plan.m, plan.n), rdt, like=a)
-                be.run(plan, be.asarray(a, rdt), be.asarray(b, rdt), R)
-                return be.to_numpy(R) if host else R
+            return hit
+    kind = arrays.foreign(a, b, out)  # None for NumPy, CuPy, lists, Dask: a dict lookup each
+    if kind is not None:
+        return arrays.matmul_foreign(
+            kind, a, b, out, _matmul, backend=backend, kernel=kernel, **ufunc_kwargs
+        )
+    return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
+
+
+def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
+    """The result of a 2-D product seen before (same kinds, shapes, dtypes, registry and
+    device), launched without planning; ``None`` on a miss. Only native array types are ever
+    stored (foreign kinds reach ``_matmul`` already converted)."""
+    key = _fast_key(backend, kernel, a, b)
+    hit = _fast.get(key) if key is not None else None
+    if hit is None:
+        return None
+    be, plan, rdt, host, dkey = hit
+    if be.device_key() != dkey:
+        return None
+    R = be.empty((plan.m, plan.n), rdt, like=a)
+    be.run(plan, be.asarray(a, rdt), be.asarray(b, rdt), R)
+    return be.to_numpy(R) if host else R
+
+
+def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **ufunc_kwargs):
+    """``matmul`` for operands the backends take as they are (after the array bridge)."""
     if kernel != "auto" and kernel not in KERNEL_FAMILIES:
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
     if dask_engine.is_dask_array(a) or dask_engine.is_dask_array(b):
@@ -171,7 +192,7 @@ def matmul(
     be = choose_backend(backend, a, b, m, n, k, rname, kernel)
     if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
         _check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
-        return _store(be, out, matmul(a, b, backend=be.name, kernel=kernel))
+        return _store(be, out, _matmul(a, b, backend=be.name, kernel=kernel))
 
     if rname not in be.dtypes:  # delegated dtypes: the array library's own result
         if host:

@@ -48,9 +48,14 @@ def cmd_info(args: argparse.Namespace) -> int:
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
+    from .arrays import array_libraries
+
+    libs = ", ".join(f"{n} {v}" if v else n for n, v in array_libraries())
+    print(f"array libraries: {libs or 'none'}")
     for r in rows:
         alias = f" (aliases: {', '.join(r.aliases)})" if r.aliases else ""
-        print(f"{r.name}{alias} [{r.plugin}]")
+        trust = "" if r.trusted else ", third-party: ranks after built-ins (TILEDMM_TRUST_PLUGINS)"
+        print(f"{r.name}{alias} [{r.plugin}{trust}]")
         if not r.available:
             print(f"  unavailable, because {r.reason}")
             continue
