@@ -6,9 +6,10 @@ One command does the whole device session (correctness first, then the sweep):
 
 It checks every family on odd shapes (CuPy, and OpenCL when an OpenCL GPU is visible), sweeps
 register/tiled/naive tiles at 4096^3 against cuBLAS (``cupy.matmul``, FP32, TF32 off) measured
-in the same run with CUDA events, re-measures the best at 2048^3 and 8192^3, times the dispatch
-path at 64^3, and writes ``DIR/h200-cuda-tuning.json`` (raw rows + machine info) and
-``DIR/geometry-proposal.json`` (the winners, in the backends' geometry.json format).
+in the same run with CUDA events, re-measures the best at 2048^3 and 8192^3, and writes
+``DIR/h200-cuda-tuning.json`` (raw rows + machine info) and ``DIR/geometry-proposal.json`` (the
+winners as entries of the geometry database, ``backends/kernels/geometry.json``). The per-call
+cost at 64^3 is ``benches/dispatch_overhead.py``'s (``--profile`` for a breakdown).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dispatch_overhead import per_call_us  # benches/ is on sys.path for scripts
 
 import tiledmm
 from tiledmm import Geometry, make_plan
+from tiledmm.accuracy import rel_error
 
 SHAPES = [(37, 53, 29), (1, 7, 3), (7, 1, 5), (64, 64, 64), (5, 6, 0), (130, 257, 131),
           (1000, 300, 77), (129, 127, 1031)]  # fmt: skip
@@ -133,29 +134,10 @@ def correctness(backend_name: str) -> list[dict]:
                 c = be.to_numpy(tiledmm.matmul(A.T.T, B, backend=backend_name, kernel=fam))
                 ct = be.to_numpy(tiledmm.matmul(b.T, a.T, backend=backend_name, kernel=fam))
                 ref = a.astype(np.float64) @ b.astype(np.float64)
-                den = max(np.linalg.norm(ref), 1e-300)
-                e = max(np.linalg.norm(c - ref), np.linalg.norm(ct - ref.T)) / den
-                worst = max(worst, float(e) if np.isfinite(c).all() else float("inf"))
+                worst = max(worst, rel_error(c, ref), rel_error(ct, ref.T))
             out.append(dict(backend=backend_name, dtype=dtype, kernel=fam, worst_rel_error=worst))
             print(f"correct {backend_name} {dtype} {fam}: worst rel error {worst:.2e}", flush=True)
     return out
-
-
-def dispatch(bench: Bench) -> dict:
-    cp = bench.cp
-    a = cp.random.rand(64, 64, dtype=np.float32)
-    b = cp.random.rand(64, 64, dtype=np.float32)
-    sync = cp.cuda.Device().synchronize
-    res = {
-        name: per_call_us(fn, sync, calls=2000, rounds=1, warmup=100) / 1e6
-        for name, fn in (
-            ("cupy.matmul", lambda: cp.matmul(a, b)),
-            ("tiledmm", lambda: tiledmm.matmul(a, b)),
-        )
-    }
-    res["ratio"] = res["tiledmm"] / res["cupy.matmul"]
-    print(f"dispatch 64^3: {res}", flush=True)
-    return res
 
 
 def best(rows, **match) -> dict | None:
@@ -225,10 +207,6 @@ def main() -> None:
         for size in (2048, 8192):
             bench.measure("register", "float32", size, w["block_tile"], w["thread_tile"],
                           w["options"], tag="final")  # fmt: skip
-    try:
-        result["dispatch_64"] = dispatch(bench)
-    except Exception as exc:  # noqa: BLE001
-        result["dispatch_64"] = f"FAILED {type(exc).__name__}: {exc}"
     save()
     result["opencl"] = opencl_on_gpu(bench, w)
     result["geometry_proposal"] = proposal(bench, winners)
@@ -268,46 +246,8 @@ def odd_shapes(bench: Bench, be, bt, tt, opts) -> float:
         C.fill(np.nan)
         be.run(plan, A, B, C)
         ref = a.astype(np.float64) @ b.astype(np.float64)
-        e = np.linalg.norm(be.to_numpy(C) - ref) / max(np.linalg.norm(ref), 1e-300)
-        worst = max(worst, float(e) if np.isfinite(e) else float("inf"))
+        worst = max(worst, rel_error(be.to_numpy(C), ref))
     return worst
-
-
-def dispatch_breakdown(bench: Bench, plan_best) -> dict:
-    import cProfile
-    import io
-    import pstats
-
-    cp = bench.cp
-    a = cp.random.rand(64, 64, dtype=np.float32)
-    b = cp.random.rand(64, 64, dtype=np.float32)
-    c = cp.empty((64, 64), np.float32)
-    plan = tiledmm.plan(64, 64, 64, backend="cupy", kernel="register")
-    be = bench.be
-    cases = {
-        "cupy.matmul": lambda: cp.matmul(a, b),
-        "tiledmm.matmul auto": lambda: tiledmm.matmul(a, b),
-        "tiledmm.matmul cupy/register": lambda: tiledmm.matmul(a, b, backend="cupy",
-                                                               kernel="register"),
-        "backend.run": lambda: be.run(plan, a, b, c),
-    }  # fmt: skip
-    sync = cp.cuda.Device().synchronize
-    res = {
-        name: per_call_us(fn, sync, calls=3000, rounds=1, warmup=200) / 1e6
-        for name, fn in cases.items()
-    }
-    res["ratio auto/cupy"] = res["tiledmm.matmul auto"] / res["cupy.matmul"]
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(2000):
-        tiledmm.matmul(a, b)
-    pr.disable()
-    buf = io.StringIO()
-    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(14)
-    res["profile"] = buf.getvalue()[-3500:]
-    print(res["profile"], flush=True)
-    print({k: v for k, v in res.items() if k != "profile"}, flush=True)
-    return res
 
 
 def focus(out: Path, bench: Bench) -> None:
@@ -336,11 +276,6 @@ def focus(out: Path, bench: Bench) -> None:
                       w["options"], tag="final")  # fmt: skip
     t = best(bench.rows, kernel="tiled") or dict(block_tile=(16, 16, 32), options={})
     bench.measure("tiled", "float32", 4096, t["block_tile"], opts=t["options"], tag="final")
-    save()
-    try:
-        result["dispatch_64"] = dispatch_breakdown(bench, w)
-    except Exception as exc:  # noqa: BLE001
-        result["dispatch_64"] = f"FAILED {type(exc).__name__}: {exc}"
     save()
     os.environ.setdefault("TILEDMM_OPENCL_DEVICE", "NVIDIA")
     try:
@@ -383,14 +318,18 @@ def opencl_on_gpu(bench: Bench, reg) -> dict:
 
 
 def proposal(bench: Bench, winners: dict) -> dict:
+    """The winners as geometry-database entries (``backends/kernels/geometry.json``)."""
     name, day = bench.dev.name, time.strftime("%Y-%m-%d")
-    devs: dict = {name: {}}
+    entries = []
     for (dtype, fam), r in winners.items():
-        devs[name].setdefault(dtype, {})[fam] = dict(
-            block_tile=r["block_tile"], thread_tile=r["thread_tile"], options=r["options"],
+        entries.append(dict(
+            kernels="gemm-c", device=name, dtype=dtype, family=fam, block_tile=r["block_tile"],
+            thread_tile=r["thread_tile"], options=r["options"],
             source=f"tuned on {name} at 4096^3, {r['ratio']:.2f} of cuBLAS ({day})",
-        )  # fmt: skip
-    return {"devices": devs}
+            measured=[dict(backend="cupy", shape=[r["m"], r["n"], r["k"]],
+                           gflops=round(r["gflops"]), of_vendor=round(r["ratio"], 3), date=day)],
+        ))  # fmt: skip
+    return {"entries": entries}
 
 
 def summary(bench: Bench, winners: dict) -> None:

@@ -90,6 +90,10 @@ class CupyBackend(Backend):
             spec = self._specs[dev] = _spec(dev)
         return spec
 
+    def device_key(self) -> int:
+        """CuPy's current device (plans and launches are per device)."""
+        return _cupy().cuda.runtime.getDevice()
+
     def devices(self) -> list[DeviceSpec]:
         n = _cupy().cuda.runtime.getDeviceCount()
         return [self._specs.get(i) or self._specs.setdefault(i, _spec(i)) for i in range(n)]

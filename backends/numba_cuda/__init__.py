@@ -83,7 +83,7 @@ class NumbaCudaBackend(Backend):
     priority = 10
 
     def __init__(self) -> None:
-        self._launchers: LRUCache[Any] = LRUCache(256)
+        self.launches: LRUCache[Any] = LRUCache(256)  # Launcher per (launch key, device)
         self._last: tuple | None = None  # (plan, launcher) of the last call
 
     # ----------------------------------------------------------------- availability, device
@@ -118,6 +118,12 @@ class NumbaCudaBackend(Backend):
 
     def device(self) -> DeviceSpec:
         return _device_spec().with_calibration()
+
+    def device_key(self) -> int:
+        """The current CUDA device's ordinal."""
+        from . import engine as nb
+
+        return nb.device_id()
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
         return K.load_geometry(kernel, dtype, device, kernels="numba", backend=self.name)
@@ -208,7 +214,7 @@ class NumbaCudaBackend(Backend):
         from . import engine as nb
 
         key = (plan.launch_key, nb.device_id())
-        launch = self._launchers.get_or_make(key, lambda: self._make_launcher(plan))
+        launch = self.launches.get_or_make(key, lambda: self._make_launcher(plan))
         self._last = (plan, launch)
         return launch
 

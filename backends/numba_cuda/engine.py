@@ -92,6 +92,11 @@ class Launcher:
         # launcher of the same kernel: configure per call there.
         self._configured = None if SIMULATOR else self.dispatcher[self.grid, self.block]
 
+    @property
+    def fast(self) -> bool:
+        """Whether calls pack arguments directly (the fast path) rather than through Numba."""
+        return self._fast is not None
+
     def _bind_fast(self):
         from numba.cuda import dispatcher as dmod
         from numba.cuda.cudadrv import driver

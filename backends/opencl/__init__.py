@@ -284,6 +284,10 @@ class OpenCLBackend(Backend):
     def device(self) -> DeviceSpec:
         return _spec_cached(self.state().dev)
 
+    def device_key(self) -> str:
+        """The device choice (``TILEDMM_OPENCL_DEVICE``) the next call runs on."""
+        return os.environ.get(ENV, "")
+
     def devices(self) -> list[DeviceSpec]:
         return [_spec_cached(d) for d in _all_devices()]
 
