@@ -30,7 +30,8 @@ class Layout(NamedTuple):
     """Where a 2-D operand lives: ``handle`` is what the kernel takes (an array or a buffer),
     ``base`` identifies the allocation (for overlap), ``start`` is its first byte within that
     allocation (address or offset: its remainder mod 16 is the alignment), ``s0``/``s1`` are
-    byte strides and ``offset`` the element offset the kernel adds to ``handle``."""
+    byte strides and ``offset`` the element offset the kernel adds to ``handle``. Adapters
+    may return a plain tuple in this order (the per-call path indexes it)."""
 
     handle: Any
     base: Hashable
@@ -49,7 +50,8 @@ class Adapter(Protocol):
     def aligned_copy(self, x: Any, ld: int, role: str) -> Any: ...
     def copy(self, src: Any, dst: Any) -> None: ...
     def device_id(self) -> Hashable: ...
-    def enqueue(self, call: Any, m: int, n: int, k: int, a: tuple, b: tuple, c: tuple) -> None: ...
+    def enqueue(self, call: Any, m: int, n: int, k: int, a: Any, oa: int, lda: int, b: Any,
+                ob: int, ldb: int, c: Any, oc: int, ldc: int) -> None: ...  # fmt: skip
 
 
 class Launches:
@@ -73,16 +75,16 @@ class Launches:
         return call
 
 
-def leading_dim(rows: int, cols: int, lay: Layout, size: int) -> int | None:
-    """The leading dimension in elements if the operand is row-major with unit column stride
-    (what the kernels read), else None."""
-    if cols > 1 and lay.s1 != size:
+def leading_dim(rows: int, cols: int, s0: int, s1: int, size: int) -> int | None:
+    """The leading dimension in elements if an operand with byte strides ``s0``, ``s1`` is
+    row-major with unit column stride (what the kernels read), else None."""
+    if cols > 1 and s1 != size:
         return None
     if rows <= 1:
         return max(cols, 1)
-    if lay.s0 <= 0 or lay.s0 % size or lay.s0 // size < cols:
+    if s0 <= 0 or s0 % size or s0 // size < cols:
         return None
-    return lay.s0 // size
+    return s0 // size
 
 
 def check_extent(name: str, rows: int, cols: int, offset: int, ld: int) -> None:
@@ -95,31 +97,68 @@ def check_extent(name: str, rows: int, cols: int, offset: int, ld: int) -> None:
         )
 
 
-def _span(lay: Layout, rows: int, cols: int, size: int) -> tuple[int, int]:
-    return lay.start, lay.start + (rows - 1) * abs(lay.s0) + (cols - 1) * abs(lay.s1) + size
-
-
 def overlap(x: Layout, xs: tuple[int, int], y: Layout, ys: tuple[int, int], size: int) -> bool:
     """Whether two operands of shapes ``xs``, ``ys`` share bytes of one allocation."""
-    if x.base != y.base or not (xs[0] and xs[1] and ys[0] and ys[1]):
+    if x[1] != y[1] or not (xs[0] and xs[1] and ys[0] and ys[1]):
         return False
-    x0, x1 = _span(x, *xs, size)
-    y0, y1 = _span(y, *ys, size)
-    return x0 < y1 and y0 < x1
+    x1 = x[2] + (xs[0] - 1) * abs(x[3]) + (xs[1] - 1) * abs(x[4]) + size
+    y1 = y[2] + (ys[0] - 1) * abs(y[3]) + (ys[1] - 1) * abs(y[4]) + size
+    return x[2] < y1 and y[2] < x1
 
 
 def run(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) -> None:
-    """``out[...] = a @ b`` with ``plan``'s kernel: the steps of the module docstring."""
+    """``out[...] = a @ b`` with ``plan``'s kernel: the steps of the module docstring.
+
+    The common case (all three row-major, in range, no overlap) takes no copy and no extra
+    call; everything else goes through :func:`_prepare`."""
+    m, k = a.shape
+    n = b.shape[1]
+    s = 8 if plan.dtype == "float64" else 4
+    la, lb, lc = ad.layout(a), ad.layout(b), ad.layout(out)
+    lda, ldb, ldc = leading_dim(m, k, la[3], la[4], s), leading_dim(k, n, lb[3], lb[4], s), \
+        leading_dim(m, n, lc[3], lc[4], s)  # fmt: skip
+    if lda is None or ldb is None or ldc is None:
+        return _prepare(ad, launches, plan, a, b, out)
+    c0 = lc[2]  # byte span of out, then: does A's or B's span cross it?
+    c1 = c0 + ((m - 1) * ldc + n) * s
+    if (
+        la[5] + m * lda > INT_MAX
+        or lb[5] + k * ldb > INT_MAX
+        or lc[5] + m * ldc > INT_MAX
+        or m
+        and n
+        and k
+        and (
+            lc[1] == la[1]
+            and la[2] < c1
+            and c0 < la[2] + ((m - 1) * lda + k) * s
+            or lc[1] == lb[1]
+            and lb[2] < c1
+            and c0 < lb[2] + ((k - 1) * ldb + n) * s
+        )
+    ):
+        return _prepare(ad, launches, plan, a, b, out)  # fmt: skip
+    vw = 16 // s
+    aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16)
+    if not aligned and K.pad_pays(plan):
+        return _prepare(ad, launches, plan, a, b, out)
+    ad.enqueue(launches.get(plan, ad.device_id(), aligned), m, n, k,
+               la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc)  # fmt: skip
+
+
+def _prepare(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) -> None:
+    """The general case: size checks first, then copies, temporaries, aligned rows."""
     m, k = a.shape
     n = b.shape[1]
     s = itemsize(plan.dtype)
     vw = 16 // s
     la, lb, lc = ad.layout(a), ad.layout(b), ad.layout(out)
-    lda, ldb, ldc = leading_dim(m, k, la, s), leading_dim(k, n, lb, s), leading_dim(m, n, lc, s)
+    lda, ldb, ldc = leading_dim(m, k, la[3], la[4], s), leading_dim(k, n, lb[3], lb[4], s), \
+        leading_dim(m, n, lc[3], lc[4], s)  # fmt: skip
     # 32-bit indices: every extent the kernel will see, before any allocation or copy
-    check_extent("A", m, k, la.offset if lda else 0, lda or max(k, 1))
-    check_extent("B", k, n, lb.offset if ldb else 0, ldb or max(n, 1))
-    check_extent("out", m, n, lc.offset if ldc else 0, ldc or max(n, 1))
+    check_extent("A", m, k, la[5] if lda else 0, lda or max(k, 1))
+    check_extent("B", k, n, lb[5] if ldb else 0, ldb or max(n, 1))
+    check_extent("out", m, n, lc[5] if ldc else 0, ldc or max(n, 1))
     if lda is None:
         a = ad.contiguous(a)
         la, lda = ad.layout(a), max(k, 1)
@@ -130,19 +169,18 @@ def run(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) ->
     if ldc is None or overlap(lc, (m, n), la, (m, k), s) or overlap(lc, (m, n), lb, (k, n), s):
         c = ad.empty((m, n), plan.dtype)
         lc, ldc = ad.layout(c), max(n, 1)
-    aligned = not (lda % vw or ldb % vw or la.start % 16 or lb.start % 16)
+    aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16)
     if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
-        if lda % vw or la.start % 16:
+        if lda % vw or la[2] % 16:
             check_extent("A", m, k, 0, aligned_ld(k, vw))
             a = ad.aligned_copy(a, aligned_ld(k, vw), "a")
             la, lda = ad.layout(a), aligned_ld(k, vw)
-        if ldb % vw or lb.start % 16:
+        if ldb % vw or lb[2] % 16:
             check_extent("B", k, n, 0, aligned_ld(n, vw))
             b = ad.aligned_copy(b, aligned_ld(n, vw), "b")
             lb, ldb = ad.layout(b), aligned_ld(n, vw)
         aligned = True
-    call = launches.get(plan, ad.device_id(), aligned)
-    ad.enqueue(call, m, n, k, (la.handle, la.offset, lda), (lb.handle, lb.offset, ldb),
-               (lc.handle, lc.offset, ldc))  # fmt: skip
+    ad.enqueue(launches.get(plan, ad.device_id(), aligned), m, n, k,
+               la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc)  # fmt: skip
     if c is not out:
         ad.copy(c, out)

@@ -126,8 +126,8 @@ class OpenCLState:
 
     def layout(self, x) -> launch.Layout:
         s0, s1 = x.strides
-        return launch.Layout(x.base_data, id(x.base_data), x.offset, s0, s1,
-                             x.offset // x.dtype.itemsize)  # fmt: skip
+        base, off = x.base_data, x.offset
+        return (base, id(base), off, s0, s1, off // x.dtype.itemsize)  # type: ignore[return-value]
 
     def empty(self, shape, dtype):
         _, cla = _cl()
@@ -167,12 +167,11 @@ class OpenCLState:
     def device_id(self) -> int:
         return id(self)
 
-    def enqueue(self, call, m: int, n: int, k: int, a: tuple, b: tuple, c: tuple) -> None:
+    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc) -> None:
         kern, gsize, lsize = call
         i32 = np.int32
-        self.enqueue_kernel(kern, gsize, lsize, i32(m), i32(n), i32(k),
-             a[0], i32(a[1]), i32(a[2]), b[0], i32(b[1]), i32(b[2]),
-             c[0], i32(c[1]), i32(c[2]))  # fmt: skip
+        self.enqueue_kernel(kern, gsize, lsize, i32(m), i32(n), i32(k), a, i32(oa), i32(lda),
+                            b, i32(ob), i32(ldb), c, i32(oc), i32(ldc))  # fmt: skip
 
     def enqueue_kernel(self, kern, *args) -> None:
         """Launch ``kern`` on the queue, keeping its event while ``timings`` records."""
