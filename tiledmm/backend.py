@@ -95,6 +95,11 @@ class Backend:
         """Preferred tiles for a family on ``device``; ``None`` lets the planner choose."""
         return None
 
+    def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry] | None:
+        """Candidate tiles ``tiledmm tune`` may try for a family on ``device`` (the planner's
+        limits prune them before anything runs); ``None``: this backend is not tunable."""
+        return None
+
     # ---------------------------------------------------------------- arrays
 
     def accepts(self, x: Any) -> bool:

@@ -9,18 +9,23 @@ tiled, then naive) unless the model predicts it more than ``RUNG_MARGIN`` times 
 best family (a 512^3 CPU register tile on a 64^3 product: 99.8% padding). The committed results
 rank register > tiled > naive on every device and large shape, while the model's errors
 between families reach 2-3x (tiled predicted 2x too fast, naive 3-6x too slow), so only a
-larger predicted gap overrules the ladder. Plans are cached per backend, device, problem and
-registry generation, in a bounded cache.
+larger predicted gap overrules the ladder. Where the tuning database (``tiledmm.tuning``)
+holds measurements of two or more families for this backend, device, dtype and shape class,
+``kernel="auto"`` takes the fastest measured family instead. Tiles come from the database
+(the user's tunings, then the backend's shipped table), else the planner's default; the plan's
+``geometry_source`` says which. Plans are cached per backend, device, problem and registry
+generation, in a bounded cache (``clear_caches`` after the database changes).
 """
 
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from . import registry
+from . import registry, tuning
 from .backend import KERNEL_FAMILIES, Backend, Geometry
 from .cache import LRUCache
 from .planner import Plan, PlanError, default_geometry, make_plan
@@ -45,6 +50,11 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str) -> str:
         raise PlanError(f"backend {be.name!r} declares no kernels")
     if len(rungs) == 1:
         return rungs[0]
+    cls = tuning.shape_class(m, n, k)
+    measured = tuning.measured_families(be.name, dtype, be.device(), cls)
+    measured = {f: g for f, g in measured.items() if f in rungs}
+    if len(measured) >= 2:  # measurements overrule the model and the ladder
+        return max(measured, key=lambda f: (measured[f], -rungs.index(f)))
     times = {}
     for fam in rungs:
         try:
@@ -80,9 +90,10 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile) -> Plan:
     fam = auto_kernel(be, m, n, k, dtype) if kernel == "auto" else kernel
     _check_kernel(be, fam)
     device = be.device()
-    geo = be.geometry(fam, dtype, device)
+    geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k))
+    geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
     if block_tile is not None or thread_tile is not None:
-        base = geo or default_geometry(fam, dtype, device)
+        base = geo
         bt = block_tile or base.block_tile
         tt = thread_tile or (base.thread_tile if fam == "register" else (1, 1))
         geo = Geometry(tuple(bt), tuple(tt), base.options, None, "requested")

@@ -1,0 +1,345 @@
+"""The tuning database: which tiles a backend runs per device, dtype, family and shape class.
+
+Two layers. The *shipped* layer is what the backends ship (``backends/kernels/geometry.json``,
+read by each backend's ``geometry()``: tuned tiles by device name, defaults by device kind).
+The *user* layer is ``tuning.json`` in the cache directory (``TILEDMM_CACHE_DIR``, else the
+platformdirs user cache), written by ``tiledmm tune``; its entries override the shipped ones.
+``TILEDMM_IGNORE_SHIPPED_TUNING=1`` hides the shipped *device-specific* entries (the backends
+are asked as if the device had no name on record: kind defaults only), for cold-start
+experiments; the user layer still applies.
+
+An entry: ``{"device", "vendor", "arch", "kind", "backend", "dtype", "family", "shape_class",
+"block_tile", "thread_tile", "options", "measured": {"gflops", "date", ...}}``. Lookup: an entry
+for the device's name before one for its architecture before one for its vendor (and kind);
+the product's shape class before ``"square"`` (the general class). A file that cannot be read
+or parsed, or an entry that breaks the schema, is ignored with one :class:`TuningWarning`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .backend import KERNEL_FAMILIES, Geometry
+from .device import DeviceSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backend import Backend
+
+__all__ = [
+    "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
+    "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
+    "device_arch", "select", "measured_families", "export",
+]  # fmt: skip
+
+#: The shape classes, most specific first (issue 11's per-class geometry uses the same names).
+SHAPE_CLASSES = ("vector", "batched", "skinny_mn", "skinny_k", "odd", "square")
+SKINNY_MN = 64  # M or N at most this: a thin output (skinny_mn)
+SKINNY_K = 256  # K at most this: a short reduction (skinny_k)
+ODD_MULTIPLE = 32  # a dimension that is not a multiple of this makes a product "odd"
+IGNORE_SHIPPED = "TILEDMM_IGNORE_SHIPPED_TUNING"
+FORMAT = 1
+_FALSE = ("", "0", "false", "no", "off")
+
+
+class TuningWarning(UserWarning):
+    """The user tuning database (or an entry in it) was ignored; `tiledmm tune` rewrites it."""
+
+
+def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
+    """The class of a product: ``vector`` (M or N is 1), ``batched`` (batch > 1), ``skinny_mn``
+    (M or N <= 64), ``skinny_k`` (K <= 256), ``odd`` (a dimension not a multiple of 32), else
+    ``square`` (large, aligned; also the general fallback)."""
+    if min(m, n) <= 1:
+        return "vector"
+    if batch > 1:
+        return "batched"
+    if min(m, n) <= SKINNY_MN:
+        return "skinny_mn"
+    if k <= SKINNY_K:
+        return "skinny_k"
+    if m % ODD_MULTIPLE or n % ODD_MULTIPLE or k % ODD_MULTIPLE:
+        return "odd"
+    return "square"
+
+
+def ignore_shipped() -> bool:
+    """Whether ``TILEDMM_IGNORE_SHIPPED_TUNING`` asks to hide the shipped device tables."""
+    return os.environ.get(IGNORE_SHIPPED, "").strip().lower() not in _FALSE
+
+
+def database_path() -> Path:
+    """The user layer (``TILEDMM_CACHE_DIR`` overrides the platformdirs cache directory)."""
+    root = os.environ.get("TILEDMM_CACHE_DIR")
+    if not root:
+        import platformdirs
+
+        root = platformdirs.user_cache_dir("tiledmm")
+    return Path(root) / "tuning.json"
+
+
+def device_arch(device: DeviceSpec) -> str:
+    """An architecture label for fallbacks: 'NVIDIA cc 9.0', 'cpu avx512', else ''."""
+    extra = dict(device.extra)
+    if "compute capability" in extra:
+        return f"{device.vendor} cc {extra['compute capability']}".strip()
+    if not device.is_gpu and "simd" in extra:
+        return f"cpu {extra['simd']}"
+    return ""
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _ints(v: Any, n: int) -> bool:
+    return (isinstance(v, list | tuple) and len(v) == n
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v))  # fmt: skip
+
+
+def entry_problem(e: Any) -> str | None:
+    """Why ``e`` is not a valid database entry (None when it is)."""
+    if not isinstance(e, dict):
+        return f"it is a {type(e).__name__}, not an object"
+    if not any(isinstance(e.get(k), str) and e[k] for k in ("device", "arch", "vendor")):
+        return "it names no device, arch or vendor"
+    for key in ("backend", "dtype"):
+        if not isinstance(e.get(key), str) or not e[key]:
+            return f"{key} is {e.get(key)!r}, not a name"
+    if e.get("family") not in KERNEL_FAMILIES:
+        return f"family is {e.get('family')!r}, not one of {', '.join(KERNEL_FAMILIES)}"
+    if e.get("shape_class") not in SHAPE_CLASSES:
+        return f"shape_class is {e.get('shape_class')!r}, not one of {', '.join(SHAPE_CLASSES)}"
+    if not _ints(e.get("block_tile"), 3):
+        return f"block_tile is {e.get('block_tile')!r}, not 3 positive integers"
+    if "thread_tile" in e and not _ints(e["thread_tile"], 2):
+        return f"thread_tile is {e['thread_tile']!r}, not 2 positive integers"
+    opts = e.get("options", {})
+    if not isinstance(opts, dict) or not all(
+        isinstance(v, int | float | str | bool) for v in opts.values()
+    ):
+        return "options is not an object of numbers, strings and booleans"
+    meas = e.get("measured")
+    if not isinstance(meas, dict):
+        return "measured is missing (an object with gflops and date)"
+    g = meas.get("gflops")
+    if not isinstance(g, int | float) or isinstance(g, bool) or not math.isfinite(g) or g <= 0:
+        return f"measured.gflops is {g!r}, not a positive finite number"
+    if not isinstance(meas.get("date"), str):
+        return f"measured.date is {meas.get('date')!r}, not a string"
+    return None
+
+
+def read_database(path: Path) -> tuple[list[dict], list[str]]:
+    """(valid entries, problems) of one database file; a missing file is empty, not a problem."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return [], []
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [f"it cannot be read ({getattr(exc, 'strerror', None) or exc})"]
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return [], [f"it is not valid JSON ({exc})"]
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        return [], ["it is not an object with an 'entries' list"]
+    good, problems = [], []
+    for i, e in enumerate(data["entries"]):
+        why = entry_problem(e)
+        if why:
+            problems.append(f"entry {i} is ignored: {why}")
+        else:
+            good.append(e)
+    return good, problems
+
+
+_state: tuple[Any, list[dict]] = (None, [])
+_lock = threading.Lock()
+
+
+def user_entries() -> list[dict]:
+    """The user layer's valid entries (re-read when the file changes). Never raises: a corrupt
+    file or entry is ignored with one :class:`TuningWarning` per state of the file."""
+    global _state
+    path = database_path()
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    stamp = (str(path), st.st_mtime_ns, st.st_size)
+    if _state[0] == stamp:
+        return _state[1]
+    entries, problems = read_database(path)
+    with _lock:
+        fresh = _state[0] != stamp
+        _state = (stamp, entries)
+    if problems and fresh:
+        whole = not entries and len(problems) == 1 and not problems[0].startswith("entry")
+        what = "ignored, because " + problems[0] if whole else "; ".join(problems)
+        warnings.warn(
+            f"tuning database {path}: {what}; `tiledmm tune` rewrites it",
+            TuningWarning,
+            stacklevel=2,
+        )
+    return entries
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def _rank(e: dict, device: DeviceSpec) -> int | None:
+    """0: the device's own name, 1: its architecture, 2: its vendor (same kind); None: no."""
+    if "kind" in e and e["kind"] != device.kind:
+        return None
+    if "device" in e:
+        return 0 if e["device"] == device.name else None
+    if "arch" in e:
+        return 1 if e["arch"] == device_arch(device) and e["arch"] else None
+    return 2 if e.get("vendor") and e["vendor"] == device.vendor else None
+
+
+def _matches(backend: str, dtype: str, family: str | None, device: DeviceSpec,
+             entries: list[dict]) -> list[tuple[int, dict]]:  # fmt: skip
+    out = []
+    for e in entries:
+        if e["backend"] != backend or e["dtype"] != dtype:
+            continue
+        if family is not None and e["family"] != family:
+            continue
+        r = _rank(e, device)
+        if r is not None:
+            out.append((r, e))
+    return out
+
+
+def lookup(backend: str, dtype: str, family: str, device: DeviceSpec, cls: str,
+           entries: list[dict] | None = None) -> dict | None:  # fmt: skip
+    """The user entry for this product: the most specific device match, the product's shape
+    class before ``square``; the newest of equals."""
+    found = _matches(backend, dtype, family, device, user_entries() if entries is None else entries)
+    classes = (cls, "square") if cls != "square" else ("square",)
+    best = None
+    for r, e in found:
+        if e["shape_class"] not in classes:
+            continue
+        key = (r, classes.index(e["shape_class"]))
+        if best is None or key < best[0] or (key == best[0] and _newer(e, best[1])):
+            best = (key, e)
+    return best[1] if best else None
+
+
+def _newer(a: dict, b: dict) -> bool:
+    return a["measured"]["date"] >= b["measured"]["date"]
+
+
+def to_geometry(e: dict, device: DeviceSpec) -> Geometry:
+    """An entry as a Geometry whose source says where it came from."""
+    meas = e["measured"]
+    where = "on this device" if e.get("device") == device.name else f"for {_who(e)}"
+    src = (f"tuned {where}, {meas['date'][:10]} ({e['shape_class']} shapes, "
+           f"{meas['gflops']:.4g} GFLOP/s measured; user tuning database)")  # fmt: skip
+    return Geometry.from_dict(e, src)
+
+
+def _who(e: dict) -> str:
+    return e.get("device") or e.get("arch") or e.get("vendor", "")
+
+
+def select(be: Backend, family: str, dtype: str, device: DeviceSpec, cls: str, *,
+           user: bool = True) -> Geometry | None:  # fmt: skip
+    """The geometry for one product: the user layer (unless ``user=False``), else the backend's
+    shipped table (with ``TILEDMM_IGNORE_SHIPPED_TUNING``: its kind defaults only), else None
+    (the model default). The source says which: "tuned on this device, <date>", "shipped table
+    for <name>", "shipped default for <kind>"."""
+    e = lookup(be.name, dtype, family, device, cls) if user else None
+    if e is not None:
+        return to_geometry(e, device)
+    cold = be.geometry(family, dtype, cold_device(device))
+    if ignore_shipped():
+        return _label(cold, f"shipped default for {device.kind} ({IGNORE_SHIPPED})", device)
+    geo = be.geometry(family, dtype, device)
+    if geo is None:
+        return None
+    if cold is None or _tiles(cold) != _tiles(geo):
+        return _label(geo, f"shipped table for {device.name}", device)
+    return _label(geo, f"shipped default for {device.kind}", device)
+
+
+def cold_device(device: DeviceSpec) -> DeviceSpec:
+    """``device`` under a name no table knows: backends answer with their kind defaults."""
+    return replace(device, name=f"{device.kind} (name withheld: {IGNORE_SHIPPED})")
+
+
+def _tiles(g: Geometry) -> tuple:
+    return (g.block_tile, g.thread_tile, g.options)
+
+
+def _label(geo: Geometry | None, what: str, device: DeviceSpec) -> Geometry | None:
+    if geo is None:
+        return None
+    src = geo.source if geo.source not in ("", "default") else ""
+    src = src.replace(cold_device(device).name, device.name)
+    return replace(geo, source=f"{what}: {src}" if src else what)
+
+
+def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str) -> dict[str, float]:
+    """Measured GFLOP/s per family for this backend, device, dtype and exact shape class (the
+    most specific device match per family), from the user layer."""
+    best: dict[str, tuple[int, dict]] = {}
+    for r, e in _matches(backend, dtype, None, device, user_entries()):
+        if e["shape_class"] != cls:
+            continue
+        old = best.get(e["family"])
+        if old is None or r < old[0] or (r == old[0] and _newer(e, old[1])):
+            best[e["family"]] = (r, e)
+    return {f: e["measured"]["gflops"] for f, (_, e) in best.items()}
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def save_entries(new: list[dict], path: Path | None = None) -> Path:
+    """Add ``new`` to the user layer, replacing entries with the same key (device, backend,
+    dtype, family, shape class); a corrupt file is overwritten. Invalid entries raise."""
+    for e in new:
+        why = entry_problem(e)
+        if why:
+            raise ValueError(f"tuning entry not saved: {why}")
+    path = path or database_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old, _ = read_database(path)
+    keys = {_key(e) for e in new}
+    entries = [e for e in old if _key(e) not in keys] + list(new)
+    write(path, entries)
+    return path
+
+
+def write(path: Path, entries: list[dict], about: str = "") -> None:
+    """Write a database file atomically."""
+    data = {"format": FORMAT, "about": about or __doc__.splitlines()[0], "entries": entries}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _key(e: dict) -> tuple:
+    return (e.get("device"), e.get("arch"), e.get("vendor"), e["backend"], e["dtype"],
+            e["family"], e["shape_class"])  # fmt: skip
+
+
+def export(path: Path, device: DeviceSpec | None = None, backend: str | None = None) -> int:
+    """Write the user layer's entries (for one device / backend if given) to ``path``, a file
+    in the user database's format to contribute back; returns how many were written."""
+    chosen = [e for e in user_entries()
+              if (device is None or _rank(e, device) == 0)
+              and (backend is None or e["backend"] == backend)]  # fmt: skip
+    about = ("tiledmm tuning results (`tiledmm tune --export`): entries for the geometry "
+             "database; each carries the device, backend, shape class and measured GFLOP/s")  # fmt: skip
+    write(Path(path), chosen, about)
+    return len(chosen)
