@@ -34,6 +34,7 @@ __all__ = [
     "read_calibration",
     "load_calibration",
     "save_calibration",
+    "reference_h200",
 ]
 
 
@@ -60,6 +61,18 @@ class DeviceSpec:
     launch_overhead: float = 0.0  # seconds per kernel launch, as seen from Python
     ceilings_source: str = "estimate"  # "measured <date> ..." or "estimate from ..."
     extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts for `tiledmm info`
+    # The memory hierarchy (docs/model.md). ``levels``: bandwidth ceilings in bytes/s by level,
+    # nearest the registers first: GPU ("shared memory", "L1", "L2", "DRAM"); CPU ("L1", "L2",
+    # "L3", "DRAM"). ``fma_peaks``: FMA-pipe peak FLOP/s per dtype (not the vendor GEMM, which
+    # may use tensor cores). ``issue_rate``: warp instructions per second, whole GPU (CPU:
+    # instructions per second). ``sustained``: the SM clock under full load as a fraction of
+    # the clock the estimated SM-side ceilings assume (1.0 when those were measured under load).
+    # ``latency``: seconds per dependent trip to the level behind L1 (GPU: L2 hit; CPU: DRAM).
+    levels: tuple[tuple[str, float], ...] = ()
+    fma_peaks: tuple[tuple[str, float], ...] = ()
+    issue_rate: float = 0.0
+    sustained: float = 1.0
+    latency: float = 0.0
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (falls back to half the float32 figure for float64)."""
@@ -73,6 +86,21 @@ class DeviceSpec:
     def cache(self, level: str) -> int:
         return dict(self.caches).get(level, 0)
 
+    def level(self, name: str) -> float:
+        """Bandwidth ceiling of memory level ``name`` (bytes/s); "DRAM" falls back to
+        ``bandwidth``; 0.0 when unknown."""
+        value = dict(self.levels).get(name, 0.0)
+        return value or (self.bandwidth if name == "DRAM" else 0.0)
+
+    def fma_peak(self, dtype: str) -> float:
+        """FMA-pipe FLOP/s for ``dtype`` (``fma_peaks``, else :meth:`peak`)."""
+        table = dict(self.fma_peaks)
+        if dtype in table:
+            return table[dtype]
+        if dtype == "float64" and "float32" in table:
+            return table["float32"] / 2
+        return self.peak(dtype)
+
     @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
@@ -83,7 +111,7 @@ class DeviceSpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("caches", "peak_flops", "extra"):
+        for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks"):
             d[key] = dict(d[key])
         return d
 
@@ -92,10 +120,15 @@ class DeviceSpec:
         cal = load_calibration().get(self.name)
         if not cal:
             return self
+        levels = dict(self.levels) | {k: float(v) for k, v in cal.get("levels", {}).items()}
+        fma = dict(self.fma_peaks) | {k: float(v) for k, v in cal.get("fma_peaks", {}).items()}
         return replace(
             self,
             peak_flops=tuple(sorted((k, float(v)) for k, v in cal["peak_flops"].items())),
             bandwidth=float(cal["bandwidth"]),
+            levels=tuple(levels.items()),
+            fma_peaks=tuple(sorted(fma.items())),
+            sustained=float(cal.get("sustained", self.sustained)),
             ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
         )
 
@@ -134,7 +167,9 @@ def calibration_problem(record: Any) -> str | None:
     """Why ``record`` is not a usable calibration record (None when it is).
 
     Schema: ``{"peak_flops": {dtype: FLOP/s, ...}, "bandwidth": bytes/s, "date": str,
-    "method": str, ...}``; every rate positive and finite, at least one dtype; other keys free.
+    "method": str, ...}``; every rate positive and finite, at least one dtype; optional
+    ``"levels": {level: bytes/s}``, ``"fma_peaks": {dtype: FLOP/s}`` (per-level calibration,
+    same rule) and ``"sustained"`` (0 < x <= 1); other keys free (older files stay valid).
     """
     if not isinstance(record, dict):
         return f"it is a {type(record).__name__}, not an object"
@@ -148,6 +183,17 @@ def calibration_problem(record: Any) -> str | None:
         return "bandwidth is missing"
     if not _rate(record["bandwidth"]):
         return f"bandwidth is {record['bandwidth']!r}, not a positive finite number"
+    for key in ("levels", "fma_peaks"):
+        if key not in record:
+            continue
+        table = record[key]
+        if not isinstance(table, dict):
+            return f"{key} is {table!r}, not an object of positive rates"
+        for name, value in table.items():
+            if not _rate(value):
+                return f"{key}[{name!r}] is {value!r}, not a positive finite number"
+    if "sustained" in record and not (_rate(record["sustained"]) and record["sustained"] <= 1):
+        return f"sustained is {record['sustained']!r}, not a fraction in (0, 1]"
     for key in ("date", "method"):
         if key in record and not isinstance(record[key], str):
             return f"{key} is {record[key]!r}, not a string"
@@ -303,6 +349,7 @@ def _host_cpu_estimate() -> DeviceSpec:
     cores, ghz = cpu_cores(), _cpu_mhz() / 1000
     peak32 = cores * ghz * 1e9 * lanes32 * 2 * 2  # two FMA pipes, 2 FLOPs per FMA
     caches = _cpu_caches()
+    levels, issue = cpu_levels(cores, ghz * 1e9, 4 * lanes32, 10e9 * cores)
     return DeviceSpec(
         name=cpu_model(),
         kind="cpu",
@@ -321,6 +368,10 @@ def _host_cpu_estimate() -> DeviceSpec:
         peak_flops=(("float32", peak32), ("float64", peak32 / 2)),
         bandwidth=10e9 * cores,
         launch_overhead=2e-6,
+        levels=levels,
+        fma_peaks=(("float32", peak32), ("float64", peak32 / 2)),
+        issue_rate=issue,
+        latency=CPU_DRAM_LATENCY,
         ceilings_source=(
             f"estimate from {cores} cores x {ghz:.2f} GHz x {lanes32} fp32 lanes x 2 FMA pipes; "
             "run `tiledmm calibrate` to measure"
@@ -332,3 +383,58 @@ def _host_cpu_estimate() -> DeviceSpec:
 def host_cpu() -> DeviceSpec:
     """The host CPU, with measured ceilings when `tiledmm calibrate` has run."""
     return _host_cpu_estimate().with_calibration()
+
+
+#: A typical DDR4/DDR5 load-to-use latency behind a missed hardware prefetch (docs/model.md).
+CPU_DRAM_LATENCY = 90e-9
+
+
+def cpu_levels(
+    cores: int, clock_hz: float, simd_bytes: int, dram: float
+) -> tuple[tuple[tuple[str, float], ...], float]:
+    """Estimated CPU level ceilings (bytes/s, all cores) and instruction rate: two SIMD loads
+    per clock from L1, one 64-byte line per clock from L2, half that from L3 (x86 cores since
+    Zen/Skylake), ``dram`` measured or guessed; 4 instructions per clock per core."""
+    c = cores * clock_hz
+    levels = (("L1", 2 * simd_bytes * c), ("L2", 64 * c), ("L3", 32 * c), ("DRAM", dram))
+    return levels, 4 * c
+
+
+def reference_h200() -> DeviceSpec:
+    """The measured-reference NVIDIA H200 (GPU.md, 2026-11-29/30): what the offline model
+    checker rebuilds committed GPU results against. Datasheet/derived SM-side ceilings at the
+    1.98 GHz boost clock, scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67
+    TFLOP/s datasheet FP32 peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk);
+    DRAM is the measured 4.1 TB/s copy; L2 is the 6.6 TB/s that the naive kernel moved
+    through it (16.95 GB in 2.574 ms, Nsight Compute) until the L2 probe measures it."""
+    sms, clock = 132, 1.98e9
+    return DeviceSpec(
+        name="NVIDIA H200",
+        kind="gpu",
+        vendor="NVIDIA",
+        compute_units=sms,
+        warp_size=32,
+        max_threads_per_block=1024,
+        max_threads_per_unit=2048,
+        max_blocks_per_unit=32,
+        max_shared_per_block=48 * 1024,
+        shared_per_unit=228 * 1024,
+        registers_per_unit=65536,
+        max_registers_per_thread=255,
+        caches=(("L2", 60 << 20),),
+        peak_flops=(("float32", 50.8e12), ("float64", 60.7e12)),
+        bandwidth=4.1e12,
+        launch_overhead=5e-6,
+        levels=(
+            ("shared memory", sms * 128 * clock),
+            ("L1", sms * 128 * clock),
+            ("L2", 6.6e12),
+            ("DRAM", 4.1e12),
+        ),
+        fma_peaks=(("float32", sms * 128 * 2 * clock), ("float64", sms * 64 * 2 * clock)),
+        issue_rate=sms * 4 * clock,
+        sustained=0.77,
+        latency=263 / clock,
+        ceilings_source="measured reference (GPU.md, 2026-11-29/30; tiledmm.device.reference_h200)",
+        extra=(("compute capability", "9.0"),),
+    )

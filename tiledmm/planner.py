@@ -1,9 +1,11 @@
 """The planner: tile geometry, padding, arithmetic intensity, occupancy and roofline time.
 
 Pure Python. Given a problem (M, N, K, dtype), a kernel family and a DeviceSpec, it returns a
-:class:`Plan`. The traffic model is DESIGN.md's: naive reads a row of A and a column of B per
-output (2K elements); a BM x BN block tile reads its A row-panel and B column-panel once, so
-global intensity is 2*BM*BN / ((BM+BN) * itemsize). Caches and C writes are not counted.
+:class:`Plan`. ``global_bytes``/``intensity`` are DESIGN.md's tiling formulas: naive reads a row
+of A and a column of B per output (2K elements); a BM x BN block tile reads its A row-panel and
+B column-panel once, so global intensity is 2*BM*BN / ((BM+BN) * itemsize). The prediction is
+the hierarchical roofline of :mod:`tiledmm.hierarchy` (``plan.levels``: bytes and time at every
+level; the slowest binds) on devices that describe their levels, else the single DRAM roofline.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
+from .hierarchy import Level, cpu_levels, engine_of, gpu_levels
 
 __all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "default_geometry"]
 
@@ -70,6 +73,17 @@ class Plan:
     device: DeviceSpec
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     geometry_source: str = "default"
+    #: every level's traffic and time (tiledmm.hierarchy.Level), nearest the ALUs first
+    levels: tuple[Level, ...] = field(default=(), compare=False)
+
+    @property
+    def binding(self) -> Level | None:
+        """The level that takes longest: the one that bounds the predicted time."""
+        return max(self.levels, key=lambda lv: lv.seconds, default=None)
+
+    def level(self, name: str) -> Level | None:
+        """The level called ``name`` ("DRAM", "L2", "shared memory", "compute", ...)."""
+        return next((lv for lv in self.levels if lv.name == name), None)
 
     @property
     def launch_key(self) -> tuple:
@@ -86,6 +100,11 @@ class Plan:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("device",)}
         d["occupancy"] = self.occupancy.__dict__.copy()
+        d["levels"] = [
+            lv.to_dict() | {"intensity": _finite(lv.intensity(self.flops))} for lv in self.levels
+        ]
+        d["binding"] = self.binding.name if self.binding else None
+        d["explanation"] = self.explanation
         d["device"] = self.device.name
         d["ceilings"] = self.device.ceilings_source
         return d
@@ -133,14 +152,45 @@ class Plan:
                 f"{dev.compute_units} cores at {self.occupancy.wave_efficiency:.0%} balance"
             )
         peak, bw = dev.peak(self.dtype), dev.bandwidth
-        lines.append(
-            f"  roofline: {peak / 1e12:.3g} TFLOP/s peak, {bw / 1e9:.4g} GB/s, ridge at "
-            f"{peak / bw:.3g} FLOP/B -> {self.bound}-bound; "
-            f"predicted {_time(self.predicted_seconds)}"
-            f" ({self.predicted_gflops:.4g} GFLOP/s)"
-        )
+        if self.levels and len(self.levels) > 2:
+            lines.append("  levels (bytes crossing each, its intensity, time at its ceiling):")
+            for lv in self.levels:
+                lines.append("    " + _level_line(lv, self.flops))
+            lines.append(f"  {self.explanation}; predicted {_time(self.predicted_seconds)}")
+        else:
+            lines.append(
+                f"  roofline: {peak / 1e12:.3g} TFLOP/s peak, {bw / 1e9:.4g} GB/s, ridge at "
+                f"{peak / bw:.3g} FLOP/B -> {self.bound}-bound; "
+                f"predicted {_time(self.predicted_seconds)}"
+                f" ({self.predicted_gflops:.4g} GFLOP/s)"
+            )
         lines.append(f"  ceilings: {dev.ceilings_source}; tiles: {self.geometry_source}")
         return "\n".join(lines)
+
+    @property
+    def explanation(self) -> str:
+        """The binding level in words: what each FMA costs there and the rate it allows."""
+        lv = self.binding
+        if lv is None:
+            return f"{self.bound}-bound"
+        rate = self.flops / lv.seconds / 1e12 if lv.seconds else math.inf
+        why = f" ({lv.note})" if lv.note else ""
+        return f"{self.kernel}: bound by {lv.name}{why} at {rate:.3g} TFLOP/s"
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _level_line(lv: Level, flops: int) -> str:
+    if lv.unit == "B":
+        ai = lv.intensity(flops)
+        what = f"{lv.amount / 1e9:.4g} GB, {ai:.3g} FLOP/B" if math.isfinite(ai) else "0 B"
+    else:
+        what = f"{lv.amount:.4g} {lv.unit}"
+    ceiling = f" at {lv.ceiling / 1e12:.3g} T{lv.unit}/s" if lv.ceiling else ""
+    note = f" [{lv.note}]" if lv.note else ""
+    return f"{lv.name:<14} {what}{ceiling} -> {_time(lv.seconds)}{note}"
 
 
 def _kib(n: int) -> str:
@@ -265,11 +315,31 @@ def make_plan(
     intensity = flops / global_bytes if global_bytes else 0.0
 
     occ = _occupancy(device, kernel, threads, shared, regs, gx * gy)
-    peak = device.peak(dtype) * occ.wave_efficiency
-    t_compute = executed / peak if peak else 0.0
-    t_memory = global_bytes / device.bandwidth if device.bandwidth else 0.0
-    bound = "memory" if t_memory > t_compute else "compute"
-    predicted = device.launch_overhead + max(t_compute, t_memory)
+    warps = math.ceil(threads / max(1, device.warp_size))
+    geo_d = dict(m=m, n=n, k=k, mp=mp, np=np_, kp=kp, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn,
+                 gx=gx, gy=gy, threads=threads, warps=warps)  # fmt: skip
+    levels: tuple[Level, ...] = ()
+    if device.levels and flops:
+        engine = engine_of(backend, opts)
+        if device.is_gpu:
+            found = gpu_levels(kernel, geo_d, s, device, engine, opts, occ.blocks_per_unit, dtype)
+        else:
+            found = cpu_levels(kernel, geo_d, s, device, engine, opts, dtype)
+        levels = tuple(found)
+    if levels:
+        top = max(levels, key=lambda lv: lv.seconds)
+        bound = top.name
+        predicted = device.launch_overhead + top.seconds
+    else:  # the single DRAM roofline for devices that do not describe their levels
+        peak = device.peak(dtype) * occ.wave_efficiency
+        t_compute = executed / peak if peak else 0.0
+        t_memory = global_bytes / device.bandwidth if device.bandwidth else 0.0
+        bound = "memory" if t_memory > t_compute else "compute"
+        predicted = device.launch_overhead + max(t_compute, t_memory)
+        levels = (
+            Level("compute", executed, peak, t_compute, "", "FLOP"),
+            Level("DRAM", global_bytes, device.bandwidth, t_memory, "tiling formula"),
+        )
     return Plan(
         backend=backend,
         kernel=kernel,
@@ -294,6 +364,7 @@ def make_plan(
         device=device,
         options=opts,
         geometry_source=geo.source,
+        levels=levels,
     )
 
 

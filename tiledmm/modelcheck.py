@@ -1,0 +1,210 @@
+"""Offline check of the planner against committed results: measured / predicted per row.
+
+Each row of a pytest-benchmark JSON in ``benches/results`` records the problem, backend,
+kernel family and tiles; :func:`check_rows` rebuilds its plan with today's model on a
+reference device (GPU rows: :func:`tiledmm.device.reference_h200`; CPU rows: the device the
+file recorded, with estimated level ceilings) and reports measured / predicted time.
+``python -m tiledmm.modelcheck [files]`` prints the table and the worst case per band.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from .backend import Geometry
+from .device import CPU_DRAM_LATENCY, DeviceSpec, cpu_levels, reference_h200
+from .planner import make_plan
+
+__all__ = ["Row", "check_rows", "check_files", "band", "format_table", "GPU_BAND", "CPU_BAND"]
+
+ROOT = Path(__file__).resolve().parent.parent
+GEOMETRY_DB = ROOT / "backends" / "kernels" / "geometry.json"
+GPU_BAND, CPU_BAND = (0.8, 1.25), (0.67, 1.5)
+MIN_PRODUCT = 1024**3  # rows below this (M*N*K) are shown but not held to a band
+
+
+@dataclass(frozen=True)
+class Row:
+    file: str
+    backend: str
+    kernel: str
+    dtype: str
+    shape: tuple[int, int, int]
+    measured: float
+    predicted: float  # 0.0: not predicted
+    binding: str
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured / self.predicted if self.predicted else None
+
+
+def band(row: Row, gpu: bool) -> tuple[float, float] | None:
+    """The band a row is held to (None: shown only): GPU rows and, on the CPU, the compiled
+    kernels and the NumPy backend's register family, all at M*N*K >= 1024^3."""
+    m, n, k = row.shape
+    if m * n * k < MIN_PRODUCT or not row.predicted:
+        return None
+    if gpu:
+        return GPU_BAND
+    if row.backend == "numpy" and row.kernel != "register":
+        return None  # the emulated families: predicted per operation, not held to the band
+    return CPU_BAND
+
+
+def _options(row: dict, db: list[dict]) -> tuple[tuple[str, object], ...]:
+    """The tiles' compile-time options from the geometry database entry the row ran with."""
+    engine = "numba" if row["backend"] == "numba-cuda" else "gemm-c"
+    best, score = {}, -1
+    for e in db:
+        if e.get("kernels") != engine or e.get("family") != row["kernel"]:
+            continue
+        if e.get("dtype", row["dtype"]) != row["dtype"]:
+            continue
+        if list(e["block_tile"]) != list(row["block_tile"]):
+            continue
+        if list(e.get("thread_tile", (1, 1))) != list(row["thread_tile"]):
+            continue
+        if "device" in e and e["device"] != row["device"]:
+            continue
+        if "kind" in e and e["kind"] != row.get("device_kind"):
+            continue
+        if e.get("backend", row["backend"]) != row["backend"]:
+            continue
+        sc = 2 * ("device" in e) + ("backend" in e)
+        if sc > score:
+            best, score = e, sc
+    return tuple(sorted(best.get("options", {}).items()))
+
+
+def _cpu_device(info: dict) -> DeviceSpec:
+    known = {f.name for f in fields(DeviceSpec)}
+    d = {k: v for k, v in info.items() if k in known}
+    for key in ("caches", "peak_flops", "extra"):
+        d[key] = tuple(sorted(dict(d.get(key, {})).items()))
+    spec = DeviceSpec(**d)
+    lanes = max(1, spec.simd_bytes // 4)
+    # the vendor GEMM (OpenBLAS) runs at ~0.9 of the FMA peak (PERFORMANCE.md: 84-94%)
+    fma32 = spec.peak("float32") / 0.9
+    clock = fma32 / (spec.compute_units * lanes * 4)
+    levels, issue = cpu_levels(spec.compute_units, clock, spec.simd_bytes, spec.bandwidth)
+    return replace(
+        spec,
+        levels=levels,
+        issue_rate=issue,
+        latency=CPU_DRAM_LATENCY,
+        fma_peaks=(("float32", fma32), ("float64", fma32 / 2)),
+    )
+
+
+def check_rows(path: Path, db: list[dict] | None = None) -> tuple[list[Row], bool]:
+    """(rows, is_gpu) of one results file, each rebuilt and predicted."""
+    data = json.loads(Path(path).read_text())
+    if db is None:
+        db = json.loads(GEOMETRY_DB.read_text())["entries"]
+    devices = data.get("machine_info", {}).get("tiledmm", {}).get("devices", {})
+    out, gpu = [], False
+    for b in data.get("benchmarks", []):
+        e = b["extra_info"]
+        info = devices.get(e["backend"], {})
+        if e.get("device_kind") == "gpu":
+            gpu = True
+            dev = replace(reference_h200(), launch_overhead=info.get("launch_overhead", 5e-6))
+        else:
+            dev = _cpu_device(info)
+        geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), _options(e, db))
+        plan = make_plan(
+            e["m"],
+            e["n"],
+            e["k"],
+            dtype=e["dtype"],
+            kernel=e["kernel"],
+            device=dev,
+            geometry=geo,
+            backend=e["backend"],
+        )
+        binding = plan.binding.name if plan.binding else plan.bound
+        predicted = plan.predicted_seconds
+        out.append(
+            Row(
+                Path(path).name,
+                e["backend"],
+                e["kernel"],
+                e["dtype"],
+                (e["m"], e["n"], e["k"]),
+                e["seconds"],
+                predicted,
+                binding,
+            )
+        )
+    return out, gpu
+
+
+def check_files(paths: list[Path]) -> list[tuple[Row, tuple[float, float] | None]]:
+    """Every row of ``paths`` with the band it is held to."""
+    rows = []
+    for p in paths:
+        found, gpu = check_rows(p)
+        rows += [(r, band(r, gpu)) for r in found]
+    return rows
+
+
+def format_table(rows: list[tuple[Row, tuple[float, float] | None]]) -> str:
+    """A Markdown table (ratio per row, in/out of band) and the worst case per band."""
+    lines = [
+        "| file | backend | kernel | dtype | shape | measured | predicted | ratio | bound | band |",
+        "|---|---|---|---|---|---:|---:|---:|---|---|",
+    ]
+    worst: dict[tuple, tuple[float, Row]] = {}
+    for r, bnd in rows:
+        ratio = r.ratio
+        flag = "-" if bnd is None else ("ok" if bnd[0] <= ratio <= bnd[1] else "OUT")
+        shape = "x".join(map(str, r.shape))
+        rs = f"{ratio:.2f}" if ratio else "not predicted"
+        pred = f"{r.predicted * 1e3:.4g} ms" if r.predicted else "-"
+        lines.append(
+            f"| {r.file} | {r.backend} | {r.kernel} | {r.dtype} | {shape} | "
+            f"{r.measured * 1e3:.4g} ms | {pred} | {rs} | {r.binding} | {flag} |"
+        )
+        if bnd is not None:
+            dev = abs(_log(ratio))
+            if bnd not in worst or dev > worst[bnd][0]:
+                worst[bnd] = (dev, r)
+    for bnd, (_, r) in sorted(worst.items()):
+        inside = sum(1 for x, b in rows if b == bnd and bnd[0] <= x.ratio <= bnd[1])
+        total = sum(1 for _, b in rows if b == bnd)
+        lines.append(
+            f"\nband {bnd}: {inside}/{total} rows inside; worst {r.ratio:.2f} "
+            f"({r.backend} {r.kernel} {r.dtype} {'x'.join(map(str, r.shape))})"
+        )
+    return "\n".join(lines)
+
+
+def _log(x: float) -> float:
+    import math
+
+    return math.log(x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    base = ROOT / "benches" / "results"
+    paths = [Path(a) for a in args] or [
+        base / n
+        for n in (
+            "h200-cupy.json",
+            "h200-opencl.json",
+            "h200-numba-cuda.json",
+            "h200-float64.json",
+            "epyc-2c-cpu.json",
+        )
+    ]
+    print(format_table(check_files(paths)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
