@@ -180,11 +180,17 @@ def c_contiguous(x: Any) -> bool:
     return strides is None
 
 
+_single: list[bool] = []  # whether one GPU is visible (then the ordinal is always 0)
+
+
 def device_id() -> int:
-    """The current CUDA device's ordinal (0 under the simulator)."""
+    """The current CUDA device's ordinal (0 under the simulator or with one GPU: no driver
+    call on the per-call path)."""
     if SIMULATOR:
         return 0
-    return int(cuda.get_current_device().id)
+    if not _single:
+        _single.append(len(cuda.gpus) == 1)
+    return 0 if _single[0] else int(cuda.get_current_device().id)
 
 
 to_device = cuda.to_device
