@@ -53,6 +53,25 @@ class NumbaCpuBackend(Backend):
             (128, bn, bk), (4, bn), source="numba-cpu: B panel in a quarter of L2, 4 x BN tile"
         )
 
+    def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
+        """What ``tiledmm tune`` may try: block tiles around the cache-sized defaults; for the
+        register family, micro-tiles of 4 rows (``MICRO_ROWS``) by TN dividing BN."""
+        src = "numba-cpu search space"
+        if kernel == "naive":
+            return [Geometry((bm, bn, 1), source=src) for bm in (4, 8, 16, 32)
+                    for bn in (16, 32, 64, 128)]  # fmt: skip
+        if kernel == "tiled":
+            return [Geometry((bm, bn, bk), source=src) for bm in (16, 32, 64)
+                    for bn in (64, 128, 256) for bk in (8, 16, 32, 64)]  # fmt: skip
+        return [
+            Geometry((bm, bn, bk), (4, tn), source=src)
+            for bm in (32, 64, 128, 256)
+            for bn in (128, 256, 512)
+            for bk in (32, 64, 128, 256)
+            for tn in (32, 64, bn)
+            if bn % tn == 0 and (tn != bn or tn not in (32, 64))
+        ]
+
     def run(self, plan: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.writeable:
             raise ValueError("output array is read-only")  # numpy.matmul's words
