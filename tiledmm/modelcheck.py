@@ -16,9 +16,19 @@ from pathlib import Path
 
 from .backend import Geometry
 from .device import CPU_DRAM_LATENCY, DeviceSpec, cpu_levels, reference_h200
-from .planner import make_plan
+from .planner import Plan, make_plan
 
-__all__ = ["Row", "check_rows", "check_files", "band", "format_table", "GPU_BAND", "CPU_BAND"]
+__all__ = [
+    "model_counters",
+    "compare_counters",
+    "Row",
+    "check_rows",
+    "check_files",
+    "band",
+    "format_table",
+    "GPU_BAND",
+    "CPU_BAND",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 GEOMETRY_DB = ROOT / "backends" / "kernels" / "geometry.json"
@@ -78,6 +88,54 @@ def _options(row: dict, db: list[dict]) -> tuple[tuple[str, object], ...]:
         if sc > score:
             best, score = e, sc
     return tuple(sorted(best.get("options", {}).items()))
+
+
+def model_counters(plan: Plan) -> dict[str, float]:
+    """The model's numbers for a GPU plan under Nsight Compute's metric names."""
+    s = {"float16": 2, "float32": 4, "float64": 8}[plan.dtype]
+    c_bytes = plan.m * plan.n * s
+    get = lambda name: plan.level(name).amount if plan.level(name) else 0.0  # noqa: E731
+    fma = plan.padded_shape[0] * plan.padded_shape[1] * plan.padded_shape[2]
+    if plan.kernel == "naive":
+        fma = plan.m * plan.n * plan.k
+    pipe = "dfma" if plan.dtype == "float64" else "ffma"
+    return {
+        "dram__bytes_read.sum": get("DRAM") - c_bytes,
+        "dram__bytes_write.sum": float(c_bytes),
+        "lts__t_bytes.sum": get("L2") + c_bytes,
+        "l1tex__t_bytes.sum": get("L1") + c_bytes,
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": get("shared memory") / 128,
+        f"smsp__sass_thread_inst_executed_op_{pipe}_pred_on.sum": float(fma),
+        "predicted_seconds": plan.predicted_seconds,
+    }
+
+
+def compare_counters(path: Path, device: DeviceSpec | None = None) -> list[dict]:
+    """Per committed counter row: the plan rebuilt on ``device`` (the reference H200), and
+    model / counter per metric that both have."""
+    data = json.loads(Path(path).read_text())
+    dev = device or reference_h200()
+    out = []
+    for r in data["rows"]:
+        geo = Geometry(
+            tuple(r["block_tile"]),
+            tuple(r["thread_tile"]),
+            tuple(sorted(r.get("options", {}).items())),
+        )
+        plan = make_plan(
+            r["m"],
+            r["n"],
+            r["k"],
+            dtype=r["dtype"],
+            kernel=r["kernel"],
+            device=dev,
+            geometry=geo,
+            backend=r["backend"],
+        )
+        model = model_counters(plan)
+        ratios = {k: model[k] / v for k, v in r["counters"].items() if k in model and v}
+        out.append({"row": r, "model": model, "ratios": ratios, "plan": plan})
+    return out
 
 
 def _cpu_device(info: dict) -> DeviceSpec:
