@@ -111,7 +111,7 @@ def test_plan_arguments_are_validated(args, kwargs, match):
 
 
 def test_plan_accepts_numpy_integers():
-    p = tiledmm.plan(np.int64(7), np.int32(5), 3, block_tile=(np.int64(16),) * 3)
+    p = tiledmm.plan(np.int64(7), np.int32(5), 3, kernel="tiled", block_tile=(np.int64(16),) * 3)
     assert (p.m, p.n, p.k, p.block_tile) == (7, 5, 3, (16, 16, 16))
 
 
