@@ -100,6 +100,16 @@ class Backend:
         limits prune them before anything runs); ``None``: this backend is not tunable."""
         return None
 
+    def compile_probe(
+        self, source: str, kernel: str, defines: dict[str, int]
+    ) -> Callable[[int, tuple], Any] | None:
+        """Optional, for ``tiledmm calibrate``: compile ``kernel`` from ``source`` (the C
+        dialect of the GEMM sources, ``#include "gemm_common.h"``) with ``defines`` and return
+        ``launch(groups, args)``, which runs it on ``groups`` 1-D groups of
+        ``defines["THREADS"]`` work-items with native arrays and scalars (int32 or the probe's
+        real type) as arguments. ``None`` (the default): no level probes on this backend."""
+        return None
+
     # ---------------------------------------------------------------- arrays
 
     def accepts(self, x: Any) -> bool:

@@ -22,7 +22,14 @@ import numpy as np
 from .backend import Backend
 from .device import calibration_path, save_calibration
 
-__all__ = ["calibrate", "measure_peak", "measure_bandwidth", "writable_cache"]
+__all__ = [
+    "calibrate",
+    "measure_peak",
+    "measure_bandwidth",
+    "measure_cpu_levels",
+    "measure_gpu_levels",
+    "writable_cache",
+]
 
 # Sizes (square N) per device class; the best median over them is the peak.
 _SIZES = {
@@ -82,6 +89,84 @@ def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
     return 2 * n * 4 / statistics.median(times)
 
 
+def measure_cpu_levels(caches: dict[str, int], quick: bool = False) -> dict[str, float]:
+    """Bytes/s of a NumPy copy (read + write) resident in each cache level: buffers of a
+    quarter of L1, L2 and L3 (two buffers fit with room), best of several passes."""
+    import time
+
+    out = {}
+    for name in ("L1", "L2", "L3"):
+        size = caches.get(name, 0) // 4
+        if size < 4096:
+            continue
+        n = size // 8  # two float32 buffers of size/2 bytes each
+        src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+        reps = max(1, int((2e6 if quick else 2e7) // size))
+        best = float("inf")
+        for _ in range(3 if quick else 7):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                np.copyto(dst, src)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        out[name] = 2 * n * 4 / best
+    # a NumPy call costs ~1 us: an L1-sized copy measures the call, not the cache; a level
+    # slower than the one behind it is dropped (the planner keeps its estimate)
+    for near, far in (("L1", "L2"), ("L2", "L3")):
+        if near in out and far in out and out[near] < out[far]:
+            del out[near]
+    return out
+
+
+def _probe_source() -> str | None:
+    path = Path(__file__).resolve().parent.parent / "backends" / "kernels" / "probes.cl"
+    return path.read_text() if path.exists() else None
+
+
+def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
+    """Per-level ceilings of a GPU from ``backends/kernels/probes.cl`` through the backend's
+    optional ``compile_probe``: DRAM and L2 (a streaming read of a buffer beyond / inside the
+    L2), shared memory, FMA peak per dtype. Returns ``{"levels": {...}, "fma_peaks": {...}}``,
+    empty when the backend has no probe hook."""
+    source = _probe_source()
+    if source is None:
+        return {}
+    dev = be.device()
+    threads, groups = 256, dev.compute_units * 8
+    repeat, warmup = _repeats(quick)
+    out: dict[str, Any] = {"levels": {}, "fma_peaks": {}}
+    f32 = np.dtype("float32")
+    sink = be.asarray(np.zeros(groups * threads, np.float32), f32)
+
+    def timed(launch, args) -> float:
+        return statistics.median(be.timings(lambda: launch(groups, args), repeat=repeat,
+                                            warmup=warmup))  # fmt: skip
+
+    defs = {"REAL_BYTES": 4, "THREADS": threads}
+    stream = be.compile_probe(source, "stream_probe", defs)
+    if stream is None:
+        return {}
+    l2 = dev.cache("L2") or 32 << 20
+    for level, nbytes, reps in (("DRAM", 4 * l2 if not quick else 2 * l2, 2), ("L2", l2 // 4, 32)):
+        n = nbytes // 4
+        src = be.asarray(np.ones(n, np.float32), f32)
+        t = timed(stream, (np.int32(n), np.int32(reps), src, sink))
+        out["levels"][level] = n * 4 * reps / t
+        del src
+    shared = be.compile_probe(source, "shared_probe", defs)
+    reps = 4096
+    t = timed(shared, (np.int32(reps), sink))
+    out["levels"]["shared memory"] = groups * threads * reps * 8 * 4 / t
+    for dtype, rb in (("float32", 4), ("float64", 8)):
+        if dtype not in be.dtypes:
+            continue
+        fma = be.compile_probe(source, "fma_probe", {"REAL_BYTES": rb, "THREADS": threads})
+        dt = np.dtype(dtype)
+        sink_d = be.asarray(np.zeros(groups * threads, dt), dt)
+        t = timed(fma, (np.int32(reps), dt.type(0.999), sink_d))
+        out["fma_peaks"][dtype] = groups * threads * reps * 16 / t
+    return out
+
+
 def writable_cache() -> Path:
     """The calibration file's path, after making sure its folder exists and is writable, so a
     bad ``TILEDMM_CACHE_DIR`` fails before minutes of measuring, not after."""
@@ -127,7 +212,17 @@ def calibrate(
     bw = measure_bandwidth(backend, nbytes, quick)
     repeat, _ = _repeats(quick)
     sizes = "/".join(str(n) for n in _SIZES[cls])
+    extra: dict[str, Any] = {}
+    if dev.kind == "gpu":
+        extra = measure_gpu_levels(backend, quick)
+        if extra:
+            extra["sustained"] = 1.0  # probes run long enough to settle at the loaded clock
+    else:
+        levels = measure_cpu_levels(dict(dev.caches), quick)
+        levels["DRAM"] = bw
+        extra = {"levels": levels, "fma_peaks": dict(peaks)}
     record = {
+        **extra,
         "peak_flops": peaks,
         "bandwidth": bw,
         "date": _dt.date.today().isoformat(),
