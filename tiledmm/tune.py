@@ -58,7 +58,7 @@ def class_shape(cls: str, n: int) -> tuple[int, int, int, int]:
     q = max(8, n // 4)
     shapes = {
         "square": (1, n, n, n), "odd": (1, n - 23, n - 9, n - 1),
-        "skinny_k": (1, n, n, tuning.SKINNY_K // 2), "skinny_mn": (1, n, 48, n),
+        "skinny_k": (1, n, n, max(8, min(128, n // 4))), "skinny_mn": (1, n, 48, n),
         "batched": (8, q, q, q), "vector": (1, n, 1, n),
     }  # fmt: skip
     return shapes[cls]

@@ -54,15 +54,16 @@ class TuningWarning(UserWarning):
 
 def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
     """The class of a product: ``vector`` (M or N is 1), ``batched`` (batch > 1), ``skinny_mn``
-    (M or N <= 64), ``skinny_k`` (K <= 256), ``odd`` (a dimension not a multiple of 32), else
-    ``square`` (large, aligned; also the general fallback)."""
+    (M or N <= 64 and a quarter of the largest dimension or less), ``skinny_k`` (K <= 256 and
+    a quarter of M and N or less), ``odd`` (a dimension not a multiple of 32), else ``square``
+    (aligned; small cubes too; also the general fallback)."""
     if min(m, n) <= 1:
         return "vector"
     if batch > 1:
         return "batched"
-    if min(m, n) <= SKINNY_MN:
+    if min(m, n) <= SKINNY_MN and 4 * min(m, n) <= max(m, n, k):
         return "skinny_mn"
-    if k <= SKINNY_K:
+    if k <= SKINNY_K and 4 * k <= min(m, n):
         return "skinny_k"
     if m % ODD_MULTIPLE or n % ODD_MULTIPLE or k % ODD_MULTIPLE:
         return "odd"
@@ -98,8 +99,9 @@ def device_arch(device: DeviceSpec) -> str:
 
 
 def _ints(v: Any, n: int) -> bool:
-    return (isinstance(v, list | tuple) and len(v) == n
-            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v))  # fmt: skip
+    if not isinstance(v, list | tuple) or len(v) != n:
+        return False
+    return all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)
 
 
 def entry_problem(e: Any) -> str | None:
@@ -339,7 +341,9 @@ def export(path: Path, device: DeviceSpec | None = None, backend: str | None = N
     chosen = [e for e in user_entries()
               if (device is None or _rank(e, device) == 0)
               and (backend is None or e["backend"] == backend)]  # fmt: skip
-    about = ("tiledmm tuning results (`tiledmm tune --export`): entries for the geometry "
-             "database; each carries the device, backend, shape class and measured GFLOP/s")  # fmt: skip
+    about = (
+        "tiledmm tuning results (`tiledmm tune --export`): entries for the geometry database; "
+        "each carries the device, backend, shape class and measured GFLOP/s"
+    )
     write(Path(path), chosen, about)
     return len(chosen)

@@ -1,0 +1,292 @@
+"""tiledmm tune and the tuning database: shape classes, the database's layers and failure
+handling, the planner reading it, the tuner's selection (broken candidates never win, the
+default is never beaten by noise), resuming, and short CPU cold starts (numba-cpu, PoCL)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import warnings
+
+import numpy as np
+import pytest
+
+import tiledmm
+from tiledmm import Backend, Geometry, dispatch, tune, tuning
+from tiledmm.accuracy import rel_error
+from tiledmm.tuning import TuningWarning, shape_class
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(tuning.IGNORE_SHIPPED, raising=False)
+    dispatch.clear_caches()
+    yield tmp_path
+    dispatch.clear_caches()
+
+
+def _entry(dev, backend="numpy", family="register", cls="square", gflops=10.0, bt=(32, 32, 32),
+           tt=(8, 8), **kw):  # fmt: skip
+    meas = dict(gflops=gflops, date="2026-11-30")
+    e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=backend,
+             dtype="float32", family=family, shape_class=cls, block_tile=list(bt),
+             thread_tile=list(tt), options={}, measured=meas)  # fmt: skip
+    e.update(kw)
+    return e
+
+
+def test_shape_classes():
+    assert shape_class(1024, 1024, 1024) == "square"
+    assert shape_class(1000, 1024, 1024) == "odd"
+    assert shape_class(1024, 1024, 128) == "skinny_k"
+    assert shape_class(1024, 48, 4096) == "skinny_mn"
+    assert shape_class(256, 256, 256) == shape_class(64, 64, 64) == "square"
+    assert shape_class(1, 4096, 4096) == "vector"
+    assert shape_class(512, 512, 512, batch=8) == "batched"
+    assert set(tuning.SHAPE_CLASSES) >= {"square", "odd", "skinny_k", "skinny_mn", "batched"}
+    assert tune.parse_budget("10m") == 600 and tune.parse_budget("1m30s") == 90
+    assert tune.parse_budget("45") == 45
+    with pytest.raises(ValueError):
+        tune.parse_budget("soon")
+    classes = [c for c, _ in tune.tasks_for("squares,odd,skinny,batched,100x200x300", 256)]
+    assert classes == ["square", "odd", "skinny_k", "skinny_mn", "batched", "odd"]
+    for cls, (b, m, n, k) in tune.tasks_for("squares,odd,skinny,batched", 256):
+        assert shape_class(m, n, k, b) == cls
+
+
+def test_user_layer_overrides_shipped_and_says_so():
+    dev = tiledmm.get_backend("numpy").device()
+    p = tiledmm.plan(1000, 1000, 777, backend="numpy", kernel="register")
+    assert p.geometry_source.startswith("shipped default for cpu")
+    tuning.save_entries([_entry(dev, cls="odd", bt=(64, 64, 64), tt=(8, 8)),
+                         _entry(dev, cls="square", bt=(32, 32, 32), tt=(4, 4))])  # fmt: skip
+    dispatch.clear_caches()
+    p = tiledmm.plan(1000, 1000, 777, backend="numpy", kernel="register")
+    assert p.block_tile == (64, 64, 64) and "tuned on this device, 2026-11-30" in str(p)
+    q = tiledmm.plan(48, 1024, 1024, backend="numpy", kernel="register")  # skinny: square's
+    assert q.block_tile == (32, 32, 32) and q.thread_tile == (4, 4)
+    other = tiledmm.plan(1000, 1000, 777, backend="numpy", kernel="tiled")  # no tiled entry
+    assert other.geometry_source.startswith("shipped")
+    # the result is still right with the tuned tiles
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((61, 45)), rng.standard_normal((45, 37))
+    assert rel_error(tiledmm.matmul(a, b, backend="numpy", kernel="register"), a @ b) < 1e-12
+
+
+def test_arch_and_vendor_fallbacks_and_specificity():
+    dev = tiledmm.get_backend("numpy").device()
+    arch = tuning.device_arch(dev)
+    base = dict(backend="numpy", dtype="float32", family="tiled", shape_class="square",
+                measured=dict(gflops=1.0, date="2026-01-01"))  # fmt: skip
+    other = dict(base, device="another CPU", block_tile=[8, 8, 8])
+    entries = [other]
+    assert tuning.lookup("numpy", "float32", "tiled", dev, "square", entries) is None
+    if arch:
+        entries.append(dict(base, arch=arch, block_tile=[16, 16, 16]))
+        assert tuning.lookup("numpy", "float32", "tiled", dev, "square", entries)["arch"] == arch
+    entries.append(dict(base, device=dev.name, block_tile=[32, 32, 32]))
+    hit = tuning.lookup("numpy", "float32", "tiled", dev, "square", entries)
+    assert hit["block_tile"] == [32, 32, 32]
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [("{not json", "not valid JSON"), ('["a list"]', "not an object with an 'entries' list")],
+)
+def test_corrupt_database_is_reported_once_and_ignored(cache, text, why):
+    (cache / "tuning.json").write_text(text)
+    with pytest.warns(TuningWarning, match=f"ignored, because it is {why}"):
+        p = tiledmm.plan(512, 512, 512, backend="numpy", kernel="register")
+    assert p.geometry_source.startswith("shipped")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per state of the file
+        dispatch.clear_caches()
+        tiledmm.plan(512, 512, 512, backend="numpy", kernel="register")
+
+
+def test_bad_entry_dropped_good_kept(cache):
+    dev = tiledmm.get_backend("numpy").device()
+    good = _entry(dev, bt=(64, 32, 16), tt=(4, 4))
+    bad = dict(good, block_tile=[0, 32, 16])
+    bad2 = dict(good, measured={"gflops": -1, "date": "2026"})
+    (cache / "tuning.json").write_text(json.dumps({"entries": [bad, good, bad2, 3]}))
+    with pytest.warns(TuningWarning, match="entry 0 is ignored: block_tile"):
+        entries = tuning.user_entries()
+    assert entries == [good]
+    with pytest.raises(ValueError, match="family"):
+        tuning.save_entries([dict(good, family="fast")])
+
+
+def test_ignore_shipped_device_tables(monkeypatch):
+    """With the variable set, a backend is asked as if its device had no name on record."""
+
+    class Named(Backend):
+        name, kernels = "named-test", ("tiled",)
+
+        def geometry(self, kernel, dtype, device):
+            if device.name == tiledmm.host_cpu().name:
+                return Geometry((8, 8, 8), source="tuned on this CPU")
+            return Geometry((16, 16, 16), source=f"default for {device.kind}")
+
+    be, dev = Named(), tiledmm.host_cpu()
+    g = tuning.select(be, "tiled", "float32", dev, "square")
+    assert g.block_tile == (8, 8, 8) and g.source.startswith(f"shipped table for {dev.name}")
+    monkeypatch.setenv(tuning.IGNORE_SHIPPED, "1")
+    g = tuning.select(be, "tiled", "float32", dev, "square")
+    assert g.block_tile == (16, 16, 16) and tuning.IGNORE_SHIPPED in g.source
+
+
+def test_auto_kernel_follows_measurements():
+    dev = tiledmm.get_backend("numpy").device()
+    before = dispatch.auto_kernel(tiledmm.get_backend("numpy"), 1024, 1024, 1024, "float32")
+    assert before == "register"
+    tuning.save_entries([
+        _entry(dev, family="register", gflops=5.0),
+        _entry(dev, family="naive", gflops=50.0, bt=(16, 16, 1), tt=(1, 1)),
+    ])  # fmt: skip
+    be = tiledmm.get_backend("numpy")
+    assert dispatch.auto_kernel(be, 1024, 1024, 1024, "float32") == "naive"
+    # another shape class has no measurements: the ladder decides as before
+    assert dispatch.auto_kernel(be, 1000, 1000, 777, "float32") == "register"
+
+
+class Fake(Backend):
+    """A tunable host backend: block tiles are slices of a NumPy product; one geometry
+    writes a wrong value, one raises as a compile error would, one leaves a row unwritten."""
+
+    name, kernels = "fake-tune", ("tiled",)
+
+    def geometry(self, kernel, dtype, device):
+        return Geometry((32, 32, 32), source="fake default")
+
+    def search_space(self, kernel, dtype, device):
+        sizes = [(8, 8, 8), (16, 16, 16), (64, 64, 64), (13, 13, 13), (24, 24, 24), (40, 8, 8)]
+        return [Geometry(s) for s in sizes] + [Geometry((5000, 5000, 1))]  # last: pruned
+
+    def run(self, plan, a, b, out):
+        bm, bn, _ = plan.block_tile
+        if bm == 13:
+            raise RuntimeError("clBuildProgram failed: compile error (simulated)")
+        for i in range(0, out.shape[0], bm):
+            for j in range(0, out.shape[1], bn):
+                out[i : i + bm, j : j + bn] = a[i : i + bm] @ b[:, j : j + bn]
+        if bm == 24:
+            out[0, 0] += 1.0  # wrong result
+        if bm == 40:
+            out[-1] = np.nan  # an unwritten row
+
+
+def test_tuner_records_failures_selects_only_correct_and_resumes(cache):
+    be = Fake()
+    tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive")
+    task = tune.Task(tuner, "tiled", "odd", (1, 70, 50, 30))
+    assert all(g.block_tile != (5000, 5000, 1) for g in task.space)  # pruned by the planner
+    assert task.space[0].block_tile == (32, 32, 32)  # the shipped default first
+    tuner.search(task, 30)
+    status = {json.loads(k)[0][0]: r["status"] for k, r in task.results.items()}
+    assert status[13] == "compile error" and status[24] == "wrong result"
+    assert status[40] == "wrong result" and status[8] == "ok"
+    assert task.choice is not None and task.choice["status"] == "ok"
+    assert json.loads(task.choice["geometry"])[0][0] in (8, 16, 32, 64)
+    lines = tuner.log.read_text().splitlines()
+    # resumed: nothing is measured again
+    again = tune.Tuner(be, "float32", budget=30, strategy="exhaustive")
+    t2 = tune.Task(again, "tiled", "odd", (1, 70, 50, 30))
+    again.search(t2, 30)
+    assert len(again.log.read_text().splitlines()) == len(lines)
+    assert {k: r["status"] for k, r in t2.results.items()} == {
+        k: r["status"] for k, r in task.results.items()
+    }
+
+
+def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):
+    be = Fake()
+    tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)
+    task = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    data = (*tuner.operands(task.shape), np.empty((64, 64), np.float32))
+    for g in task.space:
+        tuner.evaluate(task, g, data)
+    winner = max(task.ok(), key=lambda r: r["gflops"])
+    for r in task.ok():  # make a non-default candidate the sweep's best
+        r["gflops"] = 1.0 if r is not winner else 100.0
+    dflt = tune.geo_key(task.default)
+    if winner["geometry"] == dflt:
+        pytest.skip("the default won the sweep")
+    monkeypatch.setattr(tuner, "rounds", lambda *a, **k: [1.0, 2.0])  # the default is faster
+    tuner.confirm(task, data)
+    assert task.choice["geometry"] == dflt
+    monkeypatch.setattr(tuner, "rounds", lambda *a, **k: [2.0, 1.0])  # the winner is faster
+    tuner.confirm(task, data)
+    assert task.choice["geometry"] == winner["geometry"]
+
+
+def _cli(*argv) -> int:
+    p = argparse.ArgumentParser()
+    tune.add_arguments(p)
+    return tune.main(p.parse_args(list(argv)))
+
+
+def _race(be, m, geos, rounds=5):
+    """Median seconds per geometry, alternating them (noise hits both alike)."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, m)).astype(np.float32)
+    b = rng.standard_normal((m, m)).astype(np.float32)
+    A, B = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
+    dev, out = be.device(), []
+    plans = [tiledmm.make_plan(m, m, m, dtype="float32", kernel="register", device=dev,
+                               geometry=g) for g in geos]  # fmt: skip
+    times = [[] for _ in geos]
+    for _ in range(rounds):
+        for i, p in enumerate(plans):
+            C = be.asarray(np.full((m, m), np.nan, np.float32), np.dtype(np.float32))
+            times[i] += be.timings(lambda p=p, C=C: be.run(p, A, B, C), repeat=3, warmup=1)
+            out.append(rel_error(be.to_numpy(C), a.astype(np.float64) @ b.astype(np.float64)))
+    return [statistics.median(t) for t in times], max(out)
+
+
+def _cold_start(backend: str, budget: str, cache) -> None:
+    be = tiledmm.get_backend(backend)
+    rc = _cli("--backend", backend, "--shapes", "192x192x192", "--budget", budget)
+    assert rc == 0
+    db = json.loads((cache / "tuning.json").read_text())["entries"]
+    (e,) = [x for x in db if x["backend"] == backend]
+    assert e["shape_class"] == "square" and e["measured"]["gflops"] > 0
+    dispatch.clear_caches()
+    plan = tiledmm.plan(192, 192, 192, backend=backend, kernel="register")
+    assert plan.geometry_source.startswith("tuned on this device")
+    default = tuning.select(be, "register", "float32", be.device(), "square", user=False)
+    tuned = tiledmm.Geometry.from_dict(e)
+    (t_tuned, t_default), err = _race(be, 192, [tuned, default])
+    assert err < 1e-4  # correct (NaN-poisoned outputs, float64 reference)
+    # not slower than the default: by construction (raced in the run); re-measured here with a
+    # tolerance for a loaded 2-core machine
+    assert t_tuned <= 1.5 * t_default, (t_tuned, t_default)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((97, 131)), rng.standard_normal((131, 67))
+    c = tiledmm.matmul(a.astype(np.float32), b.astype(np.float32), backend=backend)
+    assert rel_error(c, a @ b) < 1e-4  # odd shape through matmul with the tuned tiles
+
+
+def test_cold_start_numba_cpu(cache):
+    pytest.importorskip("numba")
+    pytest.importorskip("tiledmm_numba_cpu")
+    _cold_start("numba-cpu", "6s", cache)
+
+
+def test_cold_start_opencl_pocl(cache, monkeypatch):
+    pytest.importorskip("pyopencl")
+    from tiledmm_backends.kernels.space import space
+    from tiledmm_backends.opencl import OpenCLBackend
+
+    be = tiledmm.get_backend("opencl")
+    if be.unavailable_reason() or be.device().is_gpu:
+        pytest.skip("no OpenCL CPU device (PoCL)")
+    if type(be).search_space is Backend.search_space:  # until the backend declares it
+        monkeypatch.setattr(
+            OpenCLBackend,
+            "search_space",
+            lambda self, k, d, dev: space(k, d, dev, stages=not self.state().pocl),
+        )
+    _cold_start("opencl", "10s", cache)
