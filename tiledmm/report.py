@@ -46,9 +46,14 @@ _HEAD = (
     "x naive | predicted | measured | rel. error |\n"
     "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
 )
+_HEAD_ALL = (
+    "| Device | Backend | Family | dtype | Shape | GFLOP/s | of vendor | of roofline | "
+    "x naive | predicted | measured | measured / predicted | rel. error |\n"
+    "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
 
 
-def _line(r: dict, naive: dict[tuple, float]) -> str:
+def _line(r: dict, naive: dict[tuple, float], ratio: bool = False) -> str:
     nv = naive.get((r["device"], r["backend"], r["dtype"], r["m"], r["n"], r["k"]))
     roof = _roof(r)
     cells = [
@@ -63,9 +68,34 @@ def _line(r: dict, naive: dict[tuple, float]) -> str:
         f"{r['gflops'] / nv:.1f}x" if nv else "-",
         _time(r.get("predicted_seconds")),
         _time(r.get("seconds")),
+        *([_ratio(r)] if ratio else []),
         f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else "-",
     ]
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _ratio(r: dict) -> str:
+    p, t = r.get("predicted_seconds"), r.get("seconds")
+    return f"{t / p:.2f}" if p and t else "-"
+
+
+def worst_ratio(rows: list[dict]) -> str:
+    """One line per device kind: the row whose measured / predicted time is farthest from 1
+    (the planner's worst case in these files; docs/model.md)."""
+    import math
+
+    out = []
+    for kind in sorted({str(r.get("device_kind", "")) for r in rows}):
+        held = [r for r in rows if str(r.get("device_kind", "")) == kind
+                and r.get("predicted_seconds") and r.get("seconds")]  # fmt: skip
+        if not held:
+            continue
+        w = max(held, key=lambda r: abs(math.log(r["seconds"] / r["predicted_seconds"])))
+        out.append(
+            f"- {kind or 'device'}: worst measured / predicted {_ratio(w)} "
+            f"({w['backend']} {w['kernel']} {w['dtype']} {shape_label(w)})"
+        )
+    return "\n".join(out)
 
 
 def markdown(rows: list[dict], figures: list[str] = ()) -> str:
@@ -101,7 +131,10 @@ def markdown(rows: list[dict], figures: list[str] = ()) -> str:
         f"- {dev} / {be} / {dt}: {fmt_num(v)} GFLOP/s"
         for (dev, be, dt), v in sorted(vendors.items())
     ]
-    out += ["", "## Every shape", "", _HEAD] + [_line(r, naive) for r in rows]
+    out += ["", "## Every shape", "", _HEAD_ALL] + [_line(r, naive, True) for r in rows]
+    worst = worst_ratio(rows)
+    if worst:
+        out += ["", "The planner's worst case (measured / predicted time):", "", worst]
     files = sorted({r["file"] for r in rows})
     out += ["", "Sources: " + ", ".join(files) + "."]
     if figures:
