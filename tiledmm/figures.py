@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .results import family_rank, fmt_num, headline, shape_label
 
-__all__ = ["roofline_figure", "size_figure", "write_figures"]
+__all__ = ["roofline_figure", "size_figure", "hierarchy_figure", "write_figures"]
 
 _COLORS = {"naive": "#d62728", "tiled": "#1f77b4", "register": "#2ca02c"}
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -187,6 +187,60 @@ def size_figure(rows: list[dict], device: str, dtype: str, base: Path) -> list[s
     return names
 
 
+_LEVEL_MARKERS = {"shared memory": "s", "L1": "^", "L2": "D", "DRAM": "o", "L3": "v"}
+
+
+def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> list[str]:
+    """Hierarchical roofline (docs/model.md): one roof per memory level of the reference
+    device, and each family's measured FLOP/s at each level's intensity (the headline shape,
+    first backend), so naive -> tiled -> register climbs the hierarchy. GPU rows of the
+    reference H200 only (the device whose levels are on record); [] otherwise."""
+    from .device import reference_h200
+    from .modelcheck import plan_for_row
+
+    dev = reference_h200()
+    if device != dev.name:
+        return []
+    import matplotlib.pyplot as plt
+
+    heads = headline(rows)
+    pts = {}
+    for r in sorted(rows, key=lambda r: r["backend"]):
+        if heads.get((r["device"], r["backend"], r["dtype"])) == (r["m"], r["n"], r["k"]):
+            pts.setdefault(r["kernel"], r)
+    if not pts:
+        return []
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    peak = dev.fma_peak(dtype) * dev.sustained
+    xs = [2.0**e for e in range(-6, 11)]
+    for name, bw in dev.levels:
+        bw = bw * (dev.sustained if name in ("shared memory", "L1") else 1.0)
+        ax.plot(xs, [min(peak, x * bw) / 1e12 for x in xs], lw=1, color="0.5",
+                ls="--" if name in ("L2", "DRAM") else "-")  # fmt: skip
+        ax.annotate(name, (xs[0], xs[0] * bw / 1e12), fontsize=7, color="0.3")
+    ax.axhline(peak / 1e12, color="k", lw=1)
+    for fam in sorted(pts, key=family_rank):
+        r = pts[fam]
+        plan = plan_for_row(r, dev)
+        y = r["gflops"] / 1e3
+        got = [(lv.name, lv.intensity(plan.flops)) for lv in plan.levels
+               if lv.name in _LEVEL_MARKERS and lv.amount]  # fmt: skip
+        ax.plot([x for _, x in got], [y] * len(got), color=_COLORS.get(fam, "k"), lw=0.8)
+        for name, x in got:
+            ax.scatter([x], [y], color=_COLORS.get(fam, "k"), marker=_LEVEL_MARKERS[name], s=28,
+                       zorder=3, label=f"{fam} @ {name}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("intensity at the level (FLOP per byte crossing it)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{device}, {dtype}: hierarchical roofline (measured points)", fontsize=9)
+    ax.legend(fontsize=6, ncol=3, loc="lower right")
+    fig.tight_layout()
+    names = _save(fig, base)
+    plt.close(fig)
+    return names
+
+
 def write_figures(rows: list[dict], outdir: Path) -> list[str]:
     """Write the per-device figures; returns their file names (sorted)."""
     import matplotlib
@@ -203,4 +257,5 @@ def write_figures(rows: list[dict], outdir: Path) -> list[str]:
             tag = f"{_slug(dev)}-{dt}"
             names += roofline_figure(grp, dev, dt, outdir / f"roofline-{tag}")
             names += size_figure(grp, dev, dt, outdir / f"gflops-{tag}")
+            names += hierarchy_figure(grp, dev, dt, outdir / f"hierarchy-{tag}")
     return sorted(names)

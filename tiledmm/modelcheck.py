@@ -90,6 +90,16 @@ def _options(row: dict, db: list[dict]) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(best.get("options", {}).items()))
 
 
+def plan_for_row(e: dict, device: DeviceSpec, db: list[dict] | None = None) -> Plan:
+    """The plan of a result row (its ``extra_info``) rebuilt with today's model on
+    ``device``, tile options from the geometry database."""
+    if db is None:
+        db = json.loads(GEOMETRY_DB.read_text())["entries"] if GEOMETRY_DB.exists() else []
+    geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), _options(e, db))
+    return make_plan(e["m"], e["n"], e["k"], dtype=e["dtype"], kernel=e["kernel"],
+                     device=device, geometry=geo, backend=e["backend"])  # fmt: skip
+
+
 def model_counters(plan: Plan) -> dict[str, float]:
     """The model's numbers for a GPU plan under Nsight Compute's metric names."""
     s = {"float16": 2, "float32": 4, "float64": 8}[plan.dtype]
