@@ -103,3 +103,62 @@ def check_nonfinite(backend: str, family: str, dtype: str) -> None:
     np.testing.assert_array_equal(np.isneginf(c), np.isneginf(ref))
     fin = np.isfinite(ref)
     assert rel_error(c[fin], ref[fin]) < tol(dtype)
+
+
+# Broadcast batches (rank 1 and 2, size-1 and missing dimensions, a strided batch view) with odd
+# matrix shapes and K = 0 / 1: (shape of a, shape of b).
+BATCHES = [
+    ((3, 5, 7), (3, 7, 6)),
+    ((4, 1, 5, 3), (1, 2, 3, 9)),  # rank 2, both broadcast: not one stride per operand
+    ((5, 9, 1), (1, 6)),  # K = 1, b broadcast (missing batch dimension)
+    ((2, 3, 4, 0), (3, 0, 5)),  # K = 0: zeros
+    ((2, 1, 4, 6, 5), (3, 4, 5, 7)),  # rank 3: three launches or one
+]
+
+
+def _batched_case(rng, sa, sb, dtype):
+    a = rng.standard_normal(sa).astype(dtype)
+    b = rng.standard_normal(sb).astype(dtype)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return a, b, ref
+
+
+def check_batched(backend: str, kernel: str, dtype: str, geo: tuple | None = None) -> None:
+    """Broadcast batches through ``Backend.run_batched`` (one launch; it must not decline),
+    into NaN-poisoned outputs, with ``geo`` = (block_tile, thread_tile, options) if given."""
+    be = tiledmm.get_backend(backend)
+    rng = np.random.default_rng()
+    for sa, sb in BATCHES:
+        a, b, ref = _batched_case(rng, sa, sb, dtype)
+        m, k = sa[-2:]
+        n = sb[-1]
+        if geo is None:
+            plan = tiledmm.plan(m, n, k, dtype=dtype, backend=backend, kernel=kernel)
+        else:
+            g = tiledmm.Geometry(geo[0], geo[1], tuple(geo[2].items()))
+            plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=kernel, device=be.device(),
+                                     geometry=g, backend=backend)  # fmt: skip
+        out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))
+        done = be.run_batched(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), out)
+        assert done, (backend, sa, sb)
+        c = be.to_numpy(out)
+        assert np.isfinite(c).all(), (sa, sb, geo)
+        err = rel_error(c, ref)
+        assert err < tol(dtype), (sa, sb, geo, err)
+
+
+def check_batched_api(backend: str, dtype: str) -> None:
+    """Batched products through tiledmm.matmul: broadcast, a transposed batch view (strides
+    the batched kernel cannot take: the per-matrix fallback), and out= of the batch shape."""
+    be = tiledmm.get_backend(backend)
+    rng = np.random.default_rng()
+    a = rng.standard_normal((3, 1, 17, 9)).astype(dtype)
+    b = rng.standard_normal((4, 9, 13)).astype(dtype)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))
+    res = tiledmm.matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype), backend=backend, out=out)
+    assert res is out and rel_error(be.to_numpy(out), ref) < tol(dtype)
+    bt = np.ascontiguousarray(b.transpose(0, 2, 1))  # b's matrices as transposed views
+    res = tiledmm.matmul(be.asarray(a, a.dtype), be.asarray(bt, bt.dtype).transpose((0, 2, 1)),
+                         backend=backend)  # fmt: skip
+    assert rel_error(be.to_numpy(res), ref) < tol(dtype)

@@ -92,6 +92,9 @@ CONFIGS = [
     ("register", "float32", (128, 128, 8), (8, 8), {"vm": 8, "vn": 8, "group_m": 8,
                                                      "stages": 2, "min_blocks": 2}),
     ("register", "float64", (64, 64, 8), (4, 4), {"vm": 2, "vn": 2, "pad": 2}),
+    ("register", "float32", (64, 64, 16), (4, 4), {"vm": 4, "vn": 4, "pad": 4, "split_k": 4}),
+    ("naive", "float32", (1, 64, 1), (1, 1), {"gemv": 1, "ks": 8}),  # M short (x @ B)
+    ("naive", "float64", (2, 32, 1), (1, 1), {"gemv": 1, "ks": 16, "split_k": 2, "n": 1}),
 ]  # fmt: skip
 
 
@@ -101,12 +104,24 @@ CONFIGS = [
 def test_cuda_dialect_compiles(cfg, aligned, tmp_path):
     family, dtype, bt, tt, opts = cfg
     threads = (bt[0] // tt[0]) * (bt[1] // tt[1])
+    opts = dict(opts)
+    n = opts.pop("n", 1000)  # gemv: N short with "n": 1
     plan = SimpleNamespace(
         kernel=family, dtype=dtype, block_tile=bt, thread_tile=tt, options=opts,
-        threads_per_block=threads,
+        threads_per_block=threads, m=100, n=n,
     )  # fmt: skip
+    _nvcc(K.source(family, K.defines(plan, aligned)), tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_dialect_compiles_reduce(dtype, tmp_path):
+    _nvcc(K.reduce_source(dtype), tmp_path)
+
+
+def _nvcc(text: str, tmp_path) -> None:
     src = tmp_path / "k.cu"
-    src.write_text(K.source(family, K.defines(plan, aligned)))
+    src.write_text(text)
     res = subprocess.run(
         ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
          "-o", str(tmp_path / "k.cubin"), str(src)],

@@ -47,7 +47,8 @@ class HostArrays:
     def device_id(self):
         return 0
 
-    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc):
+    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH):
+        assert bt == launch.NOBATCH  # one product (batches: tests/test_batched.py)
         self.calls.append(f"enqueue ld={lda},{ldb},{ldc}")
         s = c.itemsize
         A = as_strided(a, (m, k), (lda * s, s))

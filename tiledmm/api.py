@@ -256,8 +256,12 @@ def _remember(key: tuple | None, entry: tuple) -> None:
 
 
 def _run_batched(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:
+    """``R = A @ B`` over the batch: the backend's ``run_batched`` (one launch on the GPU
+    backends), else ``run`` per matrix."""
     if not batch:
         be.run(plan, A, B, R)
+        return
+    if be.run_batched(plan, A, B, R):
         return
     off_a, off_b = len(batch) - (A.ndim - 2), len(batch) - (B.ndim - 2)
     for idx in np.ndindex(*batch):

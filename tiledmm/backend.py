@@ -173,5 +173,15 @@ class Backend:
         """
         raise NotImplementedError(f"backend {self.name!r} does not implement run()")
 
+    def run_batched(self, plan: Plan, a: Any, b: Any, out: Any) -> bool:
+        """Compute every ``out[i] = a[i] @ b[i]`` of a batched product at once, if it can.
+
+        ``out`` has the full batch shape ``(*batch, M, N)``; ``a`` is ``(*batch_a, M, K)`` and
+        ``b`` ``(*batch_b, K, N)`` with NumPy's broadcasting (missing or size-1 batch
+        dimensions repeat). Return True when done, False to let the API run ``run`` per
+        matrix (the default: this backend has no batched kernel).
+        """
+        return False
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -54,8 +54,8 @@ def _spec(dev_id: int) -> DeviceSpec:
     return nvidia.device_spec(name, cc, a, launch_overhead=5e-6).with_calibration()
 
 
-def _compile(src: str):
-    return _cupy().RawModule(code=src).get_function("gemm")
+def _compile(src: str, name: str = "gemm"):
+    return _cupy().RawModule(code=src).get_function(name)
 
 
 class CupyBackend(Backend):
@@ -154,10 +154,17 @@ class CupyBackend(Backend):
     def run(self, plan, a, b, out) -> None:
         launch.run(ARRAYS, self.launches, plan, a, b, out)
 
+    def run_batched(self, plan, a, b, out) -> bool:
+        """The whole broadcast batch in one launch (see ``kernels.launch.run_batched``)."""
+        return launch.run_batched(ARRAYS, self.launches, plan, a, b, out)
+
 
 class CupyArrays:
     """CuPy's array model for the shared launch path: a kernel takes the array itself (its
     pointer: offset 0), whose address gives the alignment."""
+
+    def __init__(self) -> None:
+        self.reducers: dict[tuple, Any] = {}
 
     def layout(self, x) -> launch.Layout:
         s0, s1 = x.strides
@@ -181,14 +188,34 @@ class CupyArrays:
     def device_id(self) -> int:
         return _cupy().cuda.runtime.getDevice()
 
-    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc) -> None:
+    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH):
         fn, grid, block = call
-        i32, z = np.int32, _ZERO  # offsets are 0: the pointers carry them
-        fn(grid, block, (i32(m), i32(n), i32(k), a, z, i32(lda), b, z, i32(ldb), c, z, i32(ldc)))
+        i32, z = np.int32, _ZERO  # offsets: 0 for one matrix (the pointers carry them)
+        if bt is launch.NOBATCH:
+            fn(grid, block, (i32(m), i32(n), i32(k), a, z, i32(lda), b, z, i32(ldb), c, z,
+                             i32(ldc)) + _NOBATCH)  # fmt: skip
+            return
+        fn((grid[0], grid[1], bt[0]), block,
+           (i32(m), i32(n), i32(k), a, i32(oa), i32(lda), b, i32(ob), i32(ldb), c, i32(oc),
+            i32(ldc)) + tuple(i32(v) for v in bt[1:]))  # fmt: skip
+
+    def reduce(self, m, n, s, w, sw, c, oc, ldc, z, nb1, sc0, sc1) -> None:
+        """The split-K reduction (``reduce.cl``) of workspace ``w`` into ``c``."""
+        dt = str(w.dtype)
+        key = (dt, self.device_id())
+        fn = self.reducers.get(key)
+        if fn is None:
+            fn = self.reducers[key] = _compile(K.reduce_source(dt), "splitk_reduce")
+        t = K.REDUCE_THREADS
+        i32 = np.int32
+        fn((-(-m * n // t), 1, z), (t, 1, 1),
+           (i32(m), i32(n), i32(s), w, i32(sw), c, i32(oc), i32(ldc), i32(nb1), i32(sc0),
+            i32(sc1)))  # fmt: skip
 
 
 ARRAYS = CupyArrays()
 _ZERO = np.int32(0)
+_NOBATCH = tuple(np.int32(v) for v in launch.NOBATCH[1:])
 
 
 @hookimpl

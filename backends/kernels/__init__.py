@@ -21,7 +21,8 @@ from tiledmm import KERNEL_FAMILIES, DeviceSpec, Geometry
 
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
-    "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize",
+    "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
+    "REDUCE_THREADS",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
@@ -46,10 +47,12 @@ def vector_width(itemsize: int) -> int:
 
 
 def source(family: str, defs: dict[str, int]) -> str:
-    """The complete kernel text for ``family`` with ``defs`` as ``#define``s (header inlined)."""
-    if family not in FAMILIES:
+    """The complete kernel text for ``family`` with ``defs`` as ``#define``s (header inlined);
+    the naive family with ``GEMV_T`` defined is ``gemv.cl`` (its memory-bound skinny path)."""
+    if family not in FAMILIES and family != "reduce":
         raise ValueError(f"unknown kernel family {family!r}")
-    body = _read(f"{family}.cl").replace('#include "gemm_common.h"', _read("gemm_common.h"))
+    name = "gemv" if family == "naive" and "GEMV_T" in defs else family
+    body = _read(f"{name}.cl").replace('#include "gemm_common.h"', _read("gemm_common.h"))
     head = "".join(f"#define {k} {int(v)}\n" for k, v in sorted(defs.items()))
     return head + body
 
@@ -63,6 +66,17 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     opt = plan.options
     d = dict(REAL_BYTES=s, BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=plan.threads_per_block)
     fam = plan.kernel
+    d["SPLIT_K"] = split_k(plan)
+    if fam == "naive" and opt.get("gemv"):  # the skinny path: K split over KS items per output
+        ks = int(opt.get("ks", 8))
+        d["GEMV_T"] = int(plan.n < plan.m)  # which output side is short
+        d["KS"] = ks
+        if d["GEMV_T"]:
+            d.update(WG_X=ks, WG_Y=bn)
+        else:
+            d.update(WG_X=bn, WG_Y=ks)
+        d["THREADS"] = bn * ks
+        return d
     if fam in ("naive", "tiled"):  # one output per work-item: 2-D groups (BN x BM)
         d.update(WG_X=bn, WG_Y=bm)
     if fam == "tiled":
@@ -102,12 +116,33 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     return d
 
 
+def split_k(plan: Any) -> int:
+    """K slices of ``plan`` (``plan.options["split_k"]``, at least 1)."""
+    return max(1, int(plan.options.get("split_k", 1)))
+
+
 def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
     """(groups along x/y, work-items per group along x/y) for ``plan``: 2-D groups of
-    BN x BM for the one-output-per-item families, 1-D groups for the register family."""
+    BN x BM for the one-output-per-item families, 1-D groups for the register family, and
+    for the gemv path groups of (BN, KS) or (KS, BN) (see ``gemv.cl``). The batch and the
+    K slices are the third grid dimension (``launch.run``)."""
     bm, bn, _ = plan.block_tile
+    if plan.kernel == "naive" and plan.options.get("gemv"):
+        ks = int(plan.options.get("ks", 8))
+        m, n = plan.m, plan.n
+        if n < m:  # GEMV_T 1: BN rows x BM columns per group
+            return (-(-n // bm), -(-m // bn)), (ks, bn)
+        return (-(-n // bn), -(-m // bm)), (bn, ks)
     local = (bn, bm) if plan.kernel in ("naive", "tiled") else (plan.threads_per_block, 1)
     return tuple(plan.grid), local
+
+
+REDUCE_THREADS = 256  # work-items per group of the split-K reduction
+
+
+def reduce_source(dtype: str) -> str:
+    """The split-K reduction kernel (``splitk_reduce`` in ``reduce.cl``) for ``dtype``."""
+    return source("reduce", dict(REAL_BYTES=itemsize(dtype), THREADS=REDUCE_THREADS, BK=1))
 
 
 @cache

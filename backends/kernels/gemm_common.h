@@ -5,8 +5,13 @@
  * CLBlast runs its OpenCL kernels on CUDA. Parameters arrive as #defines from the host:
  *   REAL_BYTES 4|8, BM BN BK (block tile), TM TN (micro-tile), THREADS (work-items per group),
  * plus family knobs documented in each source. Every kernel has the same signature:
- *   gemm(M, N, K, A, offA, lda, B, offB, ldb, C, offC, ldc)   C = A @ B, row-major, offsets
- * and leading dimensions in elements.
+ *   gemm(M, N, K, A, offA, lda, B, offB, ldb, C, offC, ldc, nb1, sA0, sA1, sB0, sB1, sC0,
+ *        sC1, sCk)
+ * C = A @ B, row-major, offsets and leading dimensions in elements. The grid's third dimension
+ * walks a batch (and SPLIT_K slices of K): BATCH_PROLOGUE() moves A, B and C to this group's
+ * matrix (batch index z = z0 * nb1 + z1, element strides sX0/sX1 per operand, 0 for a broadcast
+ * operand) and, with SPLIT_K > 1, to its K slice, writing the slice's partial product at
+ * C + slice * sCk (a workspace that reduce.cl sums).
  */
 #ifndef TILEDMM_GEMM_COMMON_H
 #define TILEDMM_GEMM_COMMON_H
@@ -29,6 +34,7 @@
   #define GROUP_Y() ((int)get_group_id(1))
   #define NUM_GROUPS_X() ((int)get_num_groups(0))
   #define NUM_GROUPS_Y() ((int)get_num_groups(1))
+  #define GROUP_Z() ((int)get_group_id(2))
   #define UNROLL _Pragma("unroll")
   /* a*b+c, not fma()/mad(): some PoCL builds call builtins out of line; compilers contract
    * this into an FMA where the device has one (OpenCL allows FP_CONTRACT by default). */
@@ -52,6 +58,7 @@
   #define GROUP_Y() ((int)blockIdx.y)
   #define NUM_GROUPS_X() ((int)gridDim.x)
   #define NUM_GROUPS_Y() ((int)gridDim.y)
+  #define GROUP_Z() ((int)blockIdx.z)
   #define UNROLL _Pragma("unroll")
   #define FMA(a, b, c) fma((a), (b), (c))
 #endif
@@ -102,11 +109,38 @@
 #define ZERO ((real)0)
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))
 
-/* The common kernel signature: row-major C[M,N] = A[M,K] @ B[K,N]. */
+#ifndef SPLIT_K
+  #define SPLIT_K 1 /* K slices per product (partial products into a workspace) */
+#endif
+
+/* The common kernel signature: row-major C[M,N] = A[M,K] @ B[K,N], batched over grid z. */
 #define GEMM_SIGNATURE                                                                       \
-  gemm(const int M, const int N, const int K,                                               \
+  gemm(const int M, const int N, int K,                                                     \
        const GLOBAL real *RESTRICT A, const int offA, const int lda,                        \
        const GLOBAL real *RESTRICT B, const int offB, const int ldb,                        \
-       GLOBAL real *RESTRICT C, const int offC, const int ldc)
+       GLOBAL real *RESTRICT C, const int offC, const int ldc,                              \
+       const int nb1, const int sA0, const int sA1, const int sB0, const int sB1,           \
+       const int sC0, const int sC1, const int sCk)
+
+/* K per slice: a multiple of BK (so 16-byte alignment and the tile loop are kept). */
+#define K_SLICE(K) (((((K) + SPLIT_K - 1) / SPLIT_K) + BK - 1) / BK * BK)
+
+/* This group's matrix of the batch, and its K slice (see the header comment). Slices past the
+ * end of K get K = 0 and write zeros, so the reduction sums every slice. */
+#define BATCH_PROLOGUE()                                                                     \
+  do {                                                                                       \
+    const int z_ = GROUP_Z() / SPLIT_K, ks_ = GROUP_Z() % SPLIT_K;                           \
+    const int z0_ = z_ / nb1, z1_ = z_ % nb1;                                                \
+    A += z0_ * sA0 + z1_ * sA1;                                                              \
+    B += z0_ * sB0 + z1_ * sB1;                                                              \
+    C += z0_ * sC0 + z1_ * sC1 + ks_ * sCk;                                                  \
+    if (SPLIT_K > 1) {                                                                       \
+      const int kb_ = ks_ * K_SLICE(K);                                                      \
+      const int kn_ = K - kb_ < K_SLICE(K) ? K - kb_ : K_SLICE(K);                           \
+      K = kn_ > 0 ? kn_ : 0;                                                                 \
+      A += K ? kb_ : 0;                                                                      \
+      B += K ? kb_ * ldb : 0;                                                                \
+    }                                                                                        \
+  } while (0)
 
 #endif /* TILEDMM_GEMM_COMMON_H */

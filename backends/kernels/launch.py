@@ -7,14 +7,22 @@ stride into contiguous ones, pick a temporary for an ``out`` that is strided or 
 input, copy odd leading dimensions into 16-byte-aligned rows where ``kernels.pad_pays``, look the
 compiled launch up, enqueue it, and copy the temporary back into ``out``.
 
+Batches (:func:`run_batched`): one launch walks the batch along the grid's third dimension,
+with per-operand element strides (0 for a broadcast operand) over at most two coalesced batch
+dimensions (more: one launch per outer index). Split-K (``plan.options["split_k"]`` = S > 1):
+the S K-slices write partial products into a workspace, then ``splitk_reduce`` sums them into
+``out`` (one more launch).
+
 An adapter (:class:`Adapter`) supplies the array model: ``layout`` (no copy), ``contiguous``,
-``empty``, ``aligned_copy``, ``copy``, ``device_id`` (hashable) and ``enqueue``. Compiled
+``empty``, ``aligned_copy``, ``copy``, ``device_id`` (hashable), ``enqueue`` (a GEMM launch
+with its batch descriptor) and ``reduce`` (the split-K reduction). Compiled
 launches live in :class:`Launches`, a bounded cache keyed by ``(plan.launch_key, device id,
 aligned)`` whose misses call the backend's ``build(plan, aligned)`` (compile: the other half).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, Protocol
 
@@ -23,7 +31,14 @@ from tiledmm.cache import LRUCache
 from .. import kernels as K
 from . import INT_MAX, aligned_ld, itemsize
 
-__all__ = ["Layout", "Adapter", "Launches", "run", "leading_dim", "check_extent", "overlap"]
+__all__ = [
+    "Layout", "Adapter", "Launches", "run", "run_batched", "leading_dim", "check_extent",
+    "overlap", "batch_dims", "NOBATCH", "MAX_Z",
+]  # fmt: skip
+
+#: The batch descriptor of a single product: (grid z, nb1, sA0, sA1, sB0, sB1, sC0, sC1, sCk).
+NOBATCH = (1, 1, 0, 0, 0, 0, 0, 0, 0)
+MAX_Z = 65535  # CUDA's gridDim.z limit (OpenCL devices allow at least as many)
 
 
 class Layout(NamedTuple):
@@ -51,7 +66,10 @@ class Adapter(Protocol):
     def copy(self, src: Any, dst: Any) -> None: ...
     def device_id(self) -> Hashable: ...
     def enqueue(self, call: Any, m: int, n: int, k: int, a: Any, oa: int, lda: int, b: Any,
-                ob: int, ldb: int, c: Any, oc: int, ldc: int) -> None: ...  # fmt: skip
+                ob: int, ldb: int, c: Any, oc: int, ldc: int,
+                bt: tuple = NOBATCH) -> None: ...  # fmt: skip
+    def reduce(self, m: int, n: int, s: int, w: Any, sw: int, c: Any, oc: int, ldc: int,
+               z: int, nb1: int, sc0: int, sc1: int) -> None: ...  # fmt: skip
 
 
 class Launches:
@@ -114,6 +132,8 @@ def run(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) ->
     m, k = a.shape
     n = b.shape[1]
     s = 8 if plan.dtype == "float64" else 4
+    if "split_k" in plan.options:
+        return _prepare(ad, launches, plan, a, b, out)
     la, lb, lc = ad.layout(a), ad.layout(b), ad.layout(out)
     lda, ldb, ldc = leading_dim(m, k, la[3], la[4], s), leading_dim(k, n, lb[3], lb[4], s), \
         leading_dim(m, n, lc[3], lc[4], s)  # fmt: skip
@@ -180,7 +200,109 @@ def _prepare(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: An
             b = ad.aligned_copy(b, aligned_ld(n, vw), "b")
             lb, ldb = ad.layout(b), aligned_ld(n, vw)
         aligned = True
-    ad.enqueue(launches.get(plan, ad.device_id(), aligned), m, n, k,
-               la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc)  # fmt: skip
+    _launch(ad, launches, plan, aligned, (m, n, k), la, lda, lb, ldb, lc, ldc, NOBATCH)
     if c is not out:
         ad.copy(c, out)
+
+
+def _launch(ad: Adapter, launches: Launches, plan: Any, aligned: bool, mnk: tuple,
+            la: Any, lda: int, lb: Any, ldb: int, lc: Any, ldc: int,
+            bt: tuple) -> None:  # fmt: skip
+    """One GEMM launch over ``bt``'s batch; with split-K, into a workspace, then reduced."""
+    m, n, k = mnk
+    call = launches.get(plan, ad.device_id(), aligned)
+    sk = K.split_k(plan)
+    if sk == 1 or not k:  # (K = 0: every slice writes zeros into out itself, sCk = 0)
+        bt = bt if sk == 1 else (bt[0] * sk,) + tuple(bt[1:])
+        ad.enqueue(call, m, n, k, la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc, bt)
+        return
+    z, nb1 = bt[0], bt[1]
+    per = z * m * n  # one slice: z contiguous m x n partial products
+    check_extent("split-K workspace", sk * z * m, n, 0, n)
+    w = ad.empty((sk * z * m, n), plan.dtype)
+    lw = ad.layout(w)
+    wt = (z * sk, nb1, bt[2], bt[3], bt[4], bt[5], nb1 * m * n, m * n, per)
+    ad.enqueue(call, m, n, k, la[0], la[5], lda, lb[0], lb[5], ldb, lw[0], lw[5], n, wt)
+    ad.reduce(m, n, sk, w, per, lc[0], lc[5], ldc, z, nb1, bt[6], bt[7])
+
+
+def batch_dims(shape: tuple[int, ...], strides: list[list[int]]) -> list[tuple[int, list[int]]]:
+    """The batch dimensions of ``shape`` with one element stride per operand, size-1 dimensions
+    dropped and neighbours merged wherever every operand allows (outer = inner x size)."""
+    dims: list[tuple[int, list[int]]] = []
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        st = [s[d] for s in strides]
+        if dims:
+            osize, ost = dims[-1]
+            if all(o == i * size for o, i in zip(ost, st, strict=True)):
+                dims[-1] = (osize * size, st)
+                continue
+        dims.append((size, st))
+    return dims
+
+
+def _batch_strides(x: Any, nd: int, size: int) -> list[int] | None:
+    """Element strides of ``x``'s batch dimensions aligned to ``nd`` result batch dimensions
+    (0 where ``x`` broadcasts); None when a stride is negative or not whole elements."""
+    sh, st = x.shape[:-2], x.strides[:-2]
+    out = [0] * (nd - len(sh)) + [0 if d == 1 else t for d, t in zip(sh, st, strict=True)]
+    if any(t < 0 or t % size for t in out):
+        return None
+    return [t // size for t in out]
+
+
+def run_batched(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) -> bool:
+    """``out[...] = a @ b`` over NumPy's broadcast batch dimensions (``out`` has the full batch
+    shape) in one launch per two coalesced batch dimensions; False when the operands are laid
+    out in a way only the per-matrix loop handles (matrices not row-major, negative or
+    fractional batch strides, out overlapping an input, 32-bit extents exceeded)."""
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = tuple(out.shape[:-2])
+    if not m or not n or 0 in batch:
+        return True
+    s = itemsize(plan.dtype)
+    first = [x[(0,) * (x.ndim - 2)] if x.ndim > 2 else x for x in (a, b, out)]
+    la, lb, lc = (ad.layout(x) for x in first)
+    lda, ldb, ldc = leading_dim(m, k, la[3], la[4], s), leading_dim(k, n, lb[3], lb[4], s), \
+        leading_dim(m, n, lc[3], lc[4], s)  # fmt: skip
+    if not k:  # nothing is read: any leading dimension will do
+        lda, ldb = lda or 1, ldb or max(n, 1)
+    strides = [_batch_strides(x, len(batch), s) for x in (a, b, out)]
+    if lda is None or ldb is None or ldc is None or None in strides:
+        return False
+    # spans (in elements past each operand's first element) for the extent and overlap checks
+    span = [sum((d - 1) * t for d, t in zip(batch, st, strict=True)) for st in strides]
+    ends = [span[0] + (m - 1) * lda + k, span[1] + (k - 1) * ldb + n, span[2] + (m - 1) * ldc + n]
+    if any(lx[5] + e > INT_MAX for lx, e in zip((la, lb, lc), ends, strict=True)):
+        return False
+    for lx, e in ((la, ends[0]), (lb, ends[1])):
+        if k and lx[1] == lc[1] and lx[2] < lc[2] + ends[2] * s and lc[2] < lx[2] + e * s:
+            return False
+    vw = 16 // s
+    aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16) and not any(
+        t % vw for st in strides[:2] for t in st
+    )
+    dims = batch_dims(batch, strides)
+    inner, outer = dims[-2:], dims[:-2]
+    if len(inner) < 2:
+        inner = [(1, [0, 0, 0])] * (2 - len(inner)) + inner
+    (n0, st0), (n1, st1) = inner
+    sk = K.split_k(plan)
+    if n1 * sk > MAX_Z:
+        return False
+    rows = max(1, MAX_Z // (n1 * sk))  # z0 rows per launch under the grid-z limit
+    for idx in itertools.product(*(range(d) for d, _ in outer)):
+        off = [sum(i * st[j] for i, (_, st) in zip(idx, outer, strict=True)) for j in range(3)]
+        for r0 in range(0, n0, rows):
+            o = [off[j] + r0 * st0[j] for j in range(3)]
+            nz = min(rows, n0 - r0) * n1
+            bt = (nz, n1, st0[0], st1[0], st0[1], st1[1], st0[2], st1[2], 0)
+            xa, xb, xc = ((lx[0], lx[1], lx[2], lx[3], lx[4], lx[5] + oj)
+                          for lx, oj in zip((la, lb, lc), o, strict=True))  # fmt: skip
+            if not any(o):
+                xa, xb, xc = la, lb, lc
+            _launch(ad, launches, plan, aligned, (m, n, k), xa, lda, xb, ldb, xc, ldc, bt)
+    return True

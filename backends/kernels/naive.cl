@@ -5,6 +5,7 @@
 
 KERNEL GEMM_SIGNATURE
 {
+  BATCH_PROLOGUE();
   const int col = GROUP_X() * BN + LOCAL_X(); /* 2-D groups: WG_X = BN, WG_Y = BM */
   const int row = GROUP_Y() * BM + LOCAL_Y();
   if (row >= M || col >= N)

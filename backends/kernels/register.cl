@@ -115,6 +115,7 @@ KERNEL GEMM_SIGNATURE
    * multiplied, then stored to the other buffer: one barrier per BK step instead of two. */
   LOCAL real ALIGN16 As[STAGES * BK * AS_LD];
   LOCAL real ALIGN16 Bs[STAGES * BK * BS_LD];
+  BATCH_PROLOGUE();
   const int tid = LOCAL_ID();
   const int tx = tid % THREADS_N, ty = tid / THREADS_N;
   A += offA;
@@ -216,6 +217,7 @@ INLINE void micro_kernel(realN acc[TM][NV], const GLOBAL real *a[TM], const GLOB
 
 KERNEL GEMM_SIGNATURE
 {
+  BATCH_PROLOGUE();
   const int tid = LOCAL_ID();
   const int tx = tid % THREADS_N, ty = tid / THREADS_N;
   const int row = GROUP_Y() * BM + ty * TM, col = GROUP_X() * BN + tx * TN;

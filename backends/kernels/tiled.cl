@@ -19,6 +19,7 @@ KERNEL GEMM_SIGNATURE
 {
   LOCAL real ALIGN16 As[BM * AS_LD];
   LOCAL real ALIGN16 Bs[BK * BN];
+  BATCH_PROLOGUE();
   const int tid = LOCAL_ID();
   const int tx = LOCAL_X(), ty = LOCAL_Y(); /* 2-D groups: WG_X = BN, WG_Y = BM */
   const int row0 = GROUP_Y() * BM, col0 = GROUP_X() * BN;

@@ -50,29 +50,39 @@ class NumpyBackend(Backend):
         else:
             _blocked(plan, a, b, out, np.matmul if fam == "register" else _einsum, fam == "tiled")
 
+    def run_batched(self, plan, a, b, out):
+        """The whole batch at once: the same tile walk on stacks of tiles (broadcast views of
+        ``a`` and ``b``: no copies), so each tile step is one batched product."""
+        batch = out.shape[:-2]
+        a = np.broadcast_to(a, batch + a.shape[-2:])
+        b = np.broadcast_to(b, batch + b.shape[-2:])
+        self.run(plan, a, b, out)
+        return True
+
 
 def _einsum(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.einsum("ik,kj->ij", x, y, out=out)  # optimize=False: compiled loops, no BLAS
+    return np.einsum("...ik,...kj->...ij", x, y, out=out)  # optimize=False: compiled loops, no BLAS
 
 
 def _naive(plan, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     bm, bn, _ = plan.block_tile
-    m, n = out.shape
-    bt = b.T  # a column of B as a row view (no copy: naive gets no packing)
+    m, n = out.shape[-2:]
+    bt = np.swapaxes(b, -1, -2)  # a column of B as a row view (no copy: naive gets no packing)
     for i0 in range(0, m, bm):
-        rows = a[i0 : i0 + bm, None, :]
+        rows = a[..., i0 : i0 + bm, None, :]
         for j0 in range(0, n, bn):
-            out[i0 : i0 + bm, j0 : j0 + bn] = (rows * bt[None, j0 : j0 + bn, :]).sum(axis=-1)
+            cols = bt[..., None, j0 : j0 + bn, :]
+            out[..., i0 : i0 + bm, j0 : j0 + bn] = (rows * cols).sum(axis=-1)
 
 
 def _pack(buf: np.ndarray, src: np.ndarray) -> np.ndarray:
     """Copy a (possibly edge) tile into a zeroed tile buffer, like a block filling shared memory."""
-    h, w = src.shape
-    buf[:h, :w] = src
-    if h < buf.shape[0]:
-        buf[h:, :] = 0
-    if w < buf.shape[1]:
-        buf[:h, w:] = 0
+    h, w = src.shape[-2:]
+    buf[..., :h, :w] = src
+    if h < buf.shape[-2]:
+        buf[..., h:, :] = 0
+    if w < buf.shape[-1]:
+        buf[..., :h, w:] = 0
     return buf
 
 
@@ -85,24 +95,24 @@ def _tile(buf: np.ndarray, src: np.ndarray, pack: bool) -> np.ndarray:
 
 def _blocked(plan, a: np.ndarray, b: np.ndarray, out: np.ndarray, tile_product, pack) -> None:
     bm, bn, bk = plan.block_tile
-    m, n = out.shape
-    k = a.shape[1]
-    dt = out.dtype
-    sa, sb = np.empty((bm, bk), dt), np.empty((bk, bn), dt)
-    acc, prod = np.empty((bm, bn), dt), np.empty((bm, bn), dt)
+    m, n = out.shape[-2:]
+    k = a.shape[-1]
+    dt, z = out.dtype, out.shape[:-2]  # z: the batch (stacks of tiles), () for one product
+    sa, sb = np.empty(z + (bm, bk), dt), np.empty(z + (bk, bn), dt)
+    acc, prod = np.empty(z + (bm, bn), dt), np.empty(z + (bm, bn), dt)
     for i0 in range(0, m, bm):  # grid y
         for j0 in range(0, n, bn):  # grid x
             if k == 0:
                 acc.fill(0)
             for k0 in range(0, k, bk):  # the block's K loop over staged tiles
-                ta = _tile(sa, a[i0 : i0 + bm, k0 : k0 + bk], pack)
-                tb = _tile(sb, b[k0 : k0 + bk, j0 : j0 + bn], pack)
+                ta = _tile(sa, a[..., i0 : i0 + bm, k0 : k0 + bk], pack)
+                tb = _tile(sb, b[..., k0 : k0 + bk, j0 : j0 + bn], pack)
                 if k0 == 0:
                     tile_product(ta, tb, out=acc)
                 else:
                     acc += tile_product(ta, tb, out=prod)
             h, w = min(bm, m - i0), min(bn, n - j0)
-            out[i0 : i0 + h, j0 : j0 + w] = acc[:h, :w]  # drop the padded rows/columns
+            out[..., i0 : i0 + h, j0 : j0 + w] = acc[..., :h, :w]  # drop the padding
 
 
 @hookimpl

@@ -103,6 +103,11 @@ class OpenCLState:
         self.pocl = "portable computing language" in dev.platform.name.lower()
         self.kernels: LRUCache[Any] = LRUCache(256)
         self.launches = launch.Launches(self._build)
+        # results and temporaries come from a pool: NVIDIA's OpenCL pays ~0.3 ms on the first
+        # write of every fresh 64 MB buffer (GPU.md), a pooled one is reused
+        from pyopencl.tools import ImmediateAllocator, MemoryPool
+
+        self.pool = MemoryPool(ImmediateAllocator(self.queue))
 
     def kernel(self, name: str, src: str):
         """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
@@ -120,7 +125,8 @@ class OpenCLState:
                 "results for some tiles, exact without optimization; use stages=1 on PoCL"
             )
         (gx, gy), (lx, ly) = K.launch_shape(plan)
-        return self.kernel("gemm", K.source(plan.kernel, defs)), (gx * lx, gy * ly), (lx, ly)
+        kern = self.kernel("gemm", K.source(plan.kernel, defs))
+        return kern, (gx * lx, gy * ly), (lx, ly), (gx * lx, gy * ly, 1), (lx, ly, 1)
 
     # ------------------------------------------------------------------ the adapter
 
@@ -131,7 +137,7 @@ class OpenCLState:
 
     def empty(self, shape, dtype):
         _, cla = _cl()
-        return cla.empty(self.queue, shape, dtype)
+        return cla.empty(self.queue, shape, dtype, allocator=self.pool)
 
     def contiguous(self, x):
         if x.flags.c_contiguous or x.ndim != 2:
@@ -167,17 +173,35 @@ class OpenCLState:
     def device_id(self) -> int:
         return id(self)
 
-    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc) -> None:
-        kern, gsize, lsize = call
+    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH):
+        kern, gsize, lsize, g3, l3 = call
         i32 = np.int32
-        self.enqueue_kernel(kern, gsize, lsize, i32(m), i32(n), i32(k), a, i32(oa), i32(lda),
-                            b, i32(ob), i32(ldb), c, i32(oc), i32(ldc))  # fmt: skip
+        if bt is launch.NOBATCH:
+            self.enqueue_kernel(kern, gsize, lsize, i32(m), i32(n), i32(k), a, i32(oa),
+                                i32(lda), b, i32(ob), i32(ldb), c, i32(oc), i32(ldc),
+                                *_NOBATCH)  # fmt: skip
+            return
+        self.enqueue_kernel(kern, (g3[0], g3[1], bt[0]), l3, i32(m), i32(n), i32(k), a,
+                            i32(oa), i32(lda), b, i32(ob), i32(ldb), c, i32(oc), i32(ldc),
+                            *(i32(v) for v in bt[1:]))  # fmt: skip
+
+    def reduce(self, m, n, s, w, sw, c, oc, ldc, z, nb1, sc0, sc1) -> None:
+        """The split-K reduction (``reduce.cl``) of workspace ``w`` into ``c``."""
+        kern = self.kernel("splitk_reduce", K.reduce_source(str(w.dtype)))
+        t = K.REDUCE_THREADS
+        i32 = np.int32
+        self.enqueue_kernel(kern, (-(-m * n // t) * t, 1, z), (t, 1, 1), i32(m), i32(n),
+                            i32(s), w.base_data, i32(sw), c, i32(oc), i32(ldc), i32(nb1),
+                            i32(sc0), i32(sc1))  # fmt: skip
 
     def enqueue_kernel(self, kern, *args) -> None:
         """Launch ``kern`` on the queue, keeping its event while ``timings`` records."""
         event = kern(self.queue, *args)
         if self.events is not None:
             self.events.append(event)
+
+
+_NOBATCH = tuple(np.int32(v) for v in launch.NOBATCH[1:])
 
 
 def _spec(dev) -> DeviceSpec:
@@ -310,7 +334,7 @@ class OpenCLBackend(Backend):
             if x.dtype != dtype:
                 x = self.state().contiguous(x).astype(dtype)
             return x
-        return cla.to_device(q, np.ascontiguousarray(x, dtype=dtype))
+        return cla.to_device(q, np.ascontiguousarray(x, dtype=dtype), allocator=self.state().pool)
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
         _check_size(tuple(shape))
@@ -366,6 +390,11 @@ class OpenCLBackend(Backend):
     def run(self, plan, a, b, out) -> None:
         st = self.state()
         launch.run(st, st.launches, plan, a, b, out)
+
+    def run_batched(self, plan, a, b, out) -> bool:
+        """The whole broadcast batch in one launch (see ``kernels.launch.run_batched``)."""
+        st = self.state()
+        return launch.run_batched(st, st.launches, plan, a, b, out)
 
 
 def _check_size(shape: tuple[int, ...]) -> None:

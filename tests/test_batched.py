@@ -1,0 +1,82 @@
+"""Batched, split-K and skinny (gemv) paths of the shared kernels on PoCL (the logic CuPy runs
+as CUDA), the launch path's batch descriptor, and the NumPy backend's batched path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiledmm_backends.kernels import launch
+
+import tiledmm
+from tests.conftest import backend_reason
+from tiledmm.accuracy import rel_error
+
+from ._gemm_checks import check_batched, check_batched_api, check_geometry
+
+GPU_REG = ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=4))
+SPLIT = [
+    ("register", ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, split_k=3))),
+    ("register", ((16, 16, 4), (2, 4), dict(use_local=0, cpu_vec=4, split_k=2))),
+    ("tiled", ((8, 8, 8), (1, 1), dict(split_k=4))),
+    ("naive", ((4, 16, 1), (1, 1), dict(split_k=5))),
+]
+GEMV = [((1, 32, 1), (1, 1), dict(gemv=1, ks=8)), ((4, 16, 1), (1, 1), dict(gemv=1, ks=4,
+                                                                         split_k=3))]  # fmt: skip
+
+opencl = pytest.mark.skipif(bool(backend_reason("opencl")), reason="opencl unavailable")
+
+
+def test_batch_dims_coalesce():
+    # a contiguous (2, 3) batch is one dimension; a broadcast one keeps two
+    assert launch.batch_dims((2, 3), [[3, 1], [3, 1], [3, 1]]) == [(6, [1, 1, 1])]
+    assert launch.batch_dims((2, 1, 3), [[0, 0, 1], [3, 0, 0], [3, 0, 1]]) == [
+        (2, [0, 3, 3]), (3, [1, 0, 1])]  # fmt: skip
+    assert launch.batch_dims((1, 1), [[0, 0]] * 3) == []
+
+
+@opencl
+@pytest.mark.parametrize("family", tiledmm.KERNEL_FAMILIES)
+def test_batched_one_launch(family):
+    check_batched("opencl", family, "float32")
+
+
+@opencl
+def test_batched_float64_register():
+    if "float64" not in tiledmm.get_backend("opencl").dtypes:
+        pytest.skip("no cl_khr_fp64")
+    check_batched("opencl", "register", "float64", GPU_REG)
+
+
+@opencl
+@pytest.mark.parametrize("family,geo", SPLIT, ids=[f"{f}-{g[2]['split_k']}" for f, g in SPLIT])
+def test_split_k(family, geo):
+    check_geometry("opencl", family, geo, "float32")  # 2-D, odd shapes, K = 0
+    check_batched("opencl", family, "float32", geo)
+
+
+@opencl
+@pytest.mark.parametrize("geo", GEMV, ids=["vector", "skinny-split"])
+def test_gemv(geo):
+    be = tiledmm.get_backend("opencl")
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 77, 129), (93, 1, 65), (3, 70, 33), (70, 5, 1), (1, 9, 0), (2, 40, 7)]:
+        g = tiledmm.Geometry(geo[0], geo[1], tuple(geo[2].items()))
+        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
+                                 geometry=g, backend="opencl")  # fmt: skip
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((k, n)).astype("float32")
+        c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
+        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
+        ref = a.astype(np.float64) @ b
+        assert rel_error(be.to_numpy(c), ref) < 1e-5, (geo, m, n, k)
+    check_batched("opencl", "naive", "float32", geo)
+
+
+@opencl
+def test_batched_through_matmul():
+    check_batched_api("opencl", "float32")
+
+
+def test_numpy_batched():
+    check_batched("numpy", "register", "float64")
+    check_batched_api("numpy", "float64")
