@@ -214,12 +214,22 @@ def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):
     dflt = tune.geo_key(task.default)
     if winner["geometry"] == dflt:
         pytest.skip("the default won the sweep")
-    monkeypatch.setattr(tuner, "rounds", lambda *a, **k: [1.0, 2.0])  # the default is faster
+
+    def race(default_first: bool):
+        def rounds(task, geos, data, n=3):
+            assert tune.geo_key(geos[0]) == dflt  # the default always races
+            won = [1.0 if tune.geo_key(g) == winner["geometry"] else 3.0 for g in geos[1:]]
+            return [2.0 if not default_first else 0.5, *won]
+
+        return rounds
+
+    monkeypatch.setattr(tuner, "rounds", race(default_first=True))
     tuner.confirm(task, data)
     assert task.choice["geometry"] == dflt
-    monkeypatch.setattr(tuner, "rounds", lambda *a, **k: [2.0, 1.0])  # the winner is faster
+    monkeypatch.setattr(tuner, "rounds", race(default_first=False))
     tuner.confirm(task, data)
     assert task.choice["geometry"] == winner["geometry"]
+    assert task.default_gflops == pytest.approx(task.flops / 2.0 / 1e9)
 
 
 def _cli(*argv) -> int:

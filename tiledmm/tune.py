@@ -318,37 +318,45 @@ class Tuner:
             yield nxt
 
     def confirm(self, task: Task, data) -> None:
-        """Pick the winner: the fastest candidate that is also right on an odd shape, re-timed
-        against the shipped default in alternating rounds; the default stays unless the winner
-        is faster in the median of those rounds (``--cold``: the winner stays, the default is
-        only measured). Sets ``task.choice`` and ``task.default_gflops``."""
+        """Pick the winner: the three fastest candidates that are also right on an odd shape,
+        re-timed with the shipped default in alternating rounds; the fastest in the median of
+        those rounds wins, and the default stays when it is that fastest (``--cold``: the
+        default only competes if the search itself reached it). Sets ``task.choice`` and
+        ``task.default_gflops``."""
         dk = geo_key(task.default)
-        base = task.results.get(dk) if not self.cold else None
+        base = task.results.get(dk)
         base = base if base and base["status"] == "ok" else None
-        task.choice = base
+        task.choice = None if self.cold else base
         task.default_gflops = base["gflops"] if base else None
-        for cand in sorted(task.ok(), key=lambda r: -r["gflops"])[:3]:
-            if cand["geometry"] == dk and not self.cold:
+        top = []
+        for cand in sorted(task.ok(), key=lambda r: -r["gflops"]):
+            if len(top) == 3:
                 break
-            g = _geometry(cand["geometry"])
-            if not self.odd_ok(task, g):
+            if cand["geometry"] == dk or self.odd_ok(task, _geometry(cand["geometry"])):
+                top.append(cand)
+            else:
                 cand.update(status="wrong result", error=f"wrong on {ODD_CHECK}")
                 self._write(cand)
-                continue
-            if task.plan(task.default) is None:  # a default that does not fit: nothing to race
-                task.choice = cand
-                break
-            try:
-                tb, tc = self.rounds(task, [task.default, g], data)
-            except Exception:  # noqa: BLE001 - the default itself fails here
-                task.choice = cand
-                break
+        if not top:
+            return
+        racers = [c for c in top if c["geometry"] != dk]
+        fits = task.plan(task.default) is not None
+        geos = ([task.default] if fits else []) + [_geometry(c["geometry"]) for c in racers]
+        try:
+            times = self.rounds(task, geos, data)
+        except Exception:  # noqa: BLE001 - the default itself fails here: no race
+            times, fits = self.rounds(task, geos[1:], data) if fits else [], False
+        if fits:
+            tb, times = times[0], times[1:]
             task.default_gflops = task.flops / tb / 1e9
-            if tc < tb or self.cold or base is None:
-                task.choice = dict(cand, gflops=task.flops / tc / 1e9, seconds=tc)
-            else:
-                task.choice = dict(base, gflops=task.default_gflops, seconds=tb)
-            break
+            racers.append(dict(base or {}, geometry=dk, status="ok", tiles=geo_text(task.default)))
+            times.append(tb)
+        eligible = [(t, i) for i, (t, c) in enumerate(zip(times, racers, strict=True))
+                    if not (self.cold and c["geometry"] == dk and dk not in task.results)
+                    and (c["geometry"] != dk or base is not None)]  # fmt: skip
+        if eligible:
+            t, i = min(eligible)
+            task.choice = dict(racers[i], gflops=task.flops / t / 1e9, seconds=t)
 
     def odd_ok(self, task: Task, g: Geometry) -> bool:
         plan = task.plan(g, ODD_CHECK)
