@@ -87,19 +87,26 @@ class DeviceSpec:
         return dict(self.caches).get(level, 0)
 
     def level(self, name: str) -> float:
-        """Bandwidth ceiling of memory level ``name`` (bytes/s); "DRAM" falls back to
-        ``bandwidth``; 0.0 when unknown."""
-        value = dict(self.levels).get(name, 0.0)
-        return value or (self.bandwidth if name == "DRAM" else 0.0)
+        """Bandwidth ceiling of memory level ``name`` (bytes/s); 0.0 when unknown. No level is
+        slower than ``bandwidth`` (DRAM), so a spec derived with a new ``bandwidth`` stays
+        consistent."""
+        table = dict(self.levels)
+        if name not in table and name != "DRAM":
+            return 0.0
+        return max(table.get(name, 0.0), self.bandwidth)
 
     def fma_peak(self, dtype: str) -> float:
         """FMA-pipe FLOP/s for ``dtype`` (``fma_peaks``, else :meth:`peak`)."""
         table = dict(self.fma_peaks)
         if dtype in table:
-            return table[dtype]
-        if dtype == "float64" and "float32" in table:
-            return table["float32"] / 2
-        return self.peak(dtype)
+            value = table[dtype]
+        elif dtype == "float64" and "float32" in table:
+            value = table["float32"] / 2
+        else:
+            return self.peak(dtype)
+        # on a CPU the measured GEMM rate is a floor of the FMA peak; GPU vendor GEMMs may use
+        # tensor cores (DMMA), which the FMA pipes do not have
+        return value if self.is_gpu else max(value, self.peak(dtype))
 
     @property
     def is_gpu(self) -> bool:
