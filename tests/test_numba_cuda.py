@@ -105,6 +105,21 @@ _SIM_SCRIPT = textwrap.dedent(
                      else type(r).__name__)
     del sys.modules["cupy"]
     out["kinds"] = kinds
+    # broadcast batches in one launch (grid z), rank 2 and K = 0/1, into poisoned outputs
+    batches = [((3, 5, 7), (3, 7, 6)), ((4, 1, 5, 3), (1, 2, 3, 9)), ((5, 9, 1), (1, 6)),
+               ((2, 3, 4, 0), (3, 0, 5))]
+    for fam in tiledmm.KERNEL_FAMILIES:
+        for sa, sb in batches:
+            a = rng.standard_normal(sa).astype("float32")
+            b = rng.standard_normal(sb).astype("float32")
+            ref = np.matmul(a.astype(np.float64), b)
+            m, k, n = sa[-2], sa[-1], sb[-1]
+            plan = tiledmm.plan(m, n, k, backend="numba-cuda", kernel=fam)
+            c = cuda.to_device(np.full(ref.shape, np.nan, "float32"))
+            done = be_obj.run_batched(plan, cuda.to_device(a), cuda.to_device(b), c)
+            case(f"batched-{done}", fam, "float32", m, n, k, c.copy_to_host(), a, b)
+            c = tiledmm.matmul(a, b, backend="numba-cuda", kernel=fam)
+            case("batched-api", fam, "float32", m, n, k, c, a, b)
     # NaN and Inf propagate as in numpy
     a = np.array([[np.nan, 1.0], [np.inf, 1.0]], "float32")
     b = np.ones((2, 3), "float32")
@@ -234,3 +249,13 @@ def test_device_spec_from_driver_attribute_names():
     spec = device_spec_from(FakeDevice())
     assert spec.name == "NVIDIA H200" and spec.compute_units == 132
     assert 60e12 < spec.peak("float32") < 70e12
+
+
+@pytest.mark.parametrize("fam", tiledmm.KERNEL_FAMILIES)
+def test_simulator_batched_one_launch(sim, fam):
+    """Broadcast batches (rank 2, K = 0 and 1) through run_batched: one launch, all written."""
+    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"].startswith("batched")]
+    assert len(cases) == 8
+    for c in cases:
+        assert c["tag"] != "batched-False", c
+        assert not c["nan"] and c["err"] < 1e-5, c

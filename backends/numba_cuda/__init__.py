@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+import math
 import os
 import sys
 from functools import cache
@@ -251,6 +252,44 @@ class NumbaCudaBackend(Backend):
         tmp = nb.device_array((m, n), c.dtype)
         launch(a, b, tmp, m, n, k)
         nb.copy2d(tmp, c)
+
+
+    def run_batched(self, plan, a, b, out) -> bool:
+        """The whole broadcast batch in one launch (grid z), on C-contiguous operands; False
+        (the per-matrix loop) for other layouts."""
+        from . import engine as nb
+        from ..kernels.launch import MAX_Z, batch_dims
+
+        m, n, k = plan.m, plan.n, plan.k
+        batch = tuple(out.shape)[:-2]  # (the simulator's shapes take no negative index)
+        if not m or not n or 0 in batch:
+            return True
+        if not all(nb.c_contiguous(x) for x in (a, b, out)):
+            return False
+        strides = [_batch_strides(tuple(x.shape), len(batch)) for x in (a, b, out)]
+        if max(a.size, b.size, out.size) >= 1 << 32:
+            return False
+        dims = batch_dims(batch, strides)
+        if len(dims) > 2 or (dims and dims[-1][0] > MAX_Z) or math.prod(batch) > MAX_Z:
+            return False
+        dims = [(1, [0, 0, 0])] * (2 - len(dims)) + dims
+        (n0, s0), (n1, s1) = dims
+        bt = (n0 * n1, n1, s0[0], s1[0], s0[1], s1[1], s0[2], s1[2])
+        launch = self.launcher(plan)
+        wrap = (lambda x: x) if nb.SIMULATOR else nb.wrap  # flat views need .size and a pointer
+        launch(wrap(a), wrap(b), wrap(out), m, n, k, bt)
+        return True
+
+
+def _batch_strides(shape: tuple[int, ...], nd: int) -> list[int]:
+    """Element strides of a C-contiguous array's batch dimensions, aligned to ``nd`` result
+    batch dimensions (0 where it broadcasts)."""
+    sh = shape[:-2]
+    out, step = [], shape[-2] * shape[-1]
+    for d in reversed(sh):
+        out.append(0 if d == 1 else step)
+        step *= d
+    return [0] * (nd - len(sh)) + out[::-1]
 
 
 def _contig(x: Any) -> Any:

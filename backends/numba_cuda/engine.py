@@ -22,6 +22,8 @@ from .kernels import KernelSpec, source
 
 SIMULATOR = bool(_config.ENABLE_CUDASIM)
 _U32 = np.uint32
+#: The batch descriptor of one product: (grid z, nb1, sa0, sa1, sb0, sb1, sc0, sc1).
+NOBATCH = (1, 1, 0, 0, 0, 0, 0, 0)
 
 
 def kernel_dir() -> Path:
@@ -80,6 +82,7 @@ class Launcher:
         self.spec = spec
         self.dispatcher = load(spec)
         self.grid, self.block = (int(grid[0]), int(grid[1]), 1), (spec.threads, 1, 1)
+        self._batched: dict[int, Any] = {}  # grid z -> launch configuration
         self.itemsize = np.dtype(spec.dtype).itemsize
         self._fast = None
         if not SIMULATOR and os.environ.get("TILEDMM_NUMBA_FAST_LAUNCH", "1") != "0":
@@ -107,27 +110,43 @@ class Launcher:
         stream = driver._to_core_stream(0)
         return dmod.launch, stream, cfg, cufunc.kernel
 
-    def __call__(self, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
+    def __call__(self, a: Any, b: Any, c: Any, m: int, n: int, k: int,
+                 bt: tuple = NOBATCH) -> None:  # fmt: skip
+        """Launch on C-contiguous ``a``, ``b``, ``c`` (any rank: flat views); ``bt`` is the
+        batch: (grid z, nb1, sa0, sa1, sb0, sb1, sc0, sc1) in elements."""
         fast = self._fast
         if fast is not None:
             launch, stream, cfg, fn = fast
+            if bt is not NOBATCH:
+                cfg = self._batched.get(bt[0]) or self._batched.setdefault(
+                    bt[0], _config_z(self.grid, self.block, bt[0]))
             s = self.itemsize
             args = []
             for x in (a, b, c):
                 size = x.size
                 args += (0, 0, size, s, _ptr(x), size, s)
-            args += (ctypes.c_uint32(m), ctypes.c_uint32(n), ctypes.c_uint32(k))
+            args += [ctypes.c_uint32(v) for v in (m, n, k) + tuple(bt[1:])]
             launch(stream, cfg, fn, *args)
             return
         launch = self._configured
-        if launch is None:
-            launch = self.dispatcher[self.grid, self.block]
-        launch(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size), _U32(m), _U32(n), _U32(k))
+        if launch is None or bt is not NOBATCH:
+            launch = self.dispatcher[(self.grid[0], self.grid[1], bt[0]), self.block]
+        launch(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size),
+               *(_U32(v) for v in (m, n, k) + tuple(bt[1:])))  # fmt: skip
+
+
+
+def _config_z(grid: tuple, block: tuple, z: int):
+    """The fast path's launch configuration with grid z = ``z`` (as ``_bind_fast`` makes it)."""
+    from numba.cuda import dispatcher as dmod
+
+    return dmod.LaunchConfig(grid=(grid[0], grid[1], z), block=block, shmem_size=0)
 
 
 def bare_launch(spec: KernelSpec, grid, a, b, c, m: int, n: int, k: int) -> None:
     """The same compiled kernel through Numba's ordinary launch syntax (for overhead figures)."""
-    load(spec)[grid, spec.threads](a, b, c, _U32(m), _U32(n), _U32(k))
+    rest = (_U32(v) for v in NOBATCH[1:])
+    load(spec)[grid, spec.threads](a, b, c, _U32(m), _U32(n), _U32(k), *rest)
 
 
 def kernel_report(spec: KernelSpec) -> dict:
