@@ -257,8 +257,8 @@ class NumbaCudaBackend(Backend):
     def run_batched(self, plan, a, b, out) -> bool:
         """The whole broadcast batch in one launch (grid z), on C-contiguous operands; False
         (the per-matrix loop) for other layouts."""
-        from . import engine as nb
         from ..kernels.launch import MAX_Z, batch_dims
+        from . import engine as nb
 
         m, n, k = plan.m, plan.n, plan.k
         batch = tuple(out.shape)[:-2]  # (the simulator's shapes take no negative index)

@@ -10,9 +10,10 @@ wraparound selects, no 64-bit multiplies). Arrays arrive flat (1-D, C-contiguous
 Kernel signature, every family: ``kernel(A, B, C, m, n, k, nb1, sa0, sa1, sb0, sb1, sc0, sc1)``
 with A (m*k), B (k*n), C (m*n) flat row-major and the rest uint32. Block: 1-D, ``threads``
 threads; grid: (ceil(n/BN), ceil(m/BM), batch). The grid's z walks a batch: matrix
-z = z0 * nb1 + z1 starts at element z0 * sX0 + z1 * sX1 of operand X (0 strides broadcast). Out-of-range A/B elements load as zero (edge tiles zero-filled); C is written only
-in range. The generated module is written to a cache folder so ``cache=True`` can store the
-compiled kernel on disk next to it.
+z = z0 * nb1 + z1 starts at element z0 * sX0 + z1 * sX1 of operand X (0 strides broadcast).
+Out-of-range A/B elements load as zero (edge tiles zero-filled); C is written only in range.
+The generated module is written to a cache folder so ``cache=True`` can store the compiled
+kernel on disk next to it.
 """
 
 from __future__ import annotations
