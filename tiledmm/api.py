@@ -131,15 +131,26 @@ def matmul(
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
-    if out is None and not ufunc_kwargs:
+    if out is None and not ufunc_kwargs:  # first: it only ever holds native array types
         hit = _hot_path(backend, kernel, a, b)
         if hit is not None:
             return hit
     kind = arrays.foreign(a, b, out)  # None for NumPy, CuPy, lists, Dask: a dict lookup each
     if kind is not None:
         return arrays.matmul_foreign(
-            kind, a, b, out, _matmul, backend=backend, kernel=kernel, **ufunc_kwargs
+            kind, a, b, out, _native, backend=backend, kernel=kernel, **ufunc_kwargs
         )
+    return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
+
+
+def _native(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **ufunc_kwargs):
+    """``matmul`` for operands the backends take as they are: the hot path, else the full one.
+    The array bridge calls this after converting foreign operands (never ``matmul`` itself,
+    which would bridge again)."""
+    if out is None and not ufunc_kwargs:
+        hit = _hot_path(backend, kernel, a, b)
+        if hit is not None:
+            return hit
     return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
 
 
@@ -160,7 +171,7 @@ def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
 
 
 def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **ufunc_kwargs):
-    """``matmul`` for operands the backends take as they are (after the array bridge)."""
+    """The full path: numpy's rules, backend and plan choice, batches, out=."""
     if kernel != "auto" and kernel not in KERNEL_FAMILIES:
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
     if dask_engine.is_dask_array(a) or dask_engine.is_dask_array(b):
