@@ -72,6 +72,11 @@ def cmd_info(args: argparse.Namespace) -> int:
                 print("    caches: " + ", ".join(f"{k} {v // 1024} KiB" for k, v in dev.caches))
             peaks = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in dev.peak_flops)
             print(f"    ceilings: {peaks}, {dev.bandwidth / 1e9:.4g} GB/s ({dev.ceilings_source})")
+            for name, bw in dev.levels:
+                print(f"    {name}: {bw / 1e9:.4g} GB/s")
+            if dev.fma_peaks:
+                fma = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in dev.fma_peaks)
+                print(f"    FMA pipes: {fma} (sustained clock x{dev.sustained:g})")
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .backend import KERNEL_FAMILIES, Geometry
@@ -85,10 +86,11 @@ class Plan:
         """The level called ``name`` ("DRAM", "L2", "shared memory", "compute", ...)."""
         return next((lv for lv in self.levels if lv.name == name), None)
 
-    @property
+    @cached_property
     def launch_key(self) -> tuple:
         """Everything that decides a launch of this plan: what backends key launch caches on
-        (``id(plan)`` would be reused after the plan is freed; options are not in ``hash``)."""
+        (``id(plan)`` would be reused after the plan is freed; options are not in ``hash``).
+        Computed once per plan."""
         opts = tuple(sorted(self.options.items()))
         return (self.backend, self.kernel, self.dtype, self.m, self.n, self.k,
                 self.block_tile, self.thread_tile, opts, self.device.name)  # fmt: skip
