@@ -259,3 +259,22 @@ def test_simulator_batched_one_launch(sim, fam):
     for c in cases:
         assert c["tag"] != "batched-False", c
         assert not c["nan"] and c["err"] < 1e-5, c
+
+
+def test_engine_choice_and_mlir_source():
+    """numba-cuda where it works (and always under the simulator), numba-cuda-mlir where
+    numba-cuda cannot compile with this NumPy and mlir is installed; the env var wins."""
+    pytest.importorskip("numba")
+    from tiledmm_backends.numba_cuda.engine import choose_engine
+    from tiledmm_backends.numba_cuda.kernels import KernelSpec, source
+
+    assert choose_engine("", False, True, True) == "numba-cuda"
+    assert choose_engine("", False, False, True) == "numba-cuda-mlir"
+    assert choose_engine("", True, False, True) == "numba-cuda"  # the simulator
+    assert choose_engine("", False, False, False) == "numba-cuda"  # its own error message
+    assert choose_engine("numba-cuda-mlir", False, True, True) == "numba-cuda-mlir"
+    with pytest.raises(ImportError, match="TILEDMM_NUMBA_ENGINE"):
+        choose_engine("numba", False, True, True)
+    text = source(KernelSpec("naive", "float32", 4, 8), "numba-cuda-mlir")
+    assert "from numba_cuda_mlir import cuda" in text and "from numba " not in text
+    compile(text, "k.py", "exec")

@@ -91,16 +91,18 @@ class NumbaCudaBackend(Backend):
 
     def unavailable_reason(self) -> str | None:
         nc = _dist_version("numba-cuda")
-        if nc is None and importlib.util.find_spec("numba") is None:
+        mlir = importlib.util.find_spec("numba_cuda_mlir") is not None
+        forced = os.environ.get("TILEDMM_NUMBA_ENGINE", "")
+        if nc is None and not mlir and importlib.util.find_spec("numba") is None:
             return "Numba is not installed: pip install 'tiledmm[numba]' (numba + numba-cuda)"
-        if nc is None and not _simulating():
+        if nc is None and not mlir and not _simulating():
             return (
                 "numba-cuda is not installed (Numba's built-in CUDA target is deprecated): "
-                "pip install numba-cuda"
+                "pip install numba-cuda (or numba-cuda-mlir)"
             )
         bad = numpy_incompatibility(np.__version__, nc)
-        if bad and not _simulating():
-            return bad
+        if bad and not _simulating() and (not mlir or forced == "numba-cuda"):
+            return bad + ", or pip install numba-cuda-mlir (used automatically when present)"
         try:
             from . import engine as nb
         except Exception as exc:  # noqa: BLE001 - any import failure is a reason
@@ -252,7 +254,6 @@ class NumbaCudaBackend(Backend):
         tmp = nb.device_array((m, n), c.dtype)
         launch(a, b, tmp, m, n, k)
         nb.copy2d(tmp, c)
-
 
     def run_batched(self, plan, a, b, out) -> bool:
         """The whole broadcast batch in one launch (grid z), on C-contiguous operands; False

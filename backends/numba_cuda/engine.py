@@ -1,7 +1,11 @@
 """The one place that imports ``numba.cuda``: kernel loading, launching, device facts, events.
 
-Imported lazily by the backend (never at ``import tiledmm``). A later switch to another
-Numba CUDA target (numba-cuda-mlir) should only touch this module.
+Imported lazily by the backend (never at ``import tiledmm``). Two engines sit behind it
+(:data:`ENGINE`): ``numba-cuda`` (``numba.cuda``; also the CUDA simulator that CI runs) and
+``numba-cuda-mlir`` (``numba_cuda_mlir.cuda``, NVIDIA's successor, which compiles with NumPy
+2.5 where numba-cuda 0.30.4 cannot). ``TILEDMM_NUMBA_ENGINE`` forces one; by default the
+simulator (``NUMBA_ENABLE_CUDASIM=1``) and a numba-cuda that works with this NumPy take
+numba-cuda, else numba-cuda-mlir where it is installed (see :func:`choose_engine`).
 """
 
 from __future__ import annotations
@@ -15,12 +19,47 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import config as _config
-from numba import cuda
 
 from .kernels import KernelSpec, source
 
-SIMULATOR = bool(_config.ENABLE_CUDASIM)
+ENGINE_ENV = "TILEDMM_NUMBA_ENGINE"
+ENGINES = ("numba-cuda", "numba-cuda-mlir")
+
+
+def choose_engine(env: str, simulating: bool, numba_cuda_ok: bool, mlir_installed: bool) -> str:
+    """The engine to import: ``env`` (TILEDMM_NUMBA_ENGINE) when set; the simulator and a
+    working numba-cuda take numba-cuda; otherwise numba-cuda-mlir when installed."""
+    if env:
+        if env not in ENGINES:
+            raise ImportError(f"{ENGINE_ENV}={env!r}: choose one of {', '.join(ENGINES)}")
+        return env
+    if simulating or numba_cuda_ok:
+        return "numba-cuda"
+    return "numba-cuda-mlir" if mlir_installed else "numba-cuda"
+
+
+def _numba_cuda_ok() -> bool:
+    from . import _dist_version, numpy_incompatibility
+
+    nc = _dist_version("numba-cuda")
+    return nc is not None and numpy_incompatibility(np.__version__, nc) is None
+
+
+ENGINE = choose_engine(
+    os.environ.get(ENGINE_ENV, ""),
+    os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"),
+    _numba_cuda_ok(),
+    importlib.util.find_spec("numba_cuda_mlir") is not None,
+)
+if ENGINE == "numba-cuda-mlir":
+    from numba_cuda_mlir import cuda
+
+    SIMULATOR = False
+else:
+    from numba import config as _config
+    from numba import cuda
+
+    SIMULATOR = bool(_config.ENABLE_CUDASIM)
 _U32 = np.uint32
 #: The batch descriptor of one product: (grid z, nb1, sa0, sa1, sb0, sb1, sc0, sc1).
 NOBATCH = (1, 1, 0, 0, 0, 0, 0, 0)
@@ -44,7 +83,7 @@ def load(spec: KernelSpec):
     disp = _modules.get(spec)
     if disp is not None:
         return disp
-    text = source(spec)
+    text = source(spec, ENGINE)
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     modname = f"tiledmm_nk_{spec.name}_{digest}"
     folder = kernel_dir()
@@ -85,7 +124,8 @@ class Launcher:
         self._batched: dict[int, Any] = {}  # grid z -> launch configuration
         self.itemsize = np.dtype(spec.dtype).itemsize
         self._fast = None
-        if not SIMULATOR and os.environ.get("TILEDMM_NUMBA_FAST_LAUNCH", "1") != "0":
+        fast_ok = not SIMULATOR and ENGINE == "numba-cuda"  # binds numba-cuda's internals
+        if fast_ok and os.environ.get("TILEDMM_NUMBA_FAST_LAUNCH", "1") != "0":
             try:
                 self._fast = self._bind_fast()
             except Exception:  # noqa: BLE001 - internals moved: use the public path
@@ -119,7 +159,8 @@ class Launcher:
             launch, stream, cfg, fn = fast
             if bt is not NOBATCH:
                 cfg = self._batched.get(bt[0]) or self._batched.setdefault(
-                    bt[0], _config_z(self.grid, self.block, bt[0]))
+                    bt[0], _config_z(self.grid, self.block, bt[0])
+                )
             s = self.itemsize
             args = []
             for x in (a, b, c):
@@ -133,7 +174,6 @@ class Launcher:
             launch = self.dispatcher[(self.grid[0], self.grid[1], bt[0]), self.block]
         launch(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size),
                *(_U32(v) for v in (m, n, k) + tuple(bt[1:])))  # fmt: skip
-
 
 
 def _config_z(grid: tuple, block: tuple, z: int):
@@ -179,7 +219,14 @@ def copy2d(src: Any, dst: Any) -> None:
 
 
 def is_numba_array(x: Any) -> bool:
-    return cuda.devicearray.is_cuda_ndarray(x) if not SIMULATOR else hasattr(x, "copy_to_host")
+    if SIMULATOR:
+        return hasattr(x, "copy_to_host")
+    if _IS_ND is not None:
+        return _IS_ND(x)
+    return hasattr(x, "copy_to_host") and hasattr(x, "__cuda_array_interface__")
+
+
+_IS_ND = getattr(getattr(cuda, "devicearray", None), "is_cuda_ndarray", None)
 
 
 def wrap(x: Any) -> Any:
