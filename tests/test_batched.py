@@ -80,3 +80,15 @@ def test_batched_through_matmul():
 def test_numpy_batched():
     check_batched("numpy", "register", "float64")
     check_batched_api("numpy", "float64")
+
+
+def test_shape_class_geometry_and_candidates():
+    from tiledmm_backends import kernels as K
+    from tiledmm_backends.kernels import shapes
+
+    gpu = tiledmm.DeviceSpec(name="some gpu", kind="gpu")
+    vec = K.load_geometry("naive", "float32", gpu, backend="cupy", shape_class="vector")
+    assert dict(vec.options).get("gemv") == 1
+    assert not dict(K.load_geometry("naive", "float32", gpu, backend="cupy").options)
+    for cls in tiledmm.tuning.SHAPE_CLASSES:  # every class has candidates for the sweep
+        assert any(shapes.candidates(f, "float32", cls) for f in tiledmm.KERNEL_FAMILIES), cls

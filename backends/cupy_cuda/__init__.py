@@ -98,8 +98,11 @@ class CupyBackend(Backend):
         n = _cupy().cuda.runtime.getDeviceCount()
         return [self._specs.get(i) or self._specs.setdefault(i, _spec(i)) for i in range(n)]
 
-    def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
-        return K.load_geometry(kernel, dtype, device, backend=self.name)
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
+                 shape_class: str | None = None) -> Geometry | None:  # fmt: skip
+        """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
+        a class entry before the general one (docs/shapes.md)."""
+        return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
     # ------------------------------------------------------------------ arrays
 

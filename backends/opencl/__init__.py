@@ -314,8 +314,11 @@ class OpenCLBackend(Backend):
     def devices(self) -> list[DeviceSpec]:
         return [_spec_cached(d) for d in _all_devices()]
 
-    def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
-        return K.load_geometry(kernel, dtype, device, backend=self.name)
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
+                 shape_class: str | None = None) -> Geometry | None:  # fmt: skip
+        """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
+        a class entry before the general one (docs/shapes.md)."""
+        return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
     # ------------------------------------------------------------------ arrays
 
