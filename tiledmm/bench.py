@@ -21,6 +21,7 @@ import numpy as np
 from .accuracy import rel_error
 from .backend import Backend
 from .results import benchmark_entry
+from .tuning import shape_class
 
 __all__ = [
     "Settings",
@@ -200,6 +201,7 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "device": dev.name,
         "device_kind": dev.kind,
         "dtype": inp.dtype,
+        "shape_class": shape_class(inp.m, inp.n, inp.k),
         "m": inp.m,
         "n": inp.n,
         "k": inp.k,

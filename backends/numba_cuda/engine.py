@@ -39,10 +39,15 @@ def choose_engine(env: str, simulating: bool, numba_cuda_ok: bool, mlir_installe
 
 
 def _numba_cuda_ok() -> bool:
-    from . import _dist_version, numpy_incompatibility
+    import importlib.metadata as md
 
-    nc = _dist_version("numba-cuda")
-    return nc is not None and numpy_incompatibility(np.__version__, nc) is None
+    from . import numpy_incompatibility
+
+    try:
+        nc = md.version("numba-cuda")
+    except md.PackageNotFoundError:
+        return False
+    return numpy_incompatibility(np.__version__, nc) is None
 
 
 ENGINE = choose_engine(
