@@ -246,7 +246,7 @@ def to_geometry(e: dict, device: DeviceSpec) -> Geometry:
     where = "on this device" if e.get("device") == device.name else f"for {_who(e)}"
     src = (f"tuned {where}, {meas['date'][:10]} ({e['shape_class']} shapes, "
            f"{meas['gflops']:.4g} GFLOP/s measured; user tuning database)")  # fmt: skip
-    return Geometry.from_dict(e, src)
+    return replace(Geometry.from_dict(e), source=src)
 
 
 def _who(e: dict) -> str:
