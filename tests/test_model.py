@@ -11,7 +11,7 @@ import pytest
 
 from tiledmm import Geometry, make_plan
 from tiledmm.device import calibration_problem, reference_h200
-from tiledmm.hierarchy import shared_wavefronts
+from tiledmm.hierarchy import miss_fraction, shared_wavefronts
 from tiledmm.modelcheck import GPU_BAND, check_files, compare_counters, format_table
 
 RESULTS = Path(__file__).resolve().parent.parent / "benches" / "results"
@@ -80,7 +80,9 @@ def test_naive_traffic_falls_at_each_level():
                   geometry=Geometry((2, 128, 1)), backend="cupy")  # fmt: skip
     l1, l2, dram = (p.level(n).amount for n in ("L1", "L2", "DRAM"))
     assert l1 > l2 > dram > 0
-    assert dram == pytest.approx(3 * 2048 * 2048 * 4)  # everything fits the 60 MiB L2
+    parts = dict(p.level("DRAM").parts)
+    assert parts["read"] == pytest.approx(2 * 2048 * 2048 * 4)  # A and B fit the L2: once
+    assert 0 < parts["written"] <= 2048 * 2048 * 4
 
 
 def test_dram_rereads_grow_once_b_exceeds_the_l2():
@@ -89,6 +91,38 @@ def test_dram_rereads_grow_once_b_exceeds_the_l2():
     big = make_plan(8192, 8192, 8192, dtype="float32", kernel="naive", device=H200,
                     geometry=Geometry((2, 128, 1)), backend="cupy")  # fmt: skip
     assert big.level("DRAM").amount / small.level("DRAM").amount > 64 * 4
+
+
+def test_miss_fraction_is_zero_while_it_fits_then_rises_to_one():
+    assert miss_fraction(0.5) == 0.0 and miss_fraction(1.0) == 0.0
+    xs = [1.05, 1.3, 2.0, 4.0, 10.0]
+    ms = [miss_fraction(x) for x in xs]
+    assert ms == sorted(ms) and 0 < ms[0] < 0.2 and ms[-1] > 0.99
+    for x, m in zip(xs, ms, strict=True):  # h = exp(-x (1 - h))
+        assert 1 - m == pytest.approx(math.exp(-x * m), abs=1e-9)
+
+
+def test_b_is_reread_per_block_row_when_staggered_and_per_wave_in_lockstep():
+    """Tiled 16x16 (8 blocks per SM: rows staggered) re-reads B (64 MB) for nearly every one
+    of its 256 block rows; register 128x128 (2 per SM: waves in lockstep) once per wave."""
+    b = 4096 * 4096 * 4
+    tiled = make_plan(4096, 4096, 4096, dtype="float32", kernel="tiled", device=H200,
+                      geometry=TUNED["tiled"], backend="cupy")  # fmt: skip
+    reg = make_plan(4096, 4096, 4096, dtype="float32", kernel="register", device=H200,
+                    geometry=TUNED["register"], backend="cupy")  # fmt: skip
+    t_read = dict(tiled.level("DRAM").parts)["read"]
+    r_read = dict(reg.level("DRAM").parts)["read"]
+    assert 150 * b < t_read < 256 * b
+    assert 3 * b < r_read < 6 * b  # four waves of 264 blocks
+
+
+def test_single_wave_leaves_its_output_dirty_in_the_l2():
+    """The counter sees only what leaves the L2 during the kernel: a one-wave grid writes C in
+    its epilogue and most of it is still in the L2 at the end."""
+    p = make_plan(2048, 2048, 2048, dtype="float32", kernel="register", device=H200,
+                  geometry=TUNED["register"], backend="cupy")  # fmt: skip
+    written = dict(p.level("DRAM").parts)["written"]
+    assert 0 < written < 0.25 * 2048 * 2048 * 4
 
 
 def test_to_dict_carries_every_level_as_json():

@@ -109,9 +109,12 @@ def model_counters(plan: Plan) -> dict[str, float]:
     if plan.kernel == "naive":
         fma = plan.m * plan.n * plan.k
     pipe = "dfma" if plan.dtype == "float64" else "ffma"
+    dram = plan.level("DRAM")
+    parts = dict(dram.parts) if dram else {}
+    read = parts.get("read", get("DRAM") - c_bytes)
     return {
-        "dram__bytes_read.sum": get("DRAM") - c_bytes,
-        "dram__bytes_write.sum": float(c_bytes),
+        "dram__bytes_read.sum": read,
+        "dram__bytes_write.sum": parts.get("written", float(c_bytes)),
         "lts__t_bytes.sum": get("L2") + c_bytes,
         "l1tex__t_bytes.sum": get("L1") + c_bytes,
         "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": get("shared memory") / 128,
