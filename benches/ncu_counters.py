@@ -97,6 +97,7 @@ def main() -> int:
         child(f, d, *map(int, mnk))
         return 0
     import tiledmm
+    from tiledmm.device import reference_h200
     from tiledmm.modelcheck import model_counters
 
     be = tiledmm.get_backend("cupy")
@@ -109,7 +110,11 @@ def main() -> int:
             "m": shape[0], "n": shape[1], "k": shape[2],
             "block_tile": list(plan.block_tile), "thread_tile": list(plan.thread_tile),
             "options": dict(plan.options), "counters": counters,
-            "model": model_counters(plan),
+            "model": model_counters(tiledmm.make_plan(
+                *shape, dtype=dtype, kernel=family, device=reference_h200(),
+                geometry=tiledmm.Geometry(plan.block_tile, plan.thread_tile,
+                                          tuple(sorted(plan.options.items()))),
+                backend="cupy")),
         })  # fmt: skip
         print(family, dtype, shape, counters, flush=True)
     dev = be.device().name
@@ -118,6 +123,8 @@ def main() -> int:
         "date": dt.date.today().isoformat(),
         "source": f"measured: {' '.join(sys.argv)} (ncu --clock-control none)",
         "metrics": list(METRICS),
+        "measured_in": "Nsight Compute on this device (real counters, not seeded)",
+        "model": "tiledmm.modelcheck.model_counters on tiledmm.device.reference_h200()",
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
