@@ -19,6 +19,8 @@ from tiledmm.accuracy import matmul_error
 from ._gemm_checks import (
     FAMILIES,
     STAGES2,
+    check_batched,
+    check_batched_api,
     check_geometry,
     check_layouts,
     check_nonfinite,
@@ -43,6 +45,33 @@ def test_gpu_families(family, dtype):
 @pytest.mark.parametrize("geo", STAGES2, ids=str)
 def test_gpu_double_buffering(geo):
     check_geometry("cupy", "register", geo, "float32")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gpu_batched_one_launch(family, dtype):
+    check_batched("cupy", family, dtype)
+    check_batched_api("cupy", dtype)
+
+
+def _candidates():
+    from tiledmm_backends.kernels import shapes
+
+    return [(cls, fam, g) for cls in shapes.CANDIDATES for fam in shapes.CANDIDATES[cls]
+            for g in shapes.candidates(fam, "float32", cls)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("cand", _candidates(), ids=lambda c: f"{c[0]}-{c[1]}-{c[2].options}")
+def test_gpu_shape_candidates(cand):
+    """Every per-class candidate (split-K, gemv, small tiles): odd 2-D shapes, K = 0, batches."""
+    _, fam, g = cand
+    geo = (g.block_tile, g.thread_tile, dict(g.options))
+    check_geometry("cupy", fam, geo, "float32")
+    check_batched("cupy", fam, "float32", geo)
 
 
 @pytest.mark.gpu
