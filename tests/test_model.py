@@ -150,14 +150,39 @@ def test_calibration_schema_takes_levels_and_keeps_old_records():
     assert "sustained" in calibration_problem(old | {"sustained": 2})
 
 
-def test_committed_gpu_results_mostly_inside_the_band():
-    """A guard against regressions of the model (docs/model.md lists the rows outside)."""
+#: Held GPU rows outside [0.8, 1.25], each with its reason (docs/model.md, "still wrong").
+_SMALL_GRID = "one partial wave: no per-block prologue/epilogue cost in the model"
+_NAIVE_LATENCY = "naive: slower than every level; latency of the missing lines is not modelled"
+_NUMBA_F64 = "Numba float64 naive: measured faster than the latency level predicts"
+KNOWN_OUTSIDE = {
+    ("cupy", "register", "float32", (1024, 1024, 1024)): _SMALL_GRID,
+    ("cupy", "register", "float32", (1000, 3000, 777)): _SMALL_GRID,
+    ("cupy", "register", "float32", (4096, 4096, 64)): _SMALL_GRID,
+    ("opencl", "register", "float32", (1000, 3000, 777)): _SMALL_GRID,
+    ("opencl", "register", "float32", (4096, 4096, 64)): _SMALL_GRID,
+    ("cupy", "register", "float64", (1024, 1024, 1024)): _SMALL_GRID,
+    ("opencl", "naive", "float32", (8192, 8192, 8192)): _NAIVE_LATENCY,
+    ("cupy", "naive", "float64", (4096, 4096, 4096)): _NAIVE_LATENCY,
+    ("opencl", "naive", "float64", (4096, 4096, 4096)): _NAIVE_LATENCY,
+    ("numba-cuda", "naive", "float64", (1024, 1024, 1024)): _NUMBA_F64,
+    ("numba-cuda", "naive", "float64", (4096, 4096, 4096)): _NUMBA_F64,
+    ("numba-cuda", "naive", "float64", (1000, 3000, 777)): _NUMBA_F64,
+}
+
+
+def test_committed_gpu_results_inside_the_band_but_the_listed_rows():
+    """Every held GPU row is inside [0.8, 1.25] except KNOWN_OUTSIDE (reviewed, with reasons);
+    those stay within a factor 2."""
     files = ["h200-cupy.json", "h200-opencl.json", "h200-numba-cuda.json", "h200-float64.json"]
     rows = check_files([RESULTS / f for f in files])
     held = [r for r, b in rows if b == GPU_BAND]
-    inside = [r for r in held if GPU_BAND[0] <= r.ratio <= GPU_BAND[1]]
     assert len(held) >= 80
-    assert len(inside) / len(held) >= 0.8
+    assert not any(math.isnan(r.ratio) for r in held)
+    outside = {
+        (r.backend, r.kernel, r.dtype, r.shape): r.ratio
+        for r in held
+        if not GPU_BAND[0] <= r.ratio <= GPU_BAND[1]
+    }
+    assert set(outside) <= set(KNOWN_OUTSIDE), outside
     assert all(0.5 < r.ratio < 2.0 for r in held)
     assert "worst" in format_table(rows)
-    assert not any(math.isnan(r.ratio) for r in held)
