@@ -135,7 +135,7 @@ def matmul(
         hit = _hot_path(backend, kernel, a, b)
         if hit is not None:
             return hit
-    kind = arrays.foreign(a, b, out)  # None for NumPy, CuPy, lists, Dask: a dict lookup each
+    kind = arrays.foreign(a, b, out, backend)  # None for NumPy, CuPy, lists, Dask: cheap
     if kind is not None:
         return arrays.matmul_foreign(
             kind, a, b, out, _native, backend=backend, kernel=kernel, **ufunc_kwargs

@@ -142,16 +142,19 @@ def result_kind(a: Any, b: Any, out: Any = None) -> Kind:
     return kb if ka.lib == "host" and (kb := kind_of(b)).lib != "host" else ka
 
 
-def foreign(a: Any, b: Any, out: Any = None) -> Kind | None:
+def foreign(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Kind | None:
     """``None`` when every operand is one the backends take as it is (the usual, fast answer);
-    otherwise the kind of the result, by :func:`result_kind`."""
+    otherwise the kind of the result, by :func:`result_kind`. CuPy arrays are native, except
+    for a named backend that cannot read CUDA memory (OpenCL, NumPy): they then take the same
+    host route as foreign CUDA arrays, and the result comes back as CuPy."""
     o = _unwrap(out)
-    if (
-        (_lib_by_type.get(type(a)) or _lib_of(type(a))) not in FOREIGN
-        and (_lib_by_type.get(type(b)) or _lib_of(type(b))) not in FOREIGN
-        and (o is None or (_lib_by_type.get(type(o)) or _lib_of(type(o))) not in FOREIGN)
-    ):
-        return None
+    libs = [_lib_by_type.get(type(x)) or _lib_of(type(x)) for x in (a, b, o) if x is not None]
+    if not any(lib in FOREIGN for lib in libs):
+        if backend == "auto" or "cupy" not in libs:
+            return None
+        cuda = next(x for x in (a, b, o) if x is not None and _lib_of(type(x)) == "cupy")
+        if _reads_cuda(backend, cuda):
+            return None
     return result_kind(a, b, o)
 
 
@@ -289,6 +292,8 @@ def from_native(r: Any, kind: Kind, like: Any = None) -> Any:
             return jdl.from_dlpack(r if hasattr(r, "__dlpack__") else cp.asarray(r))
         h = _host(r)  # (not np.ascontiguousarray: it turns a 0-d result into shape (1,))
         return jdl.from_dlpack(h if h.flags.c_contiguous else h.copy())
+    if lib == "cupy":
+        return sys.modules["cupy"].asarray(r)  # (a copy to the device only when r is on the host)
     if lib == "numba":
         if _lib_of(type(r)) == "numba":
             return r
