@@ -15,15 +15,16 @@ are handed to ``numpy.matmul`` too, so they keep their own semantics.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from . import arrays, registry
+from . import arrays
 from . import dask as dask_engine
 from .backend import KERNEL_FAMILIES, Backend
-from .dispatch import choose_backend, plan_for
+from .dispatch import cache_token, choose_backend, plan_for
 from .planner import Plan
 
 __all__ = ["matmul"]
@@ -211,7 +212,7 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
         res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
         return res if out is None else _store(be, out, res)
 
-    plan = plan_for(be, m, n, k, rname, kernel)
+    plan = plan_for(be, m, n, k, rname, kernel, batch=math.prod(batch))
     like = a
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
     if a1:
@@ -251,7 +252,7 @@ def _fast_key(backend: str, kernel: str, a: Any, b: Any) -> tuple | None:
     """The hot path's key: arrays only (objects without ``.shape``, such as lists, get none)."""
     try:
         return (backend, kernel, type(a), type(b), a.shape, b.shape, a.dtype, b.dtype,
-                registry.generation())  # fmt: skip
+                cache_token())  # fmt: skip
     except AttributeError:
         return None
 

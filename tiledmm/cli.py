@@ -1,4 +1,4 @@
-"""Command line: ``tiledmm info | plan | plugins | calibrate | bench | report``."""
+"""Command line: ``tiledmm info | plan | plugins | calibrate | bench | tune | report``."""
 
 from __future__ import annotations
 
@@ -207,6 +207,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if res.failures else 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import main as tune_main
+
+    return tune_main(args)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import main as report_main
 
@@ -274,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--link-bandwidth", type=float, help="with --dask: bytes/s into one worker")
     s.add_argument("--worker-memory", type=float, help="with --dask: bytes per worker")
     s.set_defaults(func=cmd_bench)
+
+    s = command("tune", help="autotune tiles on this device; keep them in the tuning database")
+    from .tune import add_arguments as tune_arguments
+
+    tune_arguments(s)
+    s.set_defaults(func=cmd_tune)
 
     s = command("report", help="merge result files into the tiling table and figures")
     s.add_argument("files", nargs="+")

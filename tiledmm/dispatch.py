@@ -37,10 +37,21 @@ _plans: LRUCache[Plan] = LRUCache(4096)
 _choices: LRUCache[Backend] = LRUCache(1024)
 
 
+_epoch = 0
+
+
 def clear_caches() -> None:
-    """Forget cached plans and backend choices (they also expire with the registry)."""
+    """Forget cached plans and backend choices (they also expire with the registry); the API's
+    hot path expires with them (after ``tiledmm tune`` saved new tiles, say)."""
+    global _epoch
+    _epoch += 1
     _plans.clear()
     _choices.clear()
+
+
+def cache_token() -> tuple[int, int]:
+    """What cached plans are valid for: the registry's generation and this module's epoch."""
+    return (registry.generation(), _epoch)
 
 
 def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str) -> str:
@@ -76,21 +87,23 @@ def plan_for(
     kernel: str = "auto",
     block_tile: tuple[int, ...] | None = None,
     thread_tile: tuple[int, ...] | None = None,
+    batch: int = 1,
 ) -> Plan:
-    """The (cached) plan of one product on ``be``'s current device."""
-    key = (registry.generation(), be.name, be.device_key(), m, n, k, dtype, kernel,
-           block_tile, thread_tile)  # fmt: skip
+    """The (cached) plan of one product (of a batch of ``batch``) on ``be``'s current device;
+    the batch size only decides the shape class, hence the tiles."""
+    key = (cache_token(), be.name, be.device_key(), m, n, k, dtype, kernel,
+           block_tile, thread_tile, batch)  # fmt: skip
     hit = _plans.get(key)
     if hit is None:
-        hit = _plans.put(key, _make(be, m, n, k, dtype, kernel, block_tile, thread_tile))
+        hit = _plans.put(key, _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch))
     return hit
 
 
-def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile) -> Plan:
+def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1) -> Plan:
     fam = auto_kernel(be, m, n, k, dtype) if kernel == "auto" else kernel
     _check_kernel(be, fam)
     device = be.device()
-    geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k))
+    geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k, batch))
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
     if block_tile is not None or thread_tile is not None:
         base = geo

@@ -17,6 +17,7 @@ or parsed, or an entry that breaks the schema, is ignored with one :class:`Tunin
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -262,15 +263,29 @@ def select(be: Backend, family: str, dtype: str, device: DeviceSpec, cls: str, *
     e = lookup(be.name, dtype, family, device, cls) if user else None
     if e is not None:
         return to_geometry(e, device)
-    cold = be.geometry(family, dtype, cold_device(device))
+    cold = _shipped(be, family, dtype, cold_device(device), cls)
     if ignore_shipped():
         return _label(cold, f"shipped default for {device.kind} ({IGNORE_SHIPPED})", device)
-    geo = be.geometry(family, dtype, device)
+    geo = _shipped(be, family, dtype, device, cls)
     if geo is None:
         return None
     if cold is None or _tiles(cold) != _tiles(geo):
         return _label(geo, f"shipped table for {device.name}", device)
     return _label(geo, f"shipped default for {device.kind}", device)
+
+
+_takes_class: dict[type, bool] = {}
+
+
+def _shipped(be: Backend, family: str, dtype: str, device: DeviceSpec, cls: str):
+    """``be.geometry``, with the shape class for backends whose tables hold per-class entries
+    (their ``geometry`` takes ``shape_class``; plugins written without it still work)."""
+    t = type(be)
+    if t not in _takes_class:
+        _takes_class[t] = "shape_class" in inspect.signature(t.geometry).parameters
+    if _takes_class[t]:
+        return be.geometry(family, dtype, device, shape_class=cls)
+    return be.geometry(family, dtype, device)
 
 
 def cold_device(device: DeviceSpec) -> DeviceSpec:

@@ -104,6 +104,12 @@ class CupyBackend(Backend):
         a class entry before the general one (docs/shapes.md)."""
         return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
+    def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
+        """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
+        from ..kernels.space import space
+
+        return space(kernel, dtype, device)
+
     # ------------------------------------------------------------------ arrays
 
     def accepts(self, x: Any) -> bool:

@@ -131,6 +131,12 @@ class NumbaCudaBackend(Backend):
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
         return K.load_geometry(kernel, dtype, device, kernels="numba", backend=self.name)
 
+    def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
+        """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
+        from ..kernels.space import space
+
+        return space(kernel, dtype, device, kernels="numba")
+
     # ----------------------------------------------------------------- arrays
 
     def accepts(self, x: Any) -> bool:

@@ -320,6 +320,12 @@ class OpenCLBackend(Backend):
         a class entry before the general one (docs/shapes.md)."""
         return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
+    def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
+        """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
+        from ..kernels.space import space
+
+        return space(kernel, dtype, device, stages=not self.state().pocl)
+
     # ------------------------------------------------------------------ arrays
 
     def accepts(self, x: Any) -> bool:
