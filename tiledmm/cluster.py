@@ -45,10 +45,11 @@ class Cluster:
 
     workers: int = 1
     worker_memory: float = 16 * 2**30  # device memory on GPU workers, RAM on CPU workers
-    link_bandwidth: float = math.inf  # into one worker (host<->device, worker<->worker)
+    link_bandwidth: float = math.inf  # worker<->worker (dask comms), bytes/s into one worker
+    host_bandwidth: float = math.inf  # host memory -> one worker's device (PCIe/NVLink)
     threads_per_worker: int = 1  # chunk products held in memory at once per worker
     task_overhead: float = 1e-4  # scheduler seconds per task (~1 ms on distributed)
-    inputs: str = "host"  # where operands start: "host" (one place) or "workers" (spread)
+    inputs: str = "host"  # "host" (shipped), "workers" (spread), "staged" (shm file), "any"
     flops_per_worker: float | None = None  # a measured rate overriding the planner's
     name: str = "local threads"
 
@@ -57,8 +58,19 @@ class Cluster:
             raise ValueError(f"workers must be a positive integer, got {self.workers!r}")
         if not self.worker_memory > 0 or not self.link_bandwidth > 0:
             raise ValueError("worker_memory and link_bandwidth must be positive")
-        if self.inputs not in ("host", "workers"):
-            raise ValueError(f"inputs must be 'host' or 'workers', not {self.inputs!r}")
+        if not self.host_bandwidth > 0:
+            raise ValueError("host_bandwidth must be positive")
+        if self.inputs not in PLACEMENTS + ("any",):
+            raise ValueError(f"inputs must be one of {PLACEMENTS + ('any',)}, not {self.inputs!r}")
+
+
+PLACEMENTS = ("host", "workers", "staged")
+_PLACEMENT_TEXT = {
+    "host": "inputs start on the host (client), shipped to the workers over dask's comms",
+    "workers": "inputs start on the workers; chunks move between workers over dask's comms",
+    "staged": "inputs start on the host, staged by each worker from shared memory over its "
+    "host link",
+}
 
 
 def local_cluster() -> Cluster:
@@ -97,8 +109,16 @@ class ClusterPlan:
     chunk_rate: float  # FLOP/s of one chunk product on one worker (planner or measured)
     chunk_source: str  # where chunk_rate comes from
     cluster: Cluster
+    placement: str = "host"  # where the inputs start and how they reach the workers
+    replication: str = ""  # which operand every worker loads whole (if any)
     alternatives: tuple[tuple[str, ClusterPlan], ...] = field(default=(), compare=False)
     rechunked: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def placement_text(self) -> str:
+        """The placement in words (where the inputs start, which link carries them)."""
+        text = _PLACEMENT_TEXT[self.placement]
+        return text + (f"; {self.replication}" if self.replication else "")
 
     @property
     def predicted_gflops(self) -> float:
@@ -108,9 +128,11 @@ class ClusterPlan:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["cluster"] = dict(self.cluster.__dict__)
         d["alternatives"] = [
-            {"name": name, "chunks": p.chunks, "predicted_seconds": p.predicted_seconds}
+            {"name": name, "chunks": p.chunks, "placement": p.placement,
+             "predicted_seconds": p.predicted_seconds}
             for name, p in self.alternatives
-        ]
+        ]  # fmt: skip
+        d["placement_text"] = self.placement_text
         d["predicted_gflops"] = self.predicted_gflops
         return d
 
@@ -119,16 +141,25 @@ class ClusterPlan:
         gm, gn, gk = self.grid
         b = f"{self.batch} x " if self.batch > 1 else ""
         link = "shared memory" if math.isinf(c.link_bandwidth) else _rate(c.link_bandwidth, "B")
+        if not math.isinf(c.host_bandwidth):
+            link += f", host->worker {_rate(c.host_bandwidth, 'B')}"
         ai = "inf (nothing moves)" if math.isinf(self.intensity) else f"{self.intensity:.3g}"
         lines = [
             f"cluster plan, {self.dtype}: C[{b}{self.m}x{self.n}] = A[{self.m}x{self.k}] @ "
             f"B[{self.k}x{self.n}] on {c.workers} worker(s) ({c.name}; "
-            f"{_bytes(c.worker_memory)} each, link {link}, inputs start on the {c.inputs})",
+            f"{_bytes(c.worker_memory)} each, link {link})",
+            f"  placement: {self.placement_text}",
             f"  chunks {cm}x{cn}x{ck} (A {cm}x{ck}, B {ck}x{cn}): grid {gm} x {gn} x {gk}, "
-            f"{self.tasks} tasks; output blocks split {self.worker_grid[0]} x "
-            f"{self.worker_grid[1]} over the workers",
+            f"{self.tasks} tasks; "
+            + (
+                "one task per output block, spread over the workers by dask"
+                if self.placement == "staged"
+                else f"output blocks split {self.worker_grid[0]} x {self.worker_grid[1]} over "
+                "the workers"
+            ),
             f"  cluster intensity {ai} FLOP/B ({self.flops / 1e9:.4g} GFLOP over "
-            f"{_bytes(self.bytes_moved)} moved between workers/host)",
+            f"{_bytes(self.bytes_moved)} moved "
+            + ("host->workers)" if self.placement == "staged" else "between workers/host)"),
             f"  per worker: compute {_time(self.compute_seconds)} at "
             f"{_rate(self.chunk_rate, 'FLOP')} per chunk product ({self.chunk_source}), link "
             f"{_time(self.link_seconds)}; scheduler {_time(self.overhead_seconds)}",
@@ -141,7 +172,8 @@ class ClusterPlan:
         ]
         for name, p in self.alternatives:
             lines.append(
-                f"    vs {name}: chunks {p.chunks[0]}x{p.chunks[1]}x{p.chunks[2]} -> "
+                f"    vs {name}: chunks {p.chunks[0]}x{p.chunks[1]}x{p.chunks[2]} "
+                f"({p.placement}) -> "
                 f"{_time(p.predicted_seconds)}" + ("" if p.fits else " (does not fit)")
             )
         if self.rechunked:
@@ -196,8 +228,9 @@ def _worker_grid(workers: int, gm: int, gn: int, m: int, n: int) -> tuple[int, i
 
 def _evaluate(
     m: int, n: int, k: int, batch: int, dtype: str, itemsize: int, chunks, cluster: Cluster,
-    backend: str, kernel: str,
+    backend: str, kernel: str, placement: str | None = None,
 ) -> ClusterPlan:  # fmt: skip
+    place = placement or ("workers" if cluster.inputs == "any" else cluster.inputs)
     cm, cn, ck = (max(1, int(x)) for x in chunks)
     cm, cn, ck = min(cm, max(m, 1)), min(cn, max(n, 1)), min(ck, max(k, 1))
     gm, gn, gk = math.ceil(m / cm), math.ceil(n / cn), math.ceil(k / ck)
@@ -206,9 +239,14 @@ def _evaluate(
     # batch entries first go whole to workers; the rest of the workers split each matrix
     per_batch_workers = max(1, w // batch)
     batches_per_worker = math.ceil(batch / w)
-    pm, pn = _worker_grid(per_batch_workers, gm, gn, m, n)
-    blocks_per_worker = math.ceil(gm / pm) * math.ceil(gn / pn) * batches_per_worker
-    busy = min(w, batch * pm * pn)
+    if place == "staged":  # one task per output block; dask spreads the blocks over workers
+        busy = min(w, batch * gm * gn)
+        pm, pn = (busy, 1) if gn == 1 else (1, busy) if gm == 1 else (0, 0)
+        blocks_per_worker = math.ceil(batch * gm * gn / busy)
+    else:
+        pm, pn = _worker_grid(per_batch_workers, gm, gn, m, n)
+        blocks_per_worker = math.ceil(gm / pm) * math.ceil(gn / pn) * batches_per_worker
+        busy = min(w, batch * pm * pn)
     modelled = _MODELLED.get(s, "float32") if dtype not in ("float32", "float64") else dtype
     chunk_flops = 2 * cm * cn * ck
     if cluster.flops_per_worker:
@@ -225,26 +263,49 @@ def _evaluate(
         bw = _device_bandwidth(modelled, backend, kernel)
         t_sum = blocks_per_worker * (gk - 1) * 3 * cm * cn * s / bw if bw else 0.0
     t_compute = blocks_per_worker * gk * t_chunk + t_sum
-    per_worker_in = s * k * (math.ceil(gm / pm) * cm + math.ceil(gn / pn) * cn)
-    per_worker_in *= batches_per_worker
-    if cluster.inputs == "workers":
-        per_worker_in *= 1 - 1 / w
-    if math.isinf(cluster.link_bandwidth):  # threads of one process: nothing moves
-        per_worker_in = 0
+    threads = max(1, cluster.threads_per_worker)
+    if place == "staged":
+        # each block streams its A row panel and B column panel over the worker's host link,
+        # loading K chunk k+1 while chunk k multiplies: per block max(compute, load) + the
+        # first chunk's load; no reuse between blocks (a panel is loaded by every block using it)
+        per_worker_in = blocks_per_worker * s * k * (cm + cn)
+        t_link = per_worker_in / cluster.host_bandwidth
+        t_first = s * (cm * ck + ck * cn) / cluster.host_bandwidth
+        n_tasks = batch * gm * gn
+        t_over = n_tasks * cluster.task_overhead
+        predicted = max(t_compute, t_link) + blocks_per_worker * t_first + t_over
+        working = threads * s * (2 * (cm * ck + ck * cn) + 2 * cm * cn)
+        replication = (
+            "B replicated: every worker loads all of B" if gn == 1 and gm > 1 and w > 1
+            else "A replicated: every worker loads all of A" if gm == 1 and gn > 1 and w > 1
+            else f"each A row panel is loaded by the {gn} blocks of its row, each B column "
+            f"panel by the {gm} of its column" if gm > 1 and gn > 1 else ""
+        )  # fmt: skip
+    else:
+        per_worker_in = s * k * (math.ceil(gm / pm) * cm + math.ceil(gn / pn) * cn)
+        per_worker_in *= batches_per_worker
+        if place == "workers":
+            per_worker_in *= 1 - 1 / w
+        if math.isinf(cluster.link_bandwidth):  # threads of one process: nothing moves
+            per_worker_in = 0
+        t_link = per_worker_in / cluster.link_bandwidth
+        n_tasks = batch * (gm * gn * gk + gm * gn * max(0, gk - 1) + gk * (gm + gn))
+        t_over = n_tasks * cluster.task_overhead
+        chunk_tasks = max(1, blocks_per_worker * gk)
+        t_fill = min(t_compute, t_link) / chunk_tasks
+        predicted = max(t_compute, t_link) + t_fill + t_over
+        working = threads * s * (cm * ck + ck * cn + 2 * cm * cn)
+        replication = (
+            "B replicated on every worker (over the worker link)" if pm == w > 1 and gn == 1
+            else "A replicated on every worker (over the worker link)" if pn == w > 1 and gm == 1
+            else ""
+        )  # fmt: skip
     moved = per_worker_in * busy
-    t_link = per_worker_in / cluster.link_bandwidth
-    n_tasks = batch * (gm * gn * gk + gm * gn * max(0, gk - 1) + gk * (gm + gn))
-    t_over = n_tasks * cluster.task_overhead
-    chunk_tasks = max(1, blocks_per_worker * gk)
-    t_fill = min(t_compute, t_link) / chunk_tasks
-    predicted = max(t_compute, t_link) + t_fill + t_over
     bound = max(
         (("compute", t_compute), ("link", t_link), ("scheduler", t_over)), key=lambda x: x[1]
     )[0]
-    threads = max(1, cluster.threads_per_worker)
-    working = threads * s * (cm * ck + ck * cn + 2 * cm * cn)
     results = s * blocks_per_worker * cm * cn  # the worker's share of C stays on it
-    resident = per_worker_in + results + working
+    resident = (0 if place == "staged" else per_worker_in) + results + working
     fits = (
         working <= _WORK_FRACTION * cluster.worker_memory
         and results + working <= _RESIDENT_FRACTION * cluster.worker_memory
@@ -255,7 +316,7 @@ def _evaluate(
         intensity=flops / moved if moved else math.inf, compute_seconds=t_compute,
         link_seconds=t_link, overhead_seconds=t_over, predicted_seconds=predicted, bound=bound,
         working_bytes=int(working), resident_bytes=int(resident), fits=fits, chunk_rate=rate,
-        chunk_source=source, cluster=cluster,
+        chunk_source=source, cluster=cluster, placement=place, replication=replication,
     )  # fmt: skip
 
 
@@ -278,14 +339,19 @@ def cluster_plan(
     backend: str = "auto",
     kernel: str = "auto",
     chunks: tuple[int, int, int] | None = None,
+    placement: str | None = None,
     **cluster_fields: Any,
 ) -> ClusterPlan:
-    """Propose chunks (cm, cn, ck) for ``C = A @ B`` on a cluster, or evaluate given ``chunks``.
+    """Propose chunks (cm, cn, ck) and a placement for ``C = A @ B`` on a cluster, or evaluate
+    given ``chunks`` (in ``placement``, default: the cluster's ``inputs``).
 
-    ``cluster_fields`` (workers=, worker_memory=, link_bandwidth=, ...) override ``cluster``'s
-    (default: :func:`local_cluster`). The proposal is the lowest predicted time among chunkings
-    that fit; within 3% of it, the one with the fewest tasks. ``plan.alternatives`` holds three
-    alternatives the model ranks (finer, coarser, and whole-K row panels).
+    ``cluster_fields`` (workers=, worker_memory=, link_bandwidth=, host_bandwidth=, inputs=, ...)
+    override ``cluster``'s (default: :func:`local_cluster`). With ``inputs="any"`` the planner
+    weighs "workers" (chunks over the worker link) against "staged" (each worker streams its
+    blocks' panels from a shared-memory file over its host link; 2-D products). The proposal is
+    the lowest predicted time among chunkings that fit; within 3% of it, the one with the fewest
+    tasks. ``plan.alternatives`` holds others the model ranks (finer, coarser, whole-K row
+    panels, and the best of the other placement).
     """
     import numpy as np
 
@@ -300,26 +366,44 @@ def cluster_plan(
         backend = probe.backend if backend == "auto" else backend
     m, n, k, batch = int(m), int(n), int(k), max(1, int(batch))
 
-    def ev(ch) -> ClusterPlan:
-        return _evaluate(m, n, k, batch, dt.name, dt.itemsize, ch, cl, backend, kernel)
+    def ev(ch, place=None) -> ClusterPlan:
+        return _evaluate(m, n, k, batch, dt.name, dt.itemsize, ch, cl, backend, kernel, place)
 
     if chunks is not None:
-        return ev(chunks)
-    cands = [ev((a, b, c)) for a in _sizes(m) for b in _sizes(n) for c in _sizes(k, _GRID_K)]
+        return ev(chunks, placement)
+    if placement is not None:
+        places = (placement,)
+    elif cl.inputs == "any":
+        places = ("workers", "staged") if batch == 1 else ("workers",)
+    else:
+        places = (cl.inputs,)
+    best_of = {pl: _choose(ev, m, n, k, pl) for pl in places}
+    best = min(best_of.values(), key=lambda p: p.predicted_seconds)
+    cm, cn, ck = best.chunks
+    pl = best.placement
+    alts = [
+        ("finer (half chunks)", ev((max(1, cm // 2), max(1, cn // 2), ck), pl)),
+        ("coarser (double chunks)", ev((2 * cm, 2 * cn, ck), pl)),
+        ("row panels (whole K and N)", ev((math.ceil(m / max(1, cl.workers)), n, k), pl)),
+    ]
+    alts += [(f"best with placement {q}", p) for q, p in best_of.items() if q != pl]
+    seen = {(best.chunks, pl)}
+    kept = []
+    for name, p in alts:
+        if (p.chunks, p.placement) not in seen:
+            seen.add((p.chunks, p.placement))
+            kept.append((name, p))
+    return replace(best, alternatives=tuple(kept))
+
+
+def _choose(ev, m: int, n: int, k: int, place: str) -> ClusterPlan:
+    cands = [ev((a, b, c), place) for a in _sizes(m) for b in _sizes(n) for c in _sizes(k, _GRID_K)]
     fitting = [p for p in cands if p.fits] or sorted(cands, key=lambda p: p.working_bytes)[:1]
     fastest = min(p.predicted_seconds for p in fitting)
-    best = min(
+    return min(
         (p for p in fitting if p.predicted_seconds <= 1.03 * fastest),
         key=lambda p: (p.tasks, p.predicted_seconds),
     )
-    cm, cn, ck = best.chunks
-    alts = (
-        ("finer (half chunks)", ev((max(1, cm // 2), max(1, cn // 2), ck))),
-        ("coarser (double chunks)", ev((2 * cm, 2 * cn, ck))),
-        ("row panels (whole K and N)", ev((math.ceil(m / max(1, cl.workers)), n, k))),
-    )
-    alts = tuple((name, p) for name, p in alts if p.chunks != best.chunks)
-    return replace(best, alternatives=alts)
 
 
 def _modelled(dt) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import Cluster, ClusterPlan, cluster_plan, local_cluster
+from .dask_host import from_host, host_source, release, staged_matmul
 
 __all__ = [
     "is_dask_array",
@@ -38,6 +39,8 @@ __all__ = [
     "Cluster",
     "ClusterPlan",
     "cluster_plan",
+    "from_host",
+    "release",
 ]
 
 _GAIN = 1.25  # rechunk="auto" rechunks when the plan predicts at least this speed-up
@@ -116,6 +119,7 @@ def current_cluster(client: Any = None, *, device_memory: float | None = None) -
         workers=len(workers),
         worker_memory=float(mem),
         link_bandwidth=1e9,  # TCP between processes; pass link_bandwidth= for a measured one
+        host_bandwidth=10e9,  # host memory -> a worker (a PCIe-class guess; pass a measured one)
         threads_per_worker=max(1, min(w.get("nthreads", 1) for w in workers.values())),
         task_overhead=1e-3,
         inputs="workers",
@@ -168,7 +172,32 @@ def explain(
 ) -> ClusterPlan:
     """The plan :func:`matmul` would follow for these operands (``plan.rechunked`` says what it
     rechunks and why; ``None`` when the operands keep their chunks)."""
-    return _prepare(a, b, rechunk, cluster, backend, kernel)[2]
+    staged = _staged_plan(a, b, rechunk, cluster, backend, kernel)
+    return staged or _prepare(a, b, rechunk, cluster, backend, kernel)[2]
+
+
+def _staged_plan(a, b, rechunk, cluster, backend, kernel, out=None) -> ClusterPlan | None:
+    """The "staged" plan when both operands come from :func:`from_host` (2-D, one dtype, K > 0)
+    and the cluster does not insist on inputs on the workers; else None."""
+    sa, sb = host_source(a), host_source(b)
+    if not (sa and sb) or len(sa.shape) != 2 or len(sb.shape) != 2 or sa.gpu != sb.gpu:
+        return None
+    if sa.dtype != sb.dtype or (cluster is not None and cluster.inputs in ("workers", "host")):
+        return None
+    _numpy_check(a, b, out)
+    (m, k), n = sa.shape, sb.shape[1]
+    if k == 0 or m == 0 or n == 0:
+        return None
+    cl = replace(cluster or current_cluster(), inputs="staged")
+    kw = dict(dtype=sa.dtype, cluster=cl, backend=backend, kernel=kernel, placement="staged")
+    if rechunk in (False, None, "never"):
+        return cluster_plan(m, n, k, chunks=(_max(a.chunks[0]), _max(b.chunks[1]),
+                                             _max(a.chunks[1])), **kw)  # fmt: skip
+    if isinstance(rechunk, tuple | list):
+        return cluster_plan(m, n, k, chunks=tuple(int(x) for x in rechunk), **kw)
+    if rechunk in ("auto", True, "always"):
+        return cluster_plan(m, n, k, **kw)
+    raise ValueError(f"rechunk must be 'auto', True, False or (cm, cn, ck), not {rechunk!r}")
 
 
 def _prepare(a, b, rechunk, cluster, backend, kernel, out=None):
@@ -261,7 +290,11 @@ def matmul(
             not, or the model predicts >= 1.25x; a :class:`RechunkWarning` reports it), ``True``
             (always to the plan), ``False`` (keep the chunks; only B's K chunks follow A's when
             they differ), or ``(cm, cn, ck)``.
-        cluster: a :class:`Cluster` description (default: :func:`current_cluster`).
+        cluster: a :class:`Cluster` description (default: :func:`current_cluster`). When both
+            operands come from :func:`from_host` the product takes the "staged" placement
+            (each worker streams its blocks' panels from shared memory; the chunks are the
+            planner's unless ``rechunk`` says otherwise) unless ``cluster.inputs`` is "workers"
+            or "host".
         split_every: fan-in of the K-sum tree (dask's default when ``None``).
     """
     import dask.array as da
@@ -271,6 +304,10 @@ def matmul(
             "matmul: out= cannot be a dask array (dask arrays are immutable); use the returned "
             "array, or pass a NumPy/CuPy array to compute into"
         )
+    staged = _staged_plan(a, b, rechunk, cluster, backend, kernel, out)
+    if staged is not None:  # both from the host's shared memory: each worker streams its panels
+        res = staged_matmul(a, b, staged.chunks, backend, kernel)
+        return res if out is None else _store(out, res)
     a, b, plan, (a1, b1, rdt) = _prepare(a, b, rechunk, cluster, backend, kernel, out)
     if plan.rechunked and "from" in plan.rechunked:
         r = plan.rechunked
