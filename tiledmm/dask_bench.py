@@ -4,14 +4,21 @@ GPU mode (CuPy present): one worker per GPU (``dask_cuda.LocalCUDACluster``; wit
 a ``distributed`` cluster whose worker processes each see one GPU through CUDA_VISIBLE_DEVICES).
 CPU mode: ``distributed.LocalCluster`` with worker processes and NumPy chunks.
 
-Inputs start ON THE WORKERS: each chunk is generated where it lives (random in [-1, 1), seeded
-per chunk) and persisted before the clock starts; the timed call is the whole product
-(``persist`` + ``wait``), inter-worker transfers included; the result stays on the workers, as
-the one-device baseline's stays on its device. The one-device baseline is ``tiledmm.matmul`` on
-device arrays in this process. rel_error is sampled: a few rows of C against a float64 product
-of the same rows. Each chunking (the planner's and three alternatives) runs through tiledmm and
-through ``dask.array.matmul`` (cuBLAS/OpenBLAS per chunk), beside the cluster planner's
-prediction (from the planner's DeviceSpec rate, and from the measured one-device rate).
+1. One device, in this process, device-resident inputs (the baseline; its rate is the measured
+   one-device rate the cluster planner is given).
+2. The cluster; both links measured: worker<->worker (one 256 MiB chunk through dask's comms)
+   and host->worker (each worker stages a 256 MiB shared-memory file, as staged chunks are).
+3. The planner chooses chunks and placement (``inputs="any"``: "workers" or "staged"); its
+   choice and the best ``--alternatives`` others it ranks run through ``tiledmm.dask.matmul``,
+   and ``dask.array.matmul`` (cuBLAS/OpenBLAS per chunk) runs once on the planner's choice.
+   Placement "staged": inputs start on the host (``from_host`` files); the timed call includes
+   the staging (``extra_info.inputs = "host"``). Placement "workers": the chunks are loaded onto
+   the workers and persisted before the clock (``inputs = "workers"``).
+
+The timed call is the whole product (``persist`` + ``wait``); the result stays on the workers, as
+the baseline's stays on its device. rel_error is sampled (four rows of C against a float64
+product of the same rows). One untimed run, then ``--reps`` timed (median). Every row is written
+to the JSON as soon as it is measured; no new case starts after ``--budget`` seconds.
 """
 
 from __future__ import annotations
@@ -45,26 +52,6 @@ def _sync(gpu: bool) -> None:
         import cupy
 
         cupy.cuda.Device().synchronize()
-
-
-def _block(block_info=None, seed: int = 0, dtype_name: str = "float32", gpu: bool = False):
-    """One chunk of a random operand, generated on the worker that holds it."""
-    info = block_info[None]
-    xp = _xp(gpu)
-    loc = info["chunk-location"]
-    rng = xp.random.default_rng(int(seed) * 1_000_003 + 7919 * loc[0] + loc[1])
-    wide = np.float64 if dtype_name == "float64" else np.float32
-    return (rng.random(info["chunk-shape"], dtype=wide) * 2 - 1).astype(dtype_name)
-
-
-def _operand(shape, chunks, dtype: str, seed: int, gpu: bool):
-    """A random dask array whose chunks are generated on the workers that hold them."""
-    import dask.array as da
-
-    return da.map_blocks(
-        _block, chunks=da.core.normalize_chunks(chunks, shape), dtype=np.dtype(dtype),
-        meta=_xp(gpu).empty((0, 0), dtype=dtype), seed=seed, dtype_name=dtype, gpu=gpu,
-    )  # fmt: skip
 
 
 def _cluster(workers: int, gpu: bool):
@@ -162,8 +149,36 @@ def _row(info: dict, times: list[float]) -> dict:
     }
 
 
+class _Rows:
+    """Rows collected so far, the JSON rewritten after every row, a progress line per row."""
+
+    def __init__(self, args, gpu: bool) -> None:
+        self.args, self.gpu, self.rows, self.table = args, gpu, [], []
+        self.t0 = time.perf_counter()
+        self.path: Path | None = None
+
+    def log(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:6.1f} s] {text}", flush=True)
+
+    def add(self, info: dict, times: list[float], pred: tuple | None) -> None:
+        self.rows.append(_row(info, times))
+        self.table.append((info["engine"], info["workers"], info["chunking"], info["m"],
+                           info["n"], info["k"], info["seconds"], info["gflops"], pred,
+                           info["rel_error"], info["inputs"]))  # fmt: skip
+        self.path = _write(self.rows, self.args, self.gpu, quiet=True)
+        p = f", predicted {info['predicted_seconds']:.3g} s" if pred else ""
+        self.log(
+            f"{info['engine']} w{info['workers']} {info['chunking']} "
+            f"{info['m']}x{info['n']}x{info['k']} inputs={info['inputs']}: "
+            f"{info['seconds']:.3g} s ({info['gflops']:.1f} GFLOP/s{p}), rel_error "
+            f"{info['rel_error']:.2e} -> {self.path}"
+        )
+
+
 def bench_dask(args: argparse.Namespace) -> int:
-    """Run the sweep described in the module docstring; write JSON; print the table last."""
+    """Run the sweep described in the module docstring; the JSON is rewritten after every row."""
+    import dataclasses
+
     import dask.array as da
     from distributed import Client, wait
 
@@ -171,6 +186,7 @@ def bench_dask(args: argparse.Namespace) -> int:
 
     from .cluster import Cluster, cluster_plan
     from .dask import matmul as dmatmul
+    from .dask_host import from_host, release, shared_dir
 
     gpu = _gpu_wanted(args)
     dtype = getattr(args, "dtype", "float32") or "float32"
@@ -179,15 +195,16 @@ def bench_dask(args: argparse.Namespace) -> int:
     reps = int(getattr(args, "reps", 2) or 2)
     seed = int(getattr(args, "seed", 0) or 0)
     workers = int(getattr(args, "workers", None) or (_gpu_count() if gpu else 2))
+    n_alt = int(getattr(args, "alternatives", None) or 2)
+    budget = float(getattr(args, "budget", None) or 200.0)
     sizes = _sizes(args, gpu)
-    rows: list[dict] = []
-    table: list[tuple] = []
+    out = _Rows(args, gpu)
     xp = _xp(gpu)
-    base = {"backend": backend, "kernel": kernel, "dtype": dtype, "inputs": "workers"}
+    base = {"backend": backend, "kernel": kernel, "dtype": dtype}
     dev_mem = _device_memory(gpu)
 
-    singles = {}
-    for m, n, k in sizes:  # one device, in this process
+    singles, hosts = {}, {}
+    for m, n, k in sizes:  # one device, in this process, device-resident inputs
         rng = xp.random.default_rng(seed)
         a = (rng.random((m, k), dtype=np.float32) * 2 - 1).astype(dtype)
         b = (rng.random((k, n), dtype=np.float32) * 2 - 1).astype(dtype)
@@ -198,81 +215,146 @@ def bench_dask(args: argparse.Namespace) -> int:
 
         times = _time_call(one, reps, gpu)
         r = _sample_rows(m)
-        rel = _rel(holder["c"][r], a[r].astype(np.float64) @ b.astype(np.float64))
+        ref = _host(a[r].astype(np.float64) @ b.astype(np.float64))
+        rel = _rel(holder["c"][r], ref)
         med = statistics.median(times)
         singles[(m, n, k)] = med
+        hosts[(m, n, k)] = (_host(a), _host(b), r, ref)
         info = dict(
             base, engine="tiledmm", workers=1, m=m, n=n, k=k, chunking="whole",
-            cluster="none (one device, in process)", seconds=med,
+            cluster="none (one device, in process)", seconds=med, inputs="device",
             gflops=2 * m * n * k / med / 1e9, rel_error=rel, device=_device_name(gpu),
         )  # fmt: skip
-        rows.append(_row(info, times))
-        table.append(("tiledmm", 1, "whole", m, n, k, med, info["gflops"], None, rel))
+        out.add(info, times, None)
         del a, b, holder, one  # one's defaults hold the operands
         _free(gpu)
 
+    out.log(f"starting {workers} workers")
     cluster, label = _cluster(workers, gpu)
     with cluster, Client(cluster) as client:
         client.wait_for_workers(workers, timeout=120)
         link = float(getattr(args, "link_bandwidth", None) or _link_bandwidth(client, gpu))
+        host_bw = float(getattr(args, "host_bandwidth", None) or _host_bandwidth(client, gpu))
+        out.log(f"{label}: worker link {link / 1e9:.3g} GB/s, host->worker {host_bw / 1e9:.3g} "
+                "GB/s (measured)")  # fmt: skip
         mem = float(getattr(args, "worker_memory", None) or dev_mem)
         cl = Cluster(workers=workers, worker_memory=mem, link_bandwidth=link,
-                     task_overhead=1e-3, inputs="workers", name=label)  # fmt: skip
+                     host_bandwidth=host_bw, task_overhead=1e-3, inputs="any",
+                     name=label)  # fmt: skip
         for m, n, k in sizes:
-            pb = _plan_backend(gpu, backend)
-            plan = cluster_plan(m, n, k, dtype=dtype, cluster=cl, backend=pb, kernel=kernel)
+            a_h, b_h, r, ref = hosts.pop((m, n, k))
             one_rate = 2 * m * n * k / singles[(m, n, k)]  # the measured one-device rate
+            plan = cluster_plan(m, n, k, dtype=dtype, cluster=cl, flops_per_worker=one_rate,
+                                backend=_plan_backend(gpu, backend), kernel=kernel)  # fmt: skip
             print(plan, flush=True)
-            chunkings = [("plan", plan)] + list(plan.alternatives)
-            A = _operand((m, k), (plan.chunks[0], plan.chunks[2]), dtype, seed, gpu).persist()
-            B = _operand((k, n), (plan.chunks[2], plan.chunks[1]), dtype, seed + 1, gpu).persist()
-            wait([A, B])
-            r = _sample_rows(m)
-            ref = da.matmul(A[r].astype(np.float64), B.astype(np.float64)).compute()
-            for cname, p in chunkings:
+            alts = sorted(plan.alternatives, key=lambda x: x[1].predicted_seconds)[:n_alt]
+            d = shared_dir(a_h.nbytes + b_h.nbytes)
+            pa, pb = (host_source_path(from_host(x, directory=d)) for x in (a_h, b_h))
+            del a_h, b_h
+            vendor = "dask-cupy" if gpu else "dask-numpy"
+            cases = [("plan", plan, "tiledmm")] + [(nm, p, "tiledmm") for nm, p in alts]
+            cases.append(("plan", plan, vendor))  # dask.array.matmul once, on the plan's chunks
+            for cname, p, engine in cases:
+                if time.perf_counter() - out.t0 > budget:
+                    out.log(f"budget {budget:.0f} s spent: skipping {engine} {cname}")
+                    continue
                 cm, cn, ck = p.chunks
-                a2 = A.rechunk((cm, ck)).persist() if p is not plan else A
-                b2 = B.rechunk((ck, cn)).persist() if p is not plan else B
-                wait([a2, b2])
-                pm = cluster_plan(m, n, k, dtype=dtype, cluster=cl, chunks=p.chunks,
-                                  flops_per_worker=one_rate)  # fmt: skip
-                engines = (
-                    ("tiledmm", lambda a2=a2, b2=b2: dmatmul(
-                        a2, b2, backend=backend, kernel=kernel, rechunk=False, cluster=cl)),
-                    ("dask-cupy" if gpu else "dask-numpy", lambda a2=a2, b2=b2: da.matmul(a2, b2)),
+                staged = p.placement == "staged"
+                pcl = dataclasses.replace(cl, inputs=p.placement)
+                if staged:  # inputs start on the host; staging is inside the timed call
+
+                    def operands(pa=pa, pb=pb, cm=cm, cn=cn, ck=ck):
+                        x = from_host(pa, (cm, ck), gpu=gpu)
+                        return x, from_host(pb, (ck, cn), gpu=gpu)
+                else:  # inputs start on the workers: loaded and persisted before the clock
+                    A = from_host(pa, (cm, ck), gpu=gpu).persist()
+                    B = from_host(pb, (ck, cn), gpu=gpu).persist()
+                    wait([A, B])
+
+                    def operands(A=A, B=B):
+                        return A, B
+
+                if engine == "tiledmm":
+
+                    def make(operands=operands, p=p, pcl=pcl):
+                        x, y = operands()
+                        return dmatmul(x, y, backend=backend, kernel=kernel, cluster=pcl,
+                                       rechunk=tuple(p.chunks))  # fmt: skip
+                else:
+
+                    def make(operands=operands):
+                        return da.matmul(*operands())
+
+                holder: dict = {}
+
+                def call(make=make, holder=holder):
+                    holder["c"] = None
+                    holder["c"] = make().persist()
+                    wait(holder["c"])
+
+                times = _time_call(call, reps, False)
+                rel = _rel(holder["c"][r].compute(), ref)
+                med = statistics.median(times)
+                pmod = cluster_plan(m, n, k, dtype=dtype, cluster=pcl, chunks=p.chunks,
+                                    placement=p.placement, backend=_plan_backend(gpu, backend),
+                                    kernel=kernel, flops_per_worker=None)  # fmt: skip
+                info = dict(
+                    base, engine=engine, workers=workers, m=m, n=n, k=k, chunking=cname,
+                    chunks=list(p.chunks), cluster=label, seconds=med,
+                    gflops=2 * m * n * k / med / 1e9, rel_error=rel, device=_device_name(gpu),
+                    inputs="host" if staged else "workers", placement=p.placement,
+                    placement_text=p.placement_text, link_bandwidth=link,
+                    host_bandwidth=host_bw, one_device_rate=one_rate,
+                    predicted_seconds=p.predicted_seconds,
+                    predicted_seconds_model_rate=pmod.predicted_seconds,
+                    predicted_bound=p.bound, intensity=p.intensity, bytes_moved=p.bytes_moved,
+                    speedup_vs_one_device=singles[(m, n, k)] / med, shm_dir=str(d),
+                    backend=backend if engine == "tiledmm" else "vendor",
                 )  # fmt: skip
-                for engine, make in engines:
-                    holder = {}
+                out.add(info, times, (p.predicted_seconds, pmod.predicted_seconds))
+                holder.clear()
+                if not staged:
+                    del A, B
+            release(pa)
+            release(pb)
 
-                    def call(make=make, holder=holder):
-                        holder["c"] = make().persist()
-                        wait(holder["c"])
-
-                    times = _time_call(call, reps, False)
-                    rel = _rel(holder["c"][r].compute(), ref)
-                    med = statistics.median(times)
-                    info = dict(
-                        base, engine=engine, workers=workers, m=m, n=n, k=k, chunking=cname,
-                        chunks=list(p.chunks), cluster=label, seconds=med,
-                        gflops=2 * m * n * k / med / 1e9, rel_error=rel,
-                        device=_device_name(gpu), link_bandwidth=link,
-                        predicted_seconds=p.predicted_seconds,
-                        predicted_seconds_measured_rate=pm.predicted_seconds,
-                        intensity=p.intensity, bytes_moved=p.bytes_moved,
-                        speedup_vs_one_device=singles[(m, n, k)] / med,
-                        backend=backend if engine == "tiledmm" else "vendor",
-                    )  # fmt: skip
-                    rows.append(_row(info, times))
-                    table.append((engine, workers, cname, m, n, k, med, info["gflops"],
-                                  (p.predicted_seconds, pm.predicted_seconds), rel))  # fmt: skip
-                    del holder
-                if p is not plan:
-                    del a2, b2
-            del A, B
-
-    _write(rows, args, gpu)
-    _print_table(table, singles)
+    _print_table(out.table, singles)
     return 0
+
+
+def host_source_path(x) -> str:
+    from .dask_host import host_source
+
+    return host_source(x).path
+
+
+def _host_bandwidth(client, gpu: bool, nbytes: int = 256 * 2**20) -> float:
+    """Bytes/s one worker stages from a shared-memory file (all workers at once; the slowest),
+    by the same code the staged chunks use (mapped once, then copied: best of two warm runs)."""
+    from .dask_host import from_host, host_source, release
+
+    src = from_host(np.ones(nbytes // 4, np.float32))
+    path = host_source(src).path
+    try:
+        rates = client.run(_stage_rate, path, gpu)
+    finally:
+        release(path)
+    return min(rates.values())
+
+
+def _stage_rate(path: str, gpu: bool) -> float:
+    from .dask_host import _mapped, stage
+
+    view = _mapped(path)
+    times = []
+    for _ in range(3):
+        _sync(gpu)
+        t0 = time.perf_counter()
+        x = stage(view, gpu)
+        _sync(gpu)
+        times.append(time.perf_counter() - t0)
+        del x
+    return view.nbytes / min(times[1:])
 
 
 def _sample_rows(m: int) -> list[int]:
@@ -343,7 +425,7 @@ def _sizes(args, gpu: bool) -> list[tuple[int, int, int]]:
     return out
 
 
-def _write(rows: list[dict], args, gpu: bool) -> Path:
+def _write(rows: list[dict], args, gpu: bool, quiet: bool = False) -> Path:
     import datetime as _dt
 
     from .results import commit_info, machine_info
@@ -357,22 +439,29 @@ def _write(rows: list[dict], args, gpu: bool) -> Path:
         "benchmarks": rows,
         "datetime": _dt.datetime.now(_dt.UTC).isoformat(),
         "version": "5.0.0",
-        "tiledmm": {"command": "tiledmm bench --dask", "inputs": "generated on the workers"},
+        "tiledmm": {
+            "command": "tiledmm bench --dask",
+            "inputs": "per row: extra_info.inputs (device | workers | host)",
+        },
     }
     path = outdir / f"{name}.json"
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"wrote {path}")
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    tmp.replace(path)  # a reader never sees half a file
+    if not quiet:
+        print(f"wrote {path}")
     return path
 
 
 def _print_table(table: list[tuple], singles: dict) -> None:
-    print(f"\n{'engine':11} {'workers':>7} {'chunking':28} {'shape':>20} {'seconds':>9} "
-          f"{'GFLOP/s':>10} {'vs 1 dev':>8} {'pred(model)':>11} {'pred(meas)':>10} "
+    print(f"\n{'engine':11} {'workers':>7} {'chunking':30} {'inputs':>7} {'shape':>18} "
+          f"{'seconds':>9} {'GFLOP/s':>10} {'vs 1 dev':>8} {'predicted':>9} {'pred(spec)':>10} "
           f"{'rel_err':>9}")  # fmt: skip
-    for eng, w, cname, m, n, k, sec, gf, pred, rel in table:
+    for eng, w, cname, m, n, k, sec, gf, pred, rel, inputs in table:
         p1, p2 = (f"{pred[0]:.3g}", f"{pred[1]:.3g}") if pred else ("-", "-")
-        print(f"{eng:11} {w:>7} {cname:28} {f'{m}x{n}x{k}':>20} {sec:>9.4g} {gf:>10.1f} "
-              f"{singles[(m, n, k)] / sec:>8.2f} {p1:>11} {p2:>10} {rel:>9.2e}")  # fmt: skip
+        print(f"{eng:11} {w:>7} {cname:30} {inputs:>7} {f'{m}x{n}x{k}':>18} {sec:>9.4g} "
+              f"{gf:>10.1f} {singles[(m, n, k)] / sec:>8.2f} {p1:>9} {p2:>10} "
+              f"{rel:>9.2e}")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,7 +473,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="default: one per GPU (2 on CPU)")
     p.add_argument("--reps", type=int, default=2, help="timed runs after one warm-up")
     p.add_argument("--device", choices=["auto", "gpu", "cpu"], default="auto")
-    p.add_argument("--link-bandwidth", type=float, help="bytes/s (default: measured)")
+    p.add_argument(
+        "--link-bandwidth", type=float, help="worker<->worker bytes/s (default: measured)"
+    )
+    p.add_argument("--host-bandwidth", type=float, help="host->worker bytes/s (default: measured)")
+    p.add_argument("--alternatives", type=int, default=2, help="best N alternatives to measure")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=200.0,
+        help="seconds after which no new case starts (rows so far are written)",
+    )
     p.add_argument("--worker-memory", type=float, help="bytes per worker (default: device)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--seed", type=int, default=0)
