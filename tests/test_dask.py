@@ -258,3 +258,81 @@ def test_plan_from_cli_arguments():
     p = plan_from_args(args)
     assert p.cluster.workers == 3 and p.cluster.link_bandwidth == 5e9 and p.dtype == "float64"
     assert p.fits and p.bytes_moved > 0 and "3 worker(s)" in str(p)
+
+
+# --------------------------------------------------------------------------- inputs on the host
+
+
+@pytest.mark.parametrize(
+    "m,n,k,ca,cb,rechunk",
+    [
+        (67, 45, 91, (20, 30), (30, 17), False),  # odd chunks kept: 3 K chunks streamed
+        (67, 45, 91, (67, 91), (91, 45), (23, 11, 13)),  # odd chunks chosen
+        (33, 1, 40, (10, 7), (7, 1), "auto"),  # the planner's chunks
+    ],
+)
+def test_from_host_staged_on_local_cluster(client, tmp_path, m, n, k, ca, cb, rechunk):
+    a, b = rand((m, k), np.float64), rand((k, n), np.float64)
+    path = tmp_path / "b.npy"
+    np.save(path, b)
+    x, y = td.from_host(a, ca), td.from_host(str(path), cb)  # an array, and a .npy path
+    assert np.array_equal(x.compute(), a)  # ordinary chunks: loaded by the workers
+    plan = td.explain(x, y, rechunk=rechunk)
+    assert plan.placement == "staged" and "staged by each worker" in str(plan)
+    c = td.matmul(x, y, rechunk=rechunk)
+    assert c.shape == (m, n) and c.dtype == np.float64
+    if isinstance(rechunk, tuple):
+        assert c.chunks[0][0] == rechunk[0] and plan.chunks == rechunk
+    np.testing.assert_allclose(c.compute(), a @ b, rtol=1e-12, atol=1e-12)
+    workers = td.Cluster(workers=2, link_bandwidth=1e9, inputs="workers")
+    plain = td.matmul(x, y, cluster=workers, rechunk=False)  # the ordinary blockwise graph
+    np.testing.assert_allclose(plain.compute(), a @ b, rtol=1e-12, atol=1e-12)
+    td.release(x)
+
+
+def test_planner_weighs_the_two_links():
+    kw = dict(workers=2, worker_memory=140 * 2**30, task_overhead=1e-3, inputs="any",
+              flops_per_worker=44e12, backend="numpy")  # fmt: skip
+    slow_workers = cluster_plan(32768, 32768, 32768, link_bandwidth=1.2e9, host_bandwidth=20e9,
+                                **kw)  # fmt: skip
+    assert slow_workers.placement == "staged"
+    assert slow_workers.to_dict()["placement_text"].startswith("inputs start on the host")
+    assert "replicated" in slow_workers.replication  # one operand whole on every worker
+    other = [p for name, p in slow_workers.alternatives if p.placement == "workers"]
+    assert other and other[0].predicted_seconds > slow_workers.predicted_seconds
+    assert slow_workers.link_seconds == pytest.approx(slow_workers.bytes_moved / 2 / 20e9)
+    fast_workers = cluster_plan(32768, 32768, 32768, link_bandwidth=200e9, host_bandwidth=2e9,
+                                **kw)  # fmt: skip
+    assert fast_workers.placement == "workers" and "between workers" in str(fast_workers)
+    fixed = td.Cluster(workers=2, link_bandwidth=1e9, host_bandwidth=50e9, inputs="workers")
+    assert cluster_plan(4096, 4096, 4096, cluster=fixed, backend="numpy").placement == "workers"
+    with pytest.raises(ValueError, match="inputs must be"):
+        td.Cluster(inputs="cloud")
+
+
+def test_bench_writes_rows_as_it_goes(tmp_path, monkeypatch):
+    import json
+
+    from tiledmm import dask_bench
+
+    seen = []
+    add = dask_bench._Rows.add
+
+    def spy(self, info, times, pred):
+        add(self, info, times, pred)
+        doc = json.loads(self.path.read_text())
+        seen.append(len(doc["benchmarks"]))
+        assert doc["benchmarks"][-1]["extra_info"]["inputs"] == info["inputs"]
+
+    monkeypatch.setattr(dask_bench._Rows, "add", spy)
+    args = dask_bench.build_parser().parse_args(
+        ["--device", "cpu", "--sizes", "96x80x112", "--reps", "1", "--alternatives", "1",
+         "-o", str(tmp_path), "--name", "q"]
+    )  # fmt: skip
+    assert dask_bench.bench_dask(args) == 0
+    assert seen == [1, 2, 3, 4]  # one device, the plan, one alternative, dask.array.matmul
+    rows = json.loads((tmp_path / "q.json").read_text())["benchmarks"]
+    cluster_rows = [r["extra_info"] for r in rows[1:]]
+    assert all(r["predicted_seconds"] > 0 and r["seconds"] > 0 for r in cluster_rows)
+    assert all(r["inputs"] in ("host", "workers") for r in cluster_rows)
+    assert max(r["rel_error"] for r in cluster_rows) < 1e-5
