@@ -417,7 +417,7 @@ def _sizes(args, gpu: bool) -> list[tuple[int, int, int]]:
     text = getattr(args, "sizes", None)
     if not text:
         text = ("8192" if gpu else "512") if getattr(args, "quick", False) else (
-            "32768" if gpu else "1536")  # fmt: skip
+            "32768,16384" if gpu else "1536")  # fmt: skip
     out = []
     for item in text.split(","):
         parts = [int(x) for x in item.lower().split("x")]
@@ -466,7 +466,7 @@ def _print_table(table: list[tuple], singles: dict) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", help="comma list of N (cube) or MxNxK; default 32768 on GPUs")
+    p.add_argument("--sizes", help="comma list of N (cube) or MxNxK; default 32768,16384 on GPUs")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backend", action="append", help="tiledmm backend on the workers")
     p.add_argument("--kernel", action="append", help="kernel family on the workers")
