@@ -36,6 +36,7 @@ _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
 _GRID_K = (1, 2, 4, 8, 16, 32)
 _MIN_CHUNK = 128  # smaller chunks are all scheduler overhead; never proposed (unless dim < it)
 _WORK_FRACTION = 0.5  # a worker's working set (operands + product + partial sum per thread)
+_CALL = 3e-4  # seconds a chunk product costs beyond its kernels (the call, a sync)
 _RESIDENT_FRACTION = 0.9  # working set + the worker's share of C (fetched panels may spill)
 
 
@@ -249,8 +250,16 @@ def _evaluate(
         busy = min(w, batch * pm * pn)
     modelled = _MODELLED.get(s, "float32") if dtype not in ("float32", "float64") else dtype
     chunk_flops = 2 * cm * cn * ck
-    if cluster.flops_per_worker:
-        rate, source = cluster.flops_per_worker, "measured rate"
+    if cluster.flops_per_worker:  # measured on the whole product; the planner scales it to
+        rate, source = cluster.flops_per_worker, "measured rate"  # the chunk's shape
+        try:
+            whole = _chunk_seconds(m, n, k, modelled, backend, kernel)
+            part = _chunk_seconds(cm, cn, ck, modelled, backend, kernel)
+            if whole > 0 and part > 0:
+                rate *= min(1.0, (chunk_flops / part) / (2 * m * n * k / whole))
+                source = "measured rate, scaled to the chunk's shape by the planner"
+        except Exception:  # noqa: BLE001 - no model for this backend here: the rate as measured
+            pass
         t_chunk = chunk_flops / rate
     else:
         t_chunk = _chunk_seconds(cm, cn, ck, modelled, backend, kernel)
@@ -262,7 +271,7 @@ def _evaluate(
     if gk > 1:  # each partial product is read and added once more at device bandwidth
         bw = _device_bandwidth(modelled, backend, kernel)
         t_sum = blocks_per_worker * (gk - 1) * 3 * cm * cn * s / bw if bw else 0.0
-    t_compute = blocks_per_worker * gk * t_chunk + t_sum
+    t_compute = blocks_per_worker * gk * (t_chunk + _CALL) + t_sum
     threads = max(1, cluster.threads_per_worker)
     if place == "staged":
         # each block streams its A row panel and B column panel over the worker's host link,
