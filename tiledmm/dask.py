@@ -20,7 +20,6 @@ it unless the object's type comes from a ``dask`` module.
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 from dataclasses import replace
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import Cluster, ClusterPlan, cluster_plan, local_cluster
-from .dask_host import from_host, host_source, release, staged_matmul
+from .dask_host import RUN_LOCK, from_host, host_source, release, staged_matmul
 
 __all__ = [
     "is_dask_array",
@@ -44,9 +43,6 @@ __all__ = [
 ]
 
 _GAIN = 1.25  # rechunk="auto" rechunks when the plan predicts at least this speed-up
-# One chunk product at a time per worker process: each backend already fills its device, and
-# backends keep per-process scratch buffers that threads must not share.
-_RUN_LOCK = threading.Lock()
 
 
 class RechunkWarning(UserWarning):
@@ -66,7 +62,7 @@ def _chunk_product(a: Any, b: Any, backend: str, kernel: str) -> Any:
     """On the worker: one (A chunk, B chunk) product through tiledmm, K axis kept (size 1)."""
     import tiledmm
 
-    with _RUN_LOCK:
+    with RUN_LOCK:
         c = tiledmm.matmul(a, b, backend=backend, kernel=kernel)
     return c[..., None, :, :]
 

@@ -35,10 +35,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HostSource", "from_host", "host_source", "release", "shared_dir", "stage"]
+__all__ = [
+    "RUN_LOCK", "HostSource", "from_host", "host_source", "mapped", "release", "shared_dir",
+    "stage", "staged_matmul",
+]  # fmt: skip
 
 _WRITTEN: set[str] = set()
 _LOCAL = threading.local()
+# One chunk product at a time per worker process: each backend already fills its device, and
+# backends keep per-process scratch buffers that threads must not share.
+RUN_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def release(x: Any) -> None:
 
 
 @lru_cache(maxsize=64)
-def _mapped(path: str) -> np.ndarray:
+def mapped(path: str) -> np.ndarray:
     """The file mapped once per process (its page tables stay warm between tasks)."""
     return np.load(path, mmap_mode="r")
 
@@ -183,7 +189,7 @@ def stage(view: np.ndarray, gpu: bool) -> Any:
 def _load_block(block_info=None, path: str = "", gpu: bool = False):
     """One chunk of a :func:`from_host` array, on the worker."""
     loc = block_info[None]["array-location"]
-    return stage(_mapped(path)[tuple(slice(lo, hi) for lo, hi in loc)], gpu)
+    return stage(mapped(path)[tuple(slice(lo, hi) for lo, hi in loc)], gpu)
 
 
 def _sync(gpu: bool) -> None:
@@ -201,10 +207,8 @@ def _staged_block(
     K chunk by K chunk (loading k+1 while k multiplies) and sum the products on the device."""
     import tiledmm
 
-    from .dask import _RUN_LOCK
-
     (r0, r1), (c0, c1) = block_info[None]["array-location"]
-    fa, fb, gpu = _mapped(a.path), _mapped(b.path), a.gpu
+    fa, fb, gpu = mapped(a.path), mapped(b.path), a.gpu
     k = fa.shape[1]
     bounds = [(k0, min(k, k0 + ck)) for k0 in range(0, k, ck)]
 
@@ -218,7 +222,7 @@ def _staged_block(
             x, y = nxt.result()
             if i + 1 < len(bounds):
                 nxt = ex.submit(load, bounds[i + 1])
-            with _RUN_LOCK:
+            with RUN_LOCK:
                 p = tiledmm.matmul(x, y, backend=backend, kernel=kernel)
                 if acc is None:
                     acc = p
