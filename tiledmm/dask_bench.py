@@ -85,8 +85,13 @@ def _cluster(workers: int, gpu: bool):
         return SpecCluster(workers=spec, scheduler=sched), label
 
 
-def _time_call(fn, reps: int, gpu: bool) -> list[float]:
+def _time_call(fn, reps: int, gpu: bool, slow: float = 15.0) -> list[float]:
+    """One untimed run, then ``reps`` timed ones (one only when the warm-up took over ``slow``
+    seconds: a run that slow would not fit the bench's budget twice)."""
+    t0 = time.perf_counter()
     fn()  # warm-up: kernel compilation, module loads, memory pools
+    if time.perf_counter() - t0 > slow:
+        reps = 1
     times = []
     for _ in range(reps):
         _sync(gpu)
