@@ -52,6 +52,8 @@ RUN_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})  # a set: N
 
 #: Libraries the backends do not take as they are: the bridge converts them both ways.
 FOREIGN = frozenset({"torch", "jax", "numba", "dlpack"})
+# Backends whose results follow Numba operands (``empty(like=...)``): no bridge needed there.
+NUMBA_NATIVE = frozenset({"numba-cuda"})
 
 _ROOTS = {"numpy": "numpy", "cupy": "cupy", "cupyx": "cupy", "numba": "numba", "torch": "torch",
           "jax": "jax", "jaxlib": "jax", "pyopencl": "pyopencl", "dask": "dask"}  # fmt: skip
@@ -149,6 +151,10 @@ def foreign(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Kind | No
     host route as foreign CUDA arrays, and the result comes back as CuPy."""
     o = _unwrap(out)
     libs = [_lib_by_type.get(type(x)) or _lib_of(type(x)) for x in (a, b, o) if x is not None]
+    if backend in NUMBA_NATIVE and "numba" in libs and not any(
+        lib in FOREIGN and lib != "numba" for lib in libs
+    ):
+        return None  # the numba-cuda backend takes and returns Numba arrays itself
     if not any(lib in FOREIGN for lib in libs):
         if backend == "auto" or "cupy" not in libs:
             return None
