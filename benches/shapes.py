@@ -302,10 +302,19 @@ def main(argv=None) -> int:
     shapes = SHAPES if not args.sizes else [SHAPES[int(i)] for i in args.sizes.split(",")]
     fams = args.families.split(",")
     rows: list[dict] = []
-    run_set(names, fams, "float32", shapes, rows, vendor_be)
+    for shape in shapes:  # the file is rewritten after each shape: a cut-off run keeps its rows
+        run_set(names, fams, "float32", [shape], rows, vendor_be)
+        write(rows, names, args)
     if not args.no_float64:
-        f64 = [s for s in F64 if s in shapes] or F64[:1]
-        run_set(names[:1], ["auto", "register"], "float64", f64, rows, vendor_be)
+        for shape in [s for s in F64 if s in shapes] or F64[:1]:
+            run_set(names[:1], ["auto", "register"], "float64", [shape], rows, vendor_be)
+            write(rows, names, args)
+    print(table(rows))
+    return 0
+
+
+def write(rows: list[dict], names: list[str], args) -> None:
+    """The rows so far as pytest-benchmark JSON at ``args.out``."""
     st = SimpleNamespace(min_rounds=3, budget=0.15, warmup=2)
     benches = []
     for r in rows:
@@ -319,9 +328,7 @@ def main(argv=None) -> int:
                           skipped=[], failures=[])  # fmt: skip
     out = Path(args.out)
     results.write_results(res, out.parent, name=out.stem, command=" ".join(sys.argv))
-    print(f"wrote {len(rows)} rows to {out}\n")
-    print(table(rows))
-    return 0
+    print(f"wrote {len(rows)} rows to {out}", flush=True)
 
 
 if __name__ == "__main__":
