@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .results import family_rank, fmt_num, headline, shape_label
+from .results import family_rank, fmt_num, headline, ladder_row, shape_label
 
 __all__ = ["roofline_figure", "size_figure", "hierarchy_figure", "write_figures"]
 
@@ -56,6 +56,7 @@ def roofline_figure(rows: list[dict], device: str, dtype: str, base: Path) -> li
         r
         for r in rows
         if heads.get((r["device"], r["backend"], r["dtype"])) == (r["m"], r["n"], r["k"])
+        and ladder_row(r)
         and r.get("intensity")
     ]
     peak, bw, how = _ceilings(rows)
@@ -207,7 +208,8 @@ def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> l
     pts = {}
     for r in sorted(rows, key=lambda r: r["backend"]):
         if heads.get((r["device"], r["backend"], r["dtype"])) == (r["m"], r["n"], r["k"]):
-            pts.setdefault(r["kernel"], r)
+            if ladder_row(r):
+                pts.setdefault(r["kernel"], r)
     if not pts:
         return []
     fig, ax = plt.subplots(figsize=(6.4, 4.4))

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .figures import write_figures
-from .results import fmt_num, headline, load, shape_label
+from .results import fmt_num, headline, ladder_row, load, shape_label
 
 __all__ = ["load", "headline", "markdown", "write_figures", "render", "main"]
 
@@ -59,7 +59,7 @@ def _line(r: dict, naive: dict[tuple, float], ratio: bool = False) -> str:
     cells = [
         r["device"],
         r["backend"],
-        r["kernel"],
+        f"auto: {r['kernel']}" if r.get("requested_kernel") == "auto" else r["kernel"],
         r["dtype"],
         shape_label(r),
         fmt_num(r["gflops"]),
@@ -110,6 +110,7 @@ def markdown(rows: list[dict], figures: list[str] = ()) -> str:
         r
         for r in rows
         if heads.get((r["device"], r["backend"], r["dtype"])) == (r["m"], r["n"], r["k"])
+        and ladder_row(r)
     ]
     vendors = {}
     for r in top:

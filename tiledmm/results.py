@@ -304,7 +304,15 @@ def family_rank(kernel: str) -> int:
 
 def _key(r: dict) -> tuple:
     dims = (r["m"] * r["n"] * r["k"], r["m"], r["n"], r["k"])
-    return (r["device"], r["backend"], r["dtype"], *dims, family_rank(r["kernel"]), r["kernel"])
+    how = (r.get("batch") or 1, r.get("requested_kernel") or "")
+    return (r["device"], r["backend"], r["dtype"], *dims, family_rank(r["kernel"]), r["kernel"],
+            *how)  # fmt: skip
+
+
+def ladder_row(r: dict) -> bool:
+    """A row of the tiling ladder: one matrix, a family asked for by name (the every-shape
+    benchmark's rows, batched or through kernel="auto", are reported beside it, not in it)."""
+    return (r.get("batch") or 1) == 1 and not r.get("requested_kernel")
 
 
 def load(paths: list[str | Path]) -> list[dict]:
@@ -324,8 +332,8 @@ def load(paths: list[str | Path]) -> list[dict]:
             continue
         for i, b in enumerate(benches):
             e = b.get("extra_info") if isinstance(b, dict) else None
-            if not isinstance(e, dict) or not set(ROW_KEYS) <= set(e):
-                continue
+            if not isinstance(e, dict) or not set(ROW_KEYS) <= set(e) or "workers" in e:
+                continue  # (rows of a cluster run belong to the Dask report, docs/dask.md)
             why = row_problem(e)
             if why:
                 bad.append(f"benchmark {i} ({b.get('name', '?')}): {why}")
@@ -343,14 +351,17 @@ def load(paths: list[str | Path]) -> list[dict]:
 
 
 def shape_label(r: dict) -> str:
-    return f"{r['m']}^3" if r["m"] == r["n"] == r["k"] else f"{r['m']}x{r['n']}x{r['k']}"
+    """``4096^3``, ``1000x3000x777``; batched rows lead with the batch (``32 x 512^3``)."""
+    one = f"{r['m']}^3" if r["m"] == r["n"] == r["k"] else f"{r['m']}x{r['n']}x{r['k']}"
+    batch = r.get("batch") or 1
+    return f"{batch} x {one}" if batch > 1 else one
 
 
 def headline(rows: list[dict]) -> dict[tuple, tuple]:
     """(device, backend, dtype) -> the square shape with the most families (largest on ties)."""
     count: Counter = Counter()
     for r in rows:
-        if r["m"] == r["n"] == r["k"]:
+        if r["m"] == r["n"] == r["k"] and ladder_row(r):
             count[(r["device"], r["backend"], r["dtype"], r["m"])] += 1
     best: dict[tuple, tuple] = {}
     for (dev, be, dt, n), c in sorted(count.items()):
