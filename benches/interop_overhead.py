@@ -14,28 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import numpy as np
+from dispatch_overhead import per_call_us  # (a sibling script: benches/ is on sys.path)
 
 import tiledmm
 from tiledmm import arrays
-
-
-def per_call_us(fn, sync, calls: int = 2000, rounds: int = 5, warmup: int = 50) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(samples)
 
 
 def main() -> int:

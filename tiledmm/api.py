@@ -26,6 +26,7 @@ from . import dask as dask_engine
 from .backend import KERNEL_FAMILIES, Backend
 from .dispatch import cache_token, choose_backend, plan_for
 from .planner import Plan
+from .semantics import check_like_numpy
 
 __all__ = ["matmul"]
 
@@ -70,20 +71,8 @@ def _result_shape(batch, m, n, a1, b1) -> tuple[int, ...]:
     return tuple(batch) + (() if a1 else (m,)) + (() if b1 else (n,))
 
 
-def _check_like_numpy(a: Any, b: Any, out: Any = None) -> None:
-    """Replay the call on data-free stand-ins, so numpy raises its own error if it would."""
-    sa = np.broadcast_to(np.zeros((), a.dtype), a.shape)
-    sb = np.broadcast_to(np.zeros((), b.dtype), b.shape)
-    if out is None:
-        np.matmul(sa, sb)
-    elif hasattr(out, "shape") and hasattr(out, "dtype"):
-        np.matmul(sa, sb, out=np.empty(out.shape, out.dtype))
-    else:
-        np.matmul(sa, sb, out=out)  # numpy's TypeError for a non-array out
-
-
 def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
-    _check_like_numpy(a, b, out)
+    check_like_numpy(a, b, out)
     raise ValueError(f"matmul: operands with shapes {a.shape} and {b.shape} cannot be multiplied")
 
 
@@ -198,12 +187,12 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     rshape = _result_shape(batch, m, n, a1, b1)
     if out is not None:
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
-            _check_like_numpy(a, b, out)  # numpy's TypeError for a non-array out
+            check_like_numpy(a, b, out)  # numpy's TypeError for a non-array out
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise ValueError("output array is read-only")
     be = choose_backend(backend, a, b, m, n, k, rname, kernel)
     if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
-        _check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
+        check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
         return _store(be, out, _matmul(a, b, backend=be.name, kernel=kernel))
 
     if rname not in be.dtypes:  # delegated dtypes: the array library's own result

@@ -28,6 +28,7 @@ import numpy as np
 
 from .cluster import Cluster, ClusterPlan, cluster_plan, local_cluster
 from .dask_host import RUN_LOCK, from_host, host_source, release, staged_matmul
+from .semantics import check_like_numpy
 
 __all__ = [
     "is_dask_array",
@@ -75,21 +76,14 @@ def _ksum(x: Any, axis: Any = None, keepdims: bool = False, **_: Any) -> Any:
 
 
 def _numpy_check(a: Any, b: Any, out: Any = None) -> None:
-    """Replay the call on data-free stand-ins so numpy raises its own error if it would."""
+    """numpy's own error for this call, if it would raise (unknown chunk sizes first)."""
     for x in (a, b):
         if any(isinstance(d, float) and math.isnan(d) for d in x.shape):
             raise ValueError(
                 f"matmul: operand shape {x.shape} has unknown (NaN) sizes; call "
                 "compute_chunk_sizes() on it first"
             )
-    sa = np.broadcast_to(np.zeros((), a.dtype), a.shape)
-    sb = np.broadcast_to(np.zeros((), b.dtype), b.shape)
-    if out is None:
-        np.matmul(sa, sb)
-    elif hasattr(out, "shape") and hasattr(out, "dtype"):
-        np.matmul(sa, sb, out=np.empty(out.shape, out.dtype))
-    else:
-        np.matmul(sa, sb, out=out)  # numpy's TypeError for a non-array out
+    check_like_numpy(a, b, out)
 
 
 def current_cluster(client: Any = None, *, device_memory: float | None = None) -> Cluster:

@@ -16,12 +16,12 @@ import math
 import os
 import platform
 import re
-import threading
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from .store import CachedFile
 
 __all__ = [
     "DeviceSpec",
@@ -152,12 +152,7 @@ _REPAIR = "run `tiledmm calibrate` to measure again and rewrite it"
 
 def calibration_path() -> Path:
     """Where measured ceilings live (``TILEDMM_CACHE_DIR`` overrides the platformdirs default)."""
-    root = os.environ.get("TILEDMM_CACHE_DIR")
-    if not root:
-        import platformdirs
-
-        root = platformdirs.user_cache_dir("tiledmm")
-    return Path(root) / "calibration.json"
+    return _CALIBRATION.path()
 
 
 def _rate(value: Any) -> bool:
@@ -238,34 +233,17 @@ def load_calibration() -> dict:
     Never raises: a corrupt file or record is ignored with one :class:`CalibrationWarning` per
     state of the file, saying why and that `tiledmm calibrate` rewrites it.
     """
-    global _calibration_state
-    path = calibration_path()
-    try:
-        st = path.stat()
-    except OSError:
-        return {}
-    stamp = (str(path), st.st_mtime_ns, st.st_size)
-    state = _calibration_state
-    if state[0] == stamp:
-        return state[1]
-    data, problems = read_calibration(path)
-    with _calibration_lock:
-        fresh = _calibration_state[0] != stamp
-        _calibration_state = (stamp, data)
-    if problems and fresh:
-        whole = not data and len(problems) == 1 and not problems[0].startswith("the record")
-        what = "ignored, because " + problems[0] if whole else "; ".join(problems)
-        warnings.warn(
-            f"calibration cache {path}: {what}; the planner uses estimated ceilings where "
-            f"nothing valid is measured; {_REPAIR}",
-            CalibrationWarning,
-            stacklevel=2,
-        )
-    return data
+    return _CALIBRATION.load()
 
 
-_calibration_state: tuple[Any, dict] = (None, {})
-_calibration_lock = threading.Lock()
+_CALIBRATION = CachedFile(
+    "calibration.json",
+    lambda path: read_calibration(path),
+    what="calibration cache",
+    category=CalibrationWarning,
+    repair="the planner uses estimated ceilings where nothing valid is measured; " + _REPAIR,
+    empty={},
+)
 
 
 def save_calibration(device_name: str, record: dict) -> Path:

@@ -21,14 +21,13 @@ import inspect
 import json
 import math
 import os
-import threading
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
+from .store import CachedFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import Backend
@@ -78,12 +77,7 @@ def ignore_shipped() -> bool:
 
 def database_path() -> Path:
     """The user layer (``TILEDMM_CACHE_DIR`` overrides the platformdirs cache directory)."""
-    root = os.environ.get("TILEDMM_CACHE_DIR")
-    if not root:
-        import platformdirs
-
-        root = platformdirs.user_cache_dir("tiledmm")
-    return Path(root) / "tuning.json"
+    return _DATABASE.path()
 
 
 def device_arch(device: DeviceSpec) -> str:
@@ -162,35 +156,20 @@ def read_database(path: Path) -> tuple[list[dict], list[str]]:
     return good, problems
 
 
-_state: tuple[Any, list[dict]] = (None, [])
-_lock = threading.Lock()
-
-
 def user_entries() -> list[dict]:
     """The user layer's valid entries (re-read when the file changes). Never raises: a corrupt
     file or entry is ignored with one :class:`TuningWarning` per state of the file."""
-    global _state
-    path = database_path()
-    try:
-        st = path.stat()
-    except OSError:
-        return []
-    stamp = (str(path), st.st_mtime_ns, st.st_size)
-    if _state[0] == stamp:
-        return _state[1]
-    entries, problems = read_database(path)
-    with _lock:
-        fresh = _state[0] != stamp
-        _state = (stamp, entries)
-    if problems and fresh:
-        whole = not entries and len(problems) == 1 and not problems[0].startswith("entry")
-        what = "ignored, because " + problems[0] if whole else "; ".join(problems)
-        warnings.warn(
-            f"tuning database {path}: {what}; `tiledmm tune` rewrites it",
-            TuningWarning,
-            stacklevel=2,
-        )
-    return entries
+    return _DATABASE.load()
+
+
+_DATABASE = CachedFile(
+    "tuning.json",
+    lambda path: read_database(path),
+    what="tuning database",
+    category=TuningWarning,
+    repair="`tiledmm tune` rewrites it",
+    empty=[],
+)
 
 
 # --------------------------------------------------------------------------- lookup
