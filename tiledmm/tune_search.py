@@ -1,0 +1,347 @@
+"""The search behind `tiledmm tune` (``tiledmm.tune``): tasks (one family on one shape, its
+pruned candidates and results), the budgeted tuner (exhaustive or random+local, every candidate
+checked against a float64 reference before it is timed, every result logged to a resumable
+JSON-lines file) and the race of the best candidates that picks a winner.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import tuning
+from .accuracy import rel_error
+from .backend import Backend, Geometry
+from .planner import PlanError, default_geometry, make_plan
+
+__all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
+
+EXHAUSTIVE_MAX = 64
+TOL = {"float16": 5e-3, "float32": 1e-4, "float64": 1e-10}
+ODD_CHECK = (97, 131, 67)  # the winner's extra correctness check: edges in every dimension
+
+
+def log_path(device_name: str, backend: str) -> Path:
+    """The resumable log of one device and backend, beside the user tuning database."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{device_name}--{backend}").strip("-").lower()
+    return tuning.database_path().parent / "tune" / f"{slug}.jsonl"
+
+
+def geo_key(g: Geometry) -> str:
+    return json.dumps([list(g.block_tile), list(g.thread_tile), sorted(map(list, g.options))])
+
+
+def geo_text(g: Geometry) -> str:
+    bm, bn, bk = g.block_tile
+    opts = ",".join(f"{k}={v}" for k, v in g.options)
+    return f"{bm}x{bn}x{bk}/{g.thread_tile[0]}x{g.thread_tile[1]}" + (f" {opts}" if opts else "")
+
+
+class Task:
+    """One family on one shape: the operands, the reference, the candidates and results."""
+
+    def __init__(self, tuner: Tuner, family: str, cls: str, shape: tuple[int, int, int, int]):
+        self.tuner, self.family, self.cls, self.shape = tuner, family, cls, shape
+        b, m, n, k = shape
+        self.flops = 2 * b * m * n * k
+        self.key = f"{tuner.dtype}|{family}|{b}x{m}x{n}x{k}"
+        self.results: dict[str, dict] = {}
+        dev, dt = tuner.device, tuner.dtype
+        model = replace(default_geometry(family, dt, dev), source="model default")
+        shipped = tuning.select(tuner.be, family, dt, dev, cls, user=False)
+        self.default = shipped or model
+        base = [model] if tuner.cold else [self.default, model]
+        space = tuner.be.search_space(family, dt, dev) or []
+        seen, self.space = set(), []
+        for g in [x for x in base if x is not None] + list(space):
+            if geo_key(g) not in seen and self.plan(g) is not None:
+                seen.add(geo_key(g))
+                self.space.append(g)
+        self.pruned = len(space) + len(base) - len(self.space)
+        self.choice: dict | None = None
+        self.default_gflops: float | None = None
+        self.host: Any = None
+
+    def plan(self, g: Geometry, shape: tuple[int, int, int] | None = None):
+        m, n, k = shape or self.shape[1:]
+        try:
+            t = self.tuner
+            return make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
+                             geometry=g, backend=t.be.name)  # fmt: skip
+        except PlanError:
+            return None
+
+    def ok(self) -> list[dict]:
+        return [r for r in self.results.values() if r["status"] == "ok"]
+
+    def best(self) -> dict | None:
+        return max(self.ok(), key=lambda r: r["gflops"], default=None)
+
+
+class Tuner:
+    """Runs tasks within a time budget, logging every candidate (see the module docstring)."""
+
+    def __init__(self, be: Backend, dtype: str, budget: float, strategy: str = "auto",
+                 seed: int = 0, resume: bool = True, log: Path | None = None,
+                 cold: bool = False):  # fmt: skip
+        self.be, self.dtype, self.budget, self.strategy = be, dtype, budget, strategy
+        self.cold = cold
+        self.device = be.device()
+        self.rng, self.t0 = random.Random(seed), time.monotonic()
+        self.np_rng = np.random.default_rng(seed)
+        self.log = log or log_path(self.device.name, be.name)
+        self.history = self._read_log() if resume else {}
+        self.run_id = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.vendor: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ log
+
+    def _read_log(self) -> dict[tuple[str, str], dict]:
+        out = {}
+        try:
+            lines = self.log.read_text().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            try:
+                r = json.loads(line)
+                out[(r["task"], r["geometry"])] = r
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line of an interrupted run
+        return out
+
+    def _write(self, rec: dict) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("a") as f:
+            f.write(json.dumps(rec, allow_nan=False, default=str) + "\n")
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.t0)
+
+    # ------------------------------------------------------------------ measuring
+
+    def operands(self, shape: tuple[int, int, int, int]):
+        b, m, n, k = shape
+        a = self.np_rng.standard_normal((b, m, k))
+        bb = self.np_rng.standard_normal((b, k, n))
+        dt = np.dtype(self.dtype)
+        ref = np.matmul(a.astype(dt).astype(np.float64), bb.astype(dt).astype(np.float64))
+        A = [self.be.asarray(a[i].astype(dt), dt) for i in range(b)]
+        B = [self.be.asarray(bb[i].astype(dt), dt) for i in range(b)]
+        return a.astype(dt), bb.astype(dt), ref, A, B
+
+    def check(self, plan, A, B, ref) -> float:
+        """Run ``plan`` once per matrix into NaN-poisoned outputs; the worst relative error."""
+        dt = np.dtype(self.dtype)
+        worst = 0.0
+        for i in range(len(A)):
+            C = self.be.asarray(np.full((plan.m, plan.n), np.nan, dt), dt)
+            self.be.run(plan, A[i], B[i], C)
+            self.be.synchronize()
+            worst = max(worst, rel_error(self.be.to_numpy(C), ref[i]))
+        return worst
+
+    def seconds(self, be: Backend, fn, first: float) -> float:
+        reps = int(min(15, max(3, 0.3 / max(first, 1e-6))))
+        return statistics.median(be.timings(fn, repeat=reps, warmup=1))
+
+    def vendor_gflops(self, task: Task, host) -> float:
+        if task.key not in self.vendor:
+            vb = self.be.vendor_backend()
+            dt = np.dtype(self.dtype)
+            A = [vb.asarray(x, dt) for x in host[0]]
+            B = [vb.asarray(x, dt) for x in host[1]]
+
+            def fn():
+                for x, y in zip(A, B, strict=True):
+                    vb.vendor_matmul(x, y)
+
+            t0 = time.perf_counter()
+            fn()
+            vb.synchronize()
+            self.vendor[task.key] = (
+                task.flops / self.seconds(vb, fn, time.perf_counter() - t0) / 1e9
+            )
+        return self.vendor[task.key]
+
+    def evaluate(self, task: Task, g: Geometry, data) -> dict:
+        """Check, then time one candidate; the record (logged) says what happened."""
+        gk = geo_key(g)
+        old = self.history.get((task.key, gk))
+        if old is not None:
+            task.results[gk] = old
+            return old
+        rec: dict[str, Any] = dict(task=task.key, geometry=gk, family=task.family,
+                                   shape=list(task.shape), cls=task.cls, run=self.run_id,
+                                   tiles=geo_text(g))  # fmt: skip
+        _, _, ref, A, B, _ = data
+        plan = task.plan(g)
+        t0 = time.perf_counter()
+        try:
+            err = self.check(plan, A, B, ref)
+        except Exception as exc:  # noqa: BLE001 - a broken candidate is a result, never a crash
+            name = type(exc).__name__
+            kind = "compile error" if re.search(r"compil|build|nvrtc", name + str(exc), re.I) \
+                else "launch failure"  # fmt: skip
+            rec.update(status=kind, error=f"{name}: {str(exc)[:300]}")
+        else:
+            first = time.perf_counter() - t0
+            rec["rel_error"] = err if math.isfinite(err) else None
+            best = task.best()
+            limit = max(2.0, 20 * best["seconds"]) if best else 60.0
+            if not err <= TOL.get(self.dtype, 1e-4):
+                rec.update(status="wrong result")
+            elif first > limit + 30 and best:  # the first call also compiles: generous
+                rec.update(status="timeout", error=f"first call took {first:.1f} s")
+            else:
+
+                def fn():
+                    for i in range(len(A)):
+                        self.be.run(plan, A[i], B[i], data[5])
+
+                try:
+                    s = self.seconds(self.be, fn, min(first, limit))
+                    rec.update(status="ok", seconds=s, gflops=task.flops / s / 1e9)
+                except Exception as exc:  # noqa: BLE001
+                    rec.update(status="launch failure", error=f"{type(exc).__name__}: {exc}"[:300])
+        task.results[gk] = rec
+        self.history[(task.key, gk)] = rec
+        self._write(rec)
+        return rec
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, task: Task, share: float, bar=None) -> None:
+        """Evaluate candidates of ``task`` until ``share`` seconds pass or the space is done."""
+        host = self.operands(task.shape)
+        dt = np.dtype(self.dtype)
+        out = self.be.asarray(np.zeros(task.shape[1:3], dt), dt)
+        data = (*host, out)
+        task.host = host
+        stop = time.monotonic() + share
+        order = self.order(task)
+        for g in order:
+            if time.monotonic() > stop or self.left() <= 0:
+                break
+            rec = self.evaluate(task, g, data)
+            if bar is not None:
+                bar.set_postfix_str(f"{task.cls} {task.family} {rec['status']}", refresh=False)
+                bar.update(1)
+        self.confirm(task, data)
+
+    def order(self, task: Task):
+        """Candidates in the order the strategy visits them (a generator: local search reads
+        the results so far)."""
+        space = task.space
+        exhaustive = self.strategy == "exhaustive" or (
+            self.strategy == "auto" and len(space) <= EXHAUSTIVE_MAX
+        )
+        yield space[0]  # the shipped default first: every later candidate is compared to it
+        rest = space[1:]
+        if exhaustive:
+            yield from rest
+            return
+        pool = rest[:]
+        self.rng.shuffle(pool)
+        explore = max(8, len(pool) // 10)
+        done = {geo_key(space[0])}
+        for g in pool[:explore]:
+            done.add(geo_key(g))
+            yield g
+        while len(done) < len(space):
+            best = task.best()
+            near = [g for g in rest if geo_key(g) not in done and best
+                    and _distance(g, json.loads(best["geometry"])) == 1]  # fmt: skip
+            nxt = near[0] if near else next(g for g in pool if geo_key(g) not in done)
+            done.add(geo_key(nxt))
+            yield nxt
+
+    def confirm(self, task: Task, data) -> None:
+        """Pick the winner: the three fastest candidates that are also right on an odd shape,
+        re-timed with the shipped default in alternating rounds; the fastest in the median of
+        those rounds wins, and the default stays when it is that fastest (``--cold``: the
+        default only competes if the search itself reached it). Sets ``task.choice`` and
+        ``task.default_gflops``."""
+        dk = geo_key(task.default)
+        base = task.results.get(dk)
+        base = base if base and base["status"] == "ok" else None
+        task.choice = None if self.cold else base
+        task.default_gflops = base["gflops"] if base else None
+        top = []
+        for cand in sorted(task.ok(), key=lambda r: -r["gflops"]):
+            if len(top) == 3:
+                break
+            if cand["geometry"] == dk or self.odd_ok(task, geometry_of(cand["geometry"])):
+                top.append(cand)
+            else:
+                cand.update(status="wrong result", error=f"wrong on {ODD_CHECK}")
+                self._write(cand)
+        if not top:
+            return
+        racers = [c for c in top if c["geometry"] != dk]
+        fits = task.plan(task.default) is not None
+        geos = ([task.default] if fits else []) + [geometry_of(c["geometry"]) for c in racers]
+        try:
+            times = self.rounds(task, geos, data)
+        except Exception:  # noqa: BLE001 - the default itself fails here: no race
+            times, fits = self.rounds(task, geos[1:], data) if fits else [], False
+        if fits:
+            tb, times = times[0], times[1:]
+            task.default_gflops = task.flops / tb / 1e9
+            racers.append(dict(base or {}, geometry=dk, status="ok", tiles=geo_text(task.default)))
+            times.append(tb)
+        eligible = [(t, i) for i, (t, c) in enumerate(zip(times, racers, strict=True))
+                    if not (self.cold and c["geometry"] == dk and dk not in task.results)
+                    and (c["geometry"] != dk or base is not None)]  # fmt: skip
+        if eligible:
+            t, i = min(eligible)
+            task.choice = dict(racers[i], gflops=task.flops / t / 1e9, seconds=t)
+
+    def odd_ok(self, task: Task, g: Geometry) -> bool:
+        plan = task.plan(g, ODD_CHECK)
+        if plan is None:
+            return True  # the winner does not fit this shape: nothing to check
+        host = self.operands((1, *ODD_CHECK))
+        try:
+            return self.check(plan, host[3], host[4], host[2]) <= TOL.get(self.dtype, 1e-4)
+        except Exception:  # noqa: BLE001
+            return False
+
+    def rounds(self, task: Task, geos: list[Geometry], data, n: int = 3) -> list[float]:
+        _, _, _, A, B, C = data
+        times: list[list[float]] = [[] for _ in geos]
+        plans = [task.plan(g) for g in geos]
+        for _ in range(n):
+            for i, plan in enumerate(plans):
+
+                def fn(plan=plan):
+                    for j in range(len(A)):
+                        self.be.run(plan, A[j], B[j], C)
+
+                times[i].append(statistics.median(self.be.timings(fn, repeat=3, warmup=1)))
+        return [statistics.median(t) for t in times]
+
+
+def geometry_of(key: str) -> Geometry:
+    bt, tt, opts = json.loads(key)
+    return Geometry(tuple(bt), tuple(tt), tuple(tuple(o) for o in opts), source="tiledmm tune")
+
+
+def _distance(g: Geometry, key: list) -> int:
+    """How many knobs (BM, BN, BK, thread tile, each option) differ from a logged geometry."""
+    bt, tt, opts = key
+    d = sum(a != b for a, b in zip(g.block_tile, bt, strict=True)) + (list(g.thread_tile) != tt)
+    mine, theirs = dict(g.options), {k: v for k, v in opts}
+    return d + sum(mine.get(k) != theirs.get(k) for k in set(mine) | set(theirs))
+
+
+# --------------------------------------------------------------------------- the command
