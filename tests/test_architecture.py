@@ -89,7 +89,8 @@ def test_planner_is_pure():
     """The planner imports no registry, dispatch, API or device library."""
     graph = _core_graph()
     assert graph["tiledmm.planner"] <= {"tiledmm.backend", "tiledmm.device", "tiledmm.hierarchy"}
-    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device"}
+    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram"}
+    assert graph["tiledmm.dram"] <= {"tiledmm.device"}
 
 
 def _sources() -> list[Path]:
