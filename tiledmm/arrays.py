@@ -22,15 +22,27 @@ by :class:`TorchStream` (see there); on the default stream nothing extra happens
 
 from __future__ import annotations
 
-import importlib.metadata as md
-import importlib.util
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .kinds import (
+    FOREIGN,
+    NUMBA_NATIVE,
+    RUN_DTYPES,
+    Kind,
+    kind_of,
+    lib_by_type,
+    lib_of,
+    optional_module,
+    result_kind,
+    torch_dtype,
+    unwrap_out,
+)
+from .kinds import array_libraries as array_libraries  # re-exported: these lived here
 
 __all__ = [
     "Kind",
@@ -47,149 +59,27 @@ __all__ = [
     "array_libraries",
 ]
 
-#: Operand dtypes tiledmm's kernels run for foreign libraries; others are delegated.
-RUN_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})  # a set: None is not in it
-
-#: Libraries the backends do not take as they are: the bridge converts them both ways.
-FOREIGN = frozenset({"torch", "jax", "numba", "dlpack"})
-# Backends whose results follow Numba operands (``empty(like=...)``): no bridge needed there.
-NUMBA_NATIVE = frozenset({"numba-cuda"})
-
-_ROOTS = {"numpy": "numpy", "cupy": "cupy", "cupyx": "cupy", "numba": "numba", "torch": "torch",
-          "jax": "jax", "jaxlib": "jax", "pyopencl": "pyopencl", "dask": "dask"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Kind:
-    """The caller's array library and device.
-
-    ``lib``: "numpy", "cupy", "numba", "torch", "jax", "dlpack" (any other DLPack exporter),
-    "pyopencl", "dask" or "host" (lists, Python scalars, anything else NumPy converts).
-    ``device``: "cpu" or "cuda", else the library's own word ("mps", "trace" for a JAX tracer);
-    ``index``: the device ordinal. ``foreign``: the bridge converts it (see ``FOREIGN``).
-    """
-
-    lib: str
-    device: str = "cpu"
-    index: int = 0
-    foreign: bool = False
-
-
-_kinds: dict[tuple[str, str, int], Kind] = {}
-_lib_by_type: dict[type, str] = {}
-
-
-def _kind(lib: str, device: str = "cpu", index: int = 0) -> Kind:
-    k = _kinds.get((lib, device, index))
-    if k is None:
-        k = _kinds[(lib, device, index)] = Kind(lib, device, index, lib in FOREIGN)
-    return k
-
-
-def _lib_of(t: type) -> str:
-    """The array library a type belongs to, by its modules (cached; imports nothing)."""
-    lib = _lib_by_type.get(t)
-    if lib is None:
-        lib = "host"
-        for cls in t.__mro__[:-1]:
-            root = _ROOTS.get(cls.__module__.partition(".")[0])
-            if root:
-                lib = root
-                break
-        else:
-            if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
-                lib = "dlpack"
-        _lib_by_type[t] = lib
-    return lib
-
-
-_TORCH_CPU = _kind("torch")
-_DL_DEVICES = {1: "cpu", 2: "cuda"}  # DLPack device types: kDLCPU, kDLCUDA
-
-
-def kind_of(x: Any) -> Kind:
-    """The :class:`Kind` of ``x`` (cheap: a dict lookup, plus a device query for torch/JAX)."""
-    lib = _lib_by_type.get(type(x)) or _lib_of(type(x))
-    if lib == "torch":
-        if x.is_cpu:
-            return _TORCH_CPU
-        if x.is_cuda:
-            return _kind("torch", "cuda", x.get_device())
-        dev = x.device
-        return _kind("torch", dev.type, dev.index or 0)
-    if lib == "jax" or lib == "dlpack":
-        if lib == "jax" and not type(x).__module__.startswith("jaxlib"):
-            return _kind("jax", "trace")  # a tracer inside jit/grad/vmap: only jnp can run it
-        try:
-            code, index = x.__dlpack_device__()
-        except Exception:  # noqa: BLE001 - sharded over several devices, deleted, ...
-            return _kind(lib, "other")
-        return _kind(lib, _DL_DEVICES.get(int(code), f"dlpack{int(code)}"), int(index))
-    if lib == "numba" or lib == "cupy":
-        return _kind(lib, "cuda")
-    return _kind(lib)
-
-
-def _unwrap(out: Any) -> Any:
-    return out[0] if type(out) is tuple and len(out) == 1 else out
-
-
-def result_kind(a: Any, b: Any, out: Any = None) -> Kind:
-    """The one rule for mixed kinds: ``out``'s kind when given, else the first operand that is
-    an array (a list or scalar first operand defers to the second)."""
-    out = _unwrap(out)
-    if out is not None:
-        return kind_of(out)
-    ka = kind_of(a)
-    return kb if ka.lib == "host" and (kb := kind_of(b)).lib != "host" else ka
-
 
 def foreign(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Kind | None:
     """``None`` when every operand is one the backends take as it is (the usual, fast answer);
     otherwise the kind of the result, by :func:`result_kind`. CuPy arrays are native, except
     for a named backend that cannot read CUDA memory (OpenCL, NumPy): they then take the same
     host route as foreign CUDA arrays, and the result comes back as CuPy."""
-    o = _unwrap(out)
-    libs = [_lib_by_type.get(type(x)) or _lib_of(type(x)) for x in (a, b, o) if x is not None]
-    if backend in NUMBA_NATIVE and "numba" in libs and not any(
-        lib in FOREIGN and lib != "numba" for lib in libs
+    o = unwrap_out(out)
+    libs = [lib_by_type.get(type(x)) or lib_of(type(x)) for x in (a, b, o) if x is not None]
+    if (
+        backend in NUMBA_NATIVE
+        and "numba" in libs
+        and not any(lib in FOREIGN and lib != "numba" for lib in libs)
     ):
         return None  # the numba-cuda backend takes and returns Numba arrays itself
     if not any(lib in FOREIGN for lib in libs):
         if backend == "auto" or "cupy" not in libs:
             return None
-        cuda = next(x for x in (a, b, o) if x is not None and _lib_of(type(x)) == "cupy")
+        cuda = next(x for x in (a, b, o) if x is not None and lib_of(type(x)) == "cupy")
         if _reads_cuda(backend, cuda):
             return None
     return result_kind(a, b, o)
-
-
-# ------------------------------------------------------------------------------- libraries
-
-_mods: dict[str, Any] = {}
-
-
-def _optional(name: str) -> Any:
-    """The module ``name`` if it imports, else None (answer cached)."""
-    if name not in _mods:
-        try:
-            _mods[name] = importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a broken CUDA install raises all sorts
-            _mods[name] = None
-    return _mods[name]
-
-
-_torch_np: dict[Any, np.dtype] = {}
-
-
-def _torch_dtype(torch: Any, dt: Any) -> np.dtype | None:
-    """NumPy's dtype for a torch dtype, None where NumPy has none (bfloat16, float8, ...)."""
-    if not _torch_np:
-        names = "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 float32 float64"
-        for name in (*names.split(), "complex64", "complex128"):
-            if hasattr(torch, name):
-                _torch_np[getattr(torch, name)] = np.dtype(name)
-    return _torch_np.get(dt)
 
 
 # ------------------------------------------------------------------------------- conversion
@@ -201,7 +91,7 @@ def _runs(x: Any, k: Kind) -> bool:
         return (
             k.device in ("cpu", "cuda")
             and not (x.requires_grad and sys.modules["torch"].is_grad_enabled())  # autograd
-            and _torch_dtype(sys.modules["torch"], x.dtype) in RUN_DTYPES
+            and torch_dtype(sys.modules["torch"], x.dtype) in RUN_DTYPES
         )
     if k.lib in ("jax", "dlpack"):
         return k.device in ("cpu", "cuda") and (k.lib == "dlpack" or x.dtype in RUN_DTYPES)
@@ -232,7 +122,7 @@ def to_native(x: Any, kind: Kind | None = None, *, writable: bool = False) -> An
             )
         return r
     elif k.device == "cuda":
-        cp = _optional("cupy")
+        cp = optional_module("cupy")
         if cp is None:
             raise TypeError(
                 f"{type(x).__name__} on CUDA: reading it needs CuPy (pip install 'tiledmm[cupy]')"
@@ -246,13 +136,13 @@ def to_native(x: Any, kind: Kind | None = None, *, writable: bool = False) -> An
 def _torch_cuda_view(t: Any) -> Any:
     """A CuPy array over a CUDA tensor's memory (owner: the tensor), built from ``data_ptr``
     and strides without going through ``__cuda_array_interface__``'s Python dict."""
-    cp = _optional("cupy")
+    cp = optional_module("cupy")
     if cp is None:
-        nb = _optional("numba.cuda")
+        nb = optional_module("numba.cuda")
         if nb is None:
             raise TypeError("CUDA tensors need CuPy or numba-cuda installed to run in tiledmm")
         return nb.as_cuda_array(t)
-    dt = _torch_dtype(sys.modules["torch"], t.dtype)
+    dt = torch_dtype(sys.modules["torch"], t.dtype)
     s, shape, n = dt.itemsize, tuple(t.shape), t.numel()
     if n == 0:
         return cp.empty(shape, dt)
@@ -294,14 +184,14 @@ def from_native(r: Any, kind: Kind, like: Any = None) -> Any:
         from jax import dlpack as jdl
 
         if kind.device == "cuda":
-            cp = _optional("cupy")
+            cp = optional_module("cupy")
             return jdl.from_dlpack(r if hasattr(r, "__dlpack__") else cp.asarray(r))
         h = _host(r)  # (not np.ascontiguousarray: it turns a 0-d result into shape (1,))
         return jdl.from_dlpack(h if h.flags.c_contiguous else h.copy())
     if lib == "cupy":
         return sys.modules["cupy"].asarray(r)  # (a copy to the device only when r is on the host)
     if lib == "numba":
-        if _lib_of(type(r)) == "numba":
+        if lib_of(type(r)) == "numba":
             return r
         from numba import cuda
 
@@ -386,7 +276,7 @@ class TorchStream:
     def __enter__(self) -> TorchStream:
         cuda = self.torch.cuda
         cuda.default_stream(self.index).wait_stream(cuda.current_stream(self.index))
-        cp = _optional("cupy")
+        cp = optional_module("cupy")
         if cp is not None:
             key = (self.handle, self.index)
             ext = _external.get(key)
@@ -414,7 +304,7 @@ def matmul_foreign(
     """``native(a, b, out=..., **kwargs)`` for operands of any kind, with the result as ``kind``
     (from :func:`foreign`). ``native`` is tiledmm's matmul WITHOUT this bridge in front (Numba
     arrays stay Numba arrays, so a native that bridged again would recurse)."""
-    out = _unwrap(out)
+    out = unwrap_out(out)
     ka, kb = kind_of(a), kind_of(b)
     like = out if out is not None else (a if ka is kind else b)
     if not (_runs(a, ka) and _runs(b, kb)):
@@ -473,7 +363,7 @@ def _through_host(A: Any, B: Any, C: Any, native: Callable[..., Any], kwargs: di
     )
     r = native(_host(A), _host(B), **kwargs)
     if C is not None:
-        cp = _optional("cupy") if _lib_of(type(C)) == "cupy" else None
+        cp = optional_module("cupy") if lib_of(type(C)) == "cupy" else None
         if cp is not None:
             C[...] = cp.asarray(r)
         else:
@@ -481,36 +371,3 @@ def _through_host(A: Any, B: Any, C: Any, native: Callable[..., Any], kwargs: di
 
             C[(slice(None),) * C.ndim] = cuda.to_device(np.ascontiguousarray(r, C.dtype))
     return r
-
-
-# ------------------------------------------------------------------------------- info
-
-_LIBRARIES = (
-    ("numpy", "numpy", ("numpy",)),
-    ("cupy", "cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")),
-    ("torch", "torch", ("torch",)),
-    ("jax", "jax", ("jax",)),
-    ("numba", "numba", ("numba",)),
-    ("numba-cuda", "numba_cuda", ("numba-cuda",)),
-    ("pyopencl", "pyopencl", ("pyopencl",)),
-    ("dask", "dask", ("dask",)),
-    ("ml_dtypes", "ml_dtypes", ("ml-dtypes", "ml_dtypes")),
-)
-
-
-def array_libraries() -> list[tuple[str, str | None]]:
-    """The array libraries installed here, with versions (None when unknown); nothing is
-    imported (``importlib.util.find_spec`` and package metadata only)."""
-    found = []
-    for name, module, dists in _LIBRARIES:
-        if importlib.util.find_spec(module) is None:
-            continue
-        version = None
-        for dist in dists:
-            try:
-                version = md.version(dist)
-                break
-            except md.PackageNotFoundError:
-                continue
-        found.append((name, version))
-    return found
