@@ -174,3 +174,16 @@ def test_unavailable_without_cupy():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "pip install" in res.stdout
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("real_bytes", [4, 8])
+def test_cuda_dialect_compiles_probes(real_bytes, tmp_path):
+    """The calibration probes as CuPy's ``compile_probe`` hands them to NVRTC."""
+    from tiledmm_backends.kernels.probe import probe_source
+
+    from tiledmm.calibrate import _probe_source
+
+    text = probe_source(_probe_source(), {"REAL_BYTES": real_bytes, "THREADS": 256})
+    assert "#include" not in text
+    _nvcc(text, tmp_path)

@@ -22,6 +22,7 @@ from tiledmm.cache import LRUCache
 from .. import kernels as K
 from .. import nvidia
 from ..kernels import launch
+from ..kernels.probe import probe_source
 
 __all__ = ["CupyBackend", "register_backends"]
 
@@ -109,6 +110,20 @@ class CupyBackend(Backend):
         from ..kernels.space import space
 
         return space(kernel, dtype, device)
+
+    def compile_probe(self, source: str, kernel: str, defines: dict[str, int]):
+        """A calibration probe (``kernels/probes.cl``) compiled as CUDA C, cached per source and
+        device; its ``launch(groups, args)`` runs grid ``(groups,)``, block ``(THREADS,)`` on
+        the current stream."""
+        src = probe_source(source, defines)
+        key = (src, kernel, _cupy().cuda.runtime.getDevice())
+        fn = self._modules.get_or_make(key, lambda: _compile(src, kernel))
+        block = (int(defines["THREADS"]),)
+
+        def launch(groups: int, args: tuple) -> None:
+            fn((groups,), block, tuple(args))
+
+        return launch
 
     # ------------------------------------------------------------------ arrays
 

@@ -32,6 +32,7 @@ from tiledmm.cache import LRUCache
 from .. import kernels as K
 from .. import nvidia
 from ..kernels import launch
+from ..kernels.probe import probe_source
 
 __all__ = ["OpenCLBackend", "OpenCLState", "register_backends"]
 
@@ -325,6 +326,20 @@ class OpenCLBackend(Backend):
         from ..kernels.space import space
 
         return space(kernel, dtype, device, stages=not self.state().pocl)
+
+    def compile_probe(self, source: str, kernel: str, defines: dict[str, int]):
+        """A calibration probe (``kernels/probes.cl``) built once for this device; its
+        ``launch(groups, args)`` enqueues ``groups`` groups of ``THREADS`` work-items on the
+        queue (so ``timings`` sees its event), arrays passed as their buffers."""
+        st = self.state()
+        kern = st.kernel(kernel, probe_source(source, defines))
+        threads = int(defines["THREADS"])
+
+        def launch(groups: int, args: tuple) -> None:
+            bufs = tuple(a.data if hasattr(a, "base_data") else a for a in args)
+            st.enqueue_kernel(kern, (groups * threads,), (threads,), *bufs)
+
+        return launch
 
     # ------------------------------------------------------------------ arrays
 

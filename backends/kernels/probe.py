@@ -1,0 +1,17 @@
+"""The calibration probes' text (``probes.cl``, read by ``tiledmm.calibrate``) made complete
+for a compiler: ``gemm_common.h`` inlined and the host's defines prepended, as
+:func:`tiledmm_backends.kernels.source` does for the GEMM families."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["probe_source"]
+
+_HEADER = Path(__file__).resolve().parent / "gemm_common.h"
+
+
+def probe_source(source: str, defines: dict[str, int]) -> str:
+    """``source`` with the header inlined and ``defines`` as ``#define`` lines in front."""
+    body = source.replace('#include "gemm_common.h"', _HEADER.read_text())
+    return "".join(f"#define {k} {int(v)}\n" for k, v in sorted(defines.items())) + body
