@@ -187,3 +187,31 @@ def test_cuda_dialect_compiles_probes(real_bytes, tmp_path):
     text = probe_source(_probe_source(), {"REAL_BYTES": real_bytes, "THREADS": 256})
     assert "#include" not in text
     _nvcc(text, tmp_path)
+
+
+def test_compile_probe_launch_shape(monkeypatch):
+    """Without a GPU: the probe goes to RawModule complete (header inlined, defines first),
+    is compiled once per source and device, and launches grid (groups,), block (THREADS,)."""
+    import tiledmm_backends.cupy_cuda as cc
+
+    calls, built = [], []
+
+    class Module:
+        def __init__(self, code):
+            built.append(code)
+
+        def get_function(self, name):
+            return lambda grid, block, args: calls.append((name, grid, block, args))
+
+    runtime = SimpleNamespace(getDevice=lambda: 0)
+    fake = SimpleNamespace(RawModule=Module, cuda=SimpleNamespace(runtime=runtime))
+    monkeypatch.setattr(cc, "_CP", fake)
+    be = cc.CupyBackend()
+    defs = {"REAL_BYTES": 4, "THREADS": 96}
+    launch = be.compile_probe('#include "gemm_common.h"\nKERNEL p() {}\n', "p", defs)
+    be.compile_probe('#include "gemm_common.h"\nKERNEL p() {}\n', "p", defs)
+    args = (np.int32(7), np.float32(0.5))
+    launch(5, args)
+    assert len(built) == 1 and built[0].startswith("#define REAL_BYTES 4\n#define THREADS 96\n")
+    assert "#include" not in built[0] and "TILEDMM_GEMM_COMMON_H" in built[0]
+    assert calls == [("p", (5,), (96,), args)]

@@ -301,3 +301,19 @@ def test_gpu_levels_measured_through_the_probes():
     assert set(got["fma_peaks"]) == set(DTYPES)
     values = [*got["levels"].values(), *got["fma_peaks"].values()]
     assert all(np.isfinite(v) and v > 0 for v in values), got
+
+
+def test_probe_launches_are_seen_by_timings():
+    """A probe's launch goes through the queue's event list, so timings reads its events."""
+    launch = _probe("fma_probe", 32, 4)
+    out = _poisoned(64, np.float32)
+    st = BE.state()
+    st.events = []
+    try:
+        launch(2, (np.int32(3), np.float32(0.9), out))
+        assert len(st.events) == 1
+    finally:
+        st.events = None
+    assert all(
+        t > 0 for t in BE.timings(lambda: launch(2, (np.int32(3), np.float32(0.9), out)), repeat=2)
+    )
