@@ -26,6 +26,7 @@ from ._gemm_checks import (
     check_nonfinite,
     check_shapes,
 )
+from ._probe_checks import check_fma, check_levels, check_shared, check_stream
 
 gpu = requires_backend("cupy")
 
@@ -106,6 +107,18 @@ def test_gpu_overlapping_out_is_computed_in_a_temporary():
     ha = cp.asnumpy(a)
     tiledmm.get_backend("cupy").run(tiledmm.plan(16, 16, 16, backend="cupy"), a, a, a)
     assert matmul_error(cp.asnumpy(a), ha, ha) < 1e-5
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_probes_compute_and_measure():
+    """The calibration probes on the GPU: outputs against NumPy, then measure_gpu_levels."""
+    be = tiledmm.get_backend("cupy")
+    check_stream(be)
+    check_shared(be)
+    for dtype in ("float32", "float64"):
+        check_fma(be, dtype)
+    print(check_levels(be))
 
 
 # ----------------------------------------------------------------------- CUDA builds via nvcc

@@ -23,6 +23,7 @@ from ._gemm_checks import (
     check_nonfinite,
     check_shapes,
 )  # fmt: skip
+from ._probe_checks import check_fma, check_levels, check_shared, check_stream, poisoned, probe
 
 if backend_reason("opencl"):  # every test here needs the device (requires_backend's reason)
     pytest.skip(f"opencl unavailable: {backend_reason('opencl')}", allow_module_level=True)
@@ -232,88 +233,34 @@ def test_unaligned_operands_copied_to_aligned_rows(geo, monkeypatch):
 
 # ----------------------------------------------------------------------- calibration probes
 
-PROBES = None  # backends/kernels/probes.cl, read once
-
-
-def _probe(kernel: str, threads: int, real_bytes: int):
-    global PROBES
-    if PROBES is None:
-        from tiledmm.calibrate import _probe_source
-
-        PROBES = _probe_source()
-    return BE.compile_probe(PROBES, kernel, {"REAL_BYTES": real_bytes, "THREADS": threads})
-
-
-def _poisoned(n: int, dtype) -> object:
-    return BE.asarray(np.full(n, np.nan, dtype), np.dtype(dtype))
-
 
 def test_stream_probe_sums_its_grid_stride_slice():
-    """Each item sums src[(i + 32 r) mod n] over its grid-stride i and r < reps."""
-    rng = np.random.default_rng()
-    threads, groups, n, reps = 32, 3, 1000 + int(rng.integers(0, 50)), 3
-    src = rng.standard_normal(n).astype(np.float32)
-    out = _poisoned(groups * threads, np.float32)
-    launch = _probe("stream_probe", threads, 4)
-    launch(groups, (np.int32(n), np.int32(reps), BE.asarray(src, np.dtype("float32")), out))
-    want = np.zeros(groups * threads)
-    for gid in range(groups * threads):
-        for r in range(reps):
-            want[gid] += src.astype(np.float64)[
-                (np.arange(gid, n, groups * threads) + 32 * r) % n
-            ].sum()
-    np.testing.assert_allclose(BE.to_numpy(out), want, rtol=1e-5, atol=1e-5)
+    check_stream(BE)
 
 
 def test_shared_probe_reads_its_local_words():
-    """buf[i] = i; item t of a group sums buf[(q T + t + r) mod 8T] over q < 8, r < reps."""
-    threads, groups, reps = 64, 2, 5
-    out = _poisoned(groups * threads, np.float32)
-    _probe("shared_probe", threads, 4)(groups, (np.int32(reps), out))
-    t = np.arange(threads)[:, None, None]
-    q, r = np.arange(8)[None, :, None], np.arange(reps)[None, None, :]
-    per_item = ((q * threads + t + r) % (8 * threads)).sum(axis=(1, 2))
-    np.testing.assert_array_equal(BE.to_numpy(out), np.tile(per_item, groups))
+    check_shared(BE)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fma_probe_iterates_its_chains(dtype):
-    """8 chains per item start at gid + q and take c = c * x + 0.5 reps times; out = sum."""
-    dt = np.dtype(dtype)
-    threads, groups, reps = 32, 3, 37
-    x = dt.type(np.random.default_rng().uniform(0.9, 0.99))
-    out = _poisoned(groups * threads, dt)
-    _probe("fma_probe", threads, dt.itemsize)(groups, (np.int32(reps), x, out))
-    c = np.arange(groups * threads, dtype=np.float64)[:, None] + np.arange(8)
-    for _ in range(reps):
-        c = c * float(x) + 0.5
-    np.testing.assert_allclose(
-        BE.to_numpy(out), c.sum(axis=1), rtol=1e-5 if dt.itemsize == 4 else 1e-12
-    )
+    check_fma(BE, dtype)
 
 
 def test_gpu_levels_measured_through_the_probes():
     """measure_gpu_levels runs every probe here (PoCL too): positive, finite ceilings."""
-    from tiledmm.calibrate import measure_gpu_levels
-
-    got = measure_gpu_levels(BE, quick=True)
-    assert set(got["levels"]) == {"DRAM", "L2", "shared memory"}
-    assert set(got["fma_peaks"]) == set(DTYPES)
-    values = [*got["levels"].values(), *got["fma_peaks"].values()]
-    assert all(np.isfinite(v) and v > 0 for v in values), got
+    check_levels(BE)
 
 
 def test_probe_launches_are_seen_by_timings():
     """A probe's launch goes through the queue's event list, so timings reads its events."""
-    launch = _probe("fma_probe", 32, 4)
-    out = _poisoned(64, np.float32)
+    launch = probe(BE, "fma_probe", 32, 4)
+    args = (np.int32(3), np.float32(0.9), poisoned(BE, 64, np.float32))
     st = BE.state()
     st.events = []
     try:
-        launch(2, (np.int32(3), np.float32(0.9), out))
+        launch(2, args)
         assert len(st.events) == 1
     finally:
         st.events = None
-    assert all(
-        t > 0 for t in BE.timings(lambda: launch(2, (np.int32(3), np.float32(0.9), out)), repeat=2)
-    )
+    assert all(t > 0 for t in BE.timings(lambda: launch(2, args), repeat=2))
