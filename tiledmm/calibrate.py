@@ -89,9 +89,20 @@ def measure_bandwidth(be: Backend, nbytes: int, quick: bool = False) -> float:
     return 2 * n * 4 / statistics.median(times)
 
 
-def measure_cpu_levels(caches: dict[str, int], quick: bool = False) -> dict[str, float]:
+#: Cache levels private to a core (x86: L1 and L2): a one-thread copy measures one core's
+#: share, and the planner's ceilings are whole-device rates.
+PRIVATE_LEVELS = ("L1", "L2")
+
+
+def measure_cpu_levels(
+    caches: dict[str, int], quick: bool = False, cores: int = 1, dram: float = 0.0
+) -> dict[str, float]:
     """Bytes/s of a NumPy copy (read + write) resident in each cache level: buffers of a
-    quarter of L1, L2 and L3 (two buffers fit with room), best of several passes."""
+    quarter of L1, L2 and L3 (two buffers fit with room), best of several passes. The copy
+    runs on one core: private levels are scaled by ``cores``. A level measured no faster
+    than the one behind it (``dram`` for L3) is dropped and the planner keeps its estimate:
+    an L1-sized copy measures the ~1 us NumPy call, and an L3 the OS reports larger than
+    the socket's (a VM's) measures DRAM."""
     import time
 
     out = {}
@@ -108,12 +119,13 @@ def measure_cpu_levels(caches: dict[str, int], quick: bool = False) -> dict[str,
             for _ in range(reps):
                 np.copyto(dst, src)
             best = min(best, (time.perf_counter() - t0) / reps)
-        out[name] = 2 * n * 4 / best
-    # a NumPy call costs ~1 us: an L1-sized copy measures the call, not the cache; a level
-    # slower than the one behind it is dropped (the planner keeps its estimate)
-    for near, far in (("L1", "L2"), ("L2", "L3")):
-        if near in out and far in out and out[near] < out[far]:
+        out[name] = 2 * n * 4 / best * (cores if name in PRIVATE_LEVELS else 1)
+    if dram:
+        out["DRAM"] = dram
+    for near, far in (("L3", "DRAM"), ("L2", "L3"), ("L1", "L2")):
+        if near in out and far in out and out[near] <= out[far]:
             del out[near]
+    out.pop("DRAM", None)
     return out
 
 
@@ -218,7 +230,7 @@ def calibrate(
         if extra:
             extra["sustained"] = 1.0  # probes run long enough to settle at the loaded clock
     else:
-        levels = measure_cpu_levels(dict(dev.caches), quick)
+        levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}
     record = {

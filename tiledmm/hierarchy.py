@@ -43,6 +43,16 @@ LINE = 64  # CPU cache line
 #: Clocks per multiply-add of the NumPy backend's emulated families on one core (measured
 #: per-operation costs of the NumPy calls they make; docs/model.md).
 NUMPY_CLOCKS = {"naive": 3.2, "tiled": 1.0}
+#: Clocks per multiply-add of PoCL's tiled kernel on one core: its barrier regions run as
+#: loops over the work-items, and each item's K loop (two local loads, the FMA, addressing
+#: and loop: ~4 instructions at 4 per clock) runs unvectorized (docs/model.md).
+POCL_ITEM_CLOCKS = 1.0
+#: Fraction of the FMA peak PoCL's barrier-free register micro-kernel reaches (measured on
+#: the EPYC and the Xeon: 0.40-0.64; its generated code is not read off; docs/model.md).
+POCL_REGISTER_EFFICIENCY = 0.5
+#: Clocks per element Numba's tile packing costs on one core (a guarded scalar copy per
+#: element: compare, select, strided load, store; docs/model.md).
+NUMBA_PACK_CLOCKS = 4.0
 
 
 @dataclass(frozen=True)
@@ -392,6 +402,27 @@ def cpu_levels(
     # re-read from the level that holds a block's panels.
     bm, bn, bk = g["bm"], g["bn"], g["bk"]
     tm, tn = g["tm"], g["tn"]
+    cores = max(1, dev.compute_units)
+    clock = dev.issue_rate / 4 / cores  # cpu_levels' issue rate: 4 instructions per clock
+    if engine == "gemm-c" and kernel == "tiled" and clock:
+        t = flops / 2 * POCL_ITEM_CLOCKS / clock / cores
+        out.append(Level("issue", flops, flops / t, t,
+                         f"work-item loops, {POCL_ITEM_CLOCKS:g} clocks per multiply-add",
+                         "FLOP"))  # fmt: skip
+    if engine == "gemm-c" and kernel == "register":
+        # PoCL's micro-kernel runs at a measured fraction of the FMA peak (docs/model.md)
+        t = flops / (peak * POCL_REGISTER_EFFICIENCY)
+        out.append(Level("compute", flops, flops / t, t,
+                         f"PoCL micro-kernel at {POCL_REGISTER_EFFICIENCY:g} of the FMA peak",
+                         "FLOP"))  # fmt: skip
+    if engine == "numba-cpu" and kernel == "register" and clock:
+        # fastmath off: multiply and add stay two instructions (half the FMA peak); the
+        # block packs its A and B tiles (guarded scalar copies) before each K step
+        packed = g["gx"] * g["gy"] * math.ceil(g["kp"] / bk) * (bm + bn) * bk
+        t = 2 * flops / peak + packed * NUMBA_PACK_CLOCKS / clock / cores
+        out.append(Level("compute", flops, flops / t, t,
+                         f"unfused mul+add; packing at {NUMBA_PACK_CLOCKS:g} clocks/element",
+                         "FLOP"))  # fmt: skip
     if kernel == "register":
         loads_per_fma = (tm + tn / lanes) / (tm * tn / lanes)
         simd = True
@@ -400,16 +431,17 @@ def cpu_levels(
         simd = engine == "gemm-c"
     fma_vec = flops / 2 / (lanes if simd else 1)
     t_fma = fma_vec * 2 * lanes / peak if simd else flops / (peak / lanes)
-    out.append(
-        Level(
-            "compute",
-            flops,
-            peak if simd else peak / lanes,
-            t_fma,
-            "SIMD FMA pipes" if simd else "scalar FMAs",
-            "FLOP",
+    if not (kernel == "register" and engine in ("numba-cpu", "gemm-c")):  # their own, above
+        out.append(
+            Level(
+                "compute",
+                flops,
+                peak if simd else peak / lanes,
+                t_fma,
+                "SIMD FMA pipes" if simd else "scalar FMAs",
+                "FLOP",
+            )
         )
-    )
     l1 = fma_vec * loads_per_fma * (dev.simd_bytes if simd else s)
     out.append(Level("L1", l1, dev.level("L1"), l1 / dev.level("L1") if dev.level("L1") else 0))
     panel_bytes = s * g["kp"] * (bm + bn) * g["mp"] * g["np"] / (bm * bn)

@@ -3,7 +3,8 @@
 Each row of a pytest-benchmark JSON in ``benches/results`` records the problem, backend,
 kernel family and tiles; :func:`check_rows` rebuilds its plan with today's model on a
 reference device (GPU rows: :func:`tiledmm.device.reference_h200`; CPU rows: the device the
-file recorded, with estimated level ceilings) and reports measured / predicted time.
+file recorded: its measured level ceilings where its calibration had them, else estimates)
+and reports measured / predicted time.
 ``python -m tiledmm.modelcheck [files]`` prints the table and the worst case per band.
 """
 
@@ -162,9 +163,13 @@ def _cpu_device(info: dict) -> DeviceSpec:
     fma32 = spec.peak("float32") / 0.9
     clock = fma32 / (spec.compute_units * lanes * 4)
     levels, issue = cpu_levels(spec.compute_units, clock, spec.simd_bytes, spec.bandwidth)
+    # levels the recorded calibration measured replace the estimates (older files have none)
+    measured = {k: float(v) for k, v in dict(info.get("levels", {})).items()}
+    if not spec.ceilings_measured:
+        measured = {}
     return replace(
         spec,
-        levels=levels,
+        levels=tuple((dict(levels) | measured).items()),
         issue_rate=issue,
         latency=CPU_DRAM_LATENCY,
         fma_peaks=(("float32", fma32), ("float64", fma32 / 2)),
@@ -271,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             "h200-numba-cuda.json",
             "h200-float64.json",
             "epyc-2c-cpu.json",
+            "xeon-2c-cpu.json",
         )
     ]
     print(format_table(check_files(paths)))
