@@ -47,6 +47,9 @@ NUMPY_CLOCKS = {"naive": 3.2, "tiled": 1.0}
 #: loops over the work-items, and each item's K loop (two local loads, the FMA, addressing
 #: and loop: ~4 instructions at 4 per clock) runs unvectorized (docs/model.md).
 POCL_ITEM_CLOCKS = 1.0
+#: Cache misses one core keeps in flight (L1 fill buffers: 16 on Intel cores since Golden
+#: Cove, 22-24 miss buffers on Zen 3; docs/model.md).
+CPU_MISSES_IN_FLIGHT = 16
 #: Fraction of the FMA peak PoCL's barrier-free register micro-kernel reaches (measured on
 #: the EPYC and the Xeon: 0.40-0.64; its generated code is not read off; docs/model.md).
 POCL_REGISTER_EFFICIENCY = 0.5
@@ -377,13 +380,18 @@ def cpu_levels(
         # at its aliased capacity, else DRAM at one line per latency per core (a stride of
         # a page or more defeats the prefetcher).
         vecs = m * math.ceil(n / lanes) * k
-        panel = k * g["bn"] * s
+        panel = k * LINE  # the B lines one column walk keeps live (a SIMD vector or 1 item)
         stride = n * s
         level = _holding_level(dev, panel, stride)
         cores = max(1, dev.compute_units)
-        if level == "DRAM" and dev.latency:
-            t = vecs * dev.latency / cores
-            out.append(Level("latency", vecs, 0.0, t, "one B line per latency per core", "trips"))
+        if level in ("L3", "DRAM") and dev.latency:
+            # past the aliased L1 and L2 every B element access misses (a line is evicted
+            # before the next column uses it); the core keeps CPU_MISSES_IN_FLIGHT of them
+            trips = m * n * k
+            t = trips * dev.latency / (cores * CPU_MISSES_IN_FLIGHT)
+            out.append(Level("latency", trips, trips / t, t,
+                             f"every B element a miss, {CPU_MISSES_IN_FLIGHT} in flight per core",
+                             "trips"))  # fmt: skip
         bytes_ = vecs * LINE
         bw = dev.level(level)
         out.append(Level(level, bytes_, bw, bytes_ / bw if bw else 0.0, "B column lines"))
