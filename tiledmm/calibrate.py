@@ -130,8 +130,13 @@ def measure_cpu_levels(
 
 
 def _probe_source() -> str | None:
-    path = Path(__file__).resolve().parent.parent / "backends" / "kernels" / "probes.cl"
-    return path.read_text() if path.exists() else None
+    """probes.cl, shipped as package data of the built-in backends (None without them)."""
+    try:
+        from importlib.resources import files
+
+        return (files("tiledmm_backends.kernels") / "probes.cl").read_text()
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        return None
 
 
 def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
