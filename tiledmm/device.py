@@ -238,7 +238,7 @@ def load_calibration() -> dict:
 
 _CALIBRATION = CachedFile(
     "calibration.json",
-    lambda path: read_calibration(path),
+    read_calibration,
     what="calibration cache",
     category=CalibrationWarning,
     repair="the planner uses estimated ceilings where nothing valid is measured; " + _REPAIR,

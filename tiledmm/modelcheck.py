@@ -91,12 +91,18 @@ def _options(row: dict, db: list[dict]) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(best.get("options", {}).items()))
 
 
-def plan_for_row(e: dict, device: DeviceSpec, db: list[dict] | None = None) -> Plan:
+def plan_for_row(
+    e: dict, device: DeviceSpec, db: list[dict] | None = None, options: dict | None = None
+) -> Plan:
     """The plan of a result row (its ``extra_info``) rebuilt with today's model on
-    ``device``, tile options from the geometry database."""
-    if db is None:
-        db = json.loads(GEOMETRY_DB.read_text())["entries"] if GEOMETRY_DB.exists() else []
-    geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), _options(e, db))
+    ``device``; tile options as given, else from the geometry database."""
+    if options is not None:
+        opts = tuple(sorted(options.items()))
+    else:
+        if db is None:
+            db = json.loads(GEOMETRY_DB.read_text())["entries"] if GEOMETRY_DB.exists() else []
+        opts = _options(e, db)
+    geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), opts)
     return make_plan(e["m"], e["n"], e["k"], dtype=e["dtype"], kernel=e["kernel"],
                      device=device, geometry=geo, backend=e["backend"])  # fmt: skip
 
@@ -131,21 +137,7 @@ def compare_counters(path: Path, device: DeviceSpec | None = None) -> list[dict]
     dev = device or reference_h200()
     out = []
     for r in data["rows"]:
-        geo = Geometry(
-            tuple(r["block_tile"]),
-            tuple(r["thread_tile"]),
-            tuple(sorted(r.get("options", {}).items())),
-        )
-        plan = make_plan(
-            r["m"],
-            r["n"],
-            r["k"],
-            dtype=r["dtype"],
-            kernel=r["kernel"],
-            device=dev,
-            geometry=geo,
-            backend=r["backend"],
-        )
+        plan = plan_for_row(r, dev, options=r.get("options", {}))
         model = model_counters(plan)
         ratios = {k: model[k] / v for k, v in r["counters"].items() if k in model and v}
         out.append({"row": r, "model": model, "ratios": ratios, "plan": plan})
@@ -191,17 +183,7 @@ def check_rows(path: Path, db: list[dict] | None = None) -> tuple[list[Row], boo
             dev = replace(reference_h200(), launch_overhead=info.get("launch_overhead", 5e-6))
         else:
             dev = _cpu_device(info)
-        geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), _options(e, db))
-        plan = make_plan(
-            e["m"],
-            e["n"],
-            e["k"],
-            dtype=e["dtype"],
-            kernel=e["kernel"],
-            device=dev,
-            geometry=geo,
-            backend=e["backend"],
-        )
+        plan = plan_for_row(e, dev, db)
         binding = plan.binding.name if plan.binding else plan.bound
         predicted = plan.predicted_seconds
         out.append(

@@ -164,7 +164,7 @@ def user_entries() -> list[dict]:
 
 _DATABASE = CachedFile(
     "tuning.json",
-    lambda path: read_database(path),
+    read_database,
     what="tuning database",
     category=TuningWarning,
     repair="`tiledmm tune` rewrites it",
