@@ -31,7 +31,6 @@ import numpy as np
 
 from .kinds import (
     FOREIGN,
-    NUMBA_NATIVE,
     RUN_DTYPES,
     Kind,
     kind_of,
@@ -67,12 +66,10 @@ def foreign(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Kind | No
     host route as foreign CUDA arrays, and the result comes back as CuPy."""
     o = unwrap_out(out)
     libs = [lib_by_type.get(type(x)) or lib_of(type(x)) for x in (a, b, o) if x is not None]
-    if (
-        backend in NUMBA_NATIVE
-        and "numba" in libs
-        and not any(lib in FOREIGN and lib != "numba" for lib in libs)
-    ):
-        return None  # the numba-cuda backend takes and returns Numba arrays itself
+    if backend != "auto":
+        own = _result_kinds(backend)  # kinds the named backend takes and returns itself
+        if own and not any(lib in FOREIGN and lib not in own for lib in libs):
+            return None
     if not any(lib in FOREIGN for lib in libs):
         if backend == "auto" or "cupy" not in libs:
             return None
@@ -336,6 +333,26 @@ def matmul_foreign(
 
 
 _reads: dict[tuple, bool] = {}
+
+
+_own: dict[tuple, tuple[str, ...]] = {}
+
+
+def _result_kinds(backend: str) -> tuple[str, ...]:
+    """``Backend.result_kinds`` of a named backend (cached per registry generation)."""
+    from .registry import generation, get_backend
+
+    key = (backend, generation())
+    hit = _own.get(key)
+    if hit is None:
+        if len(_own) > 256:
+            _own.clear()
+        try:
+            hit = tuple(get_backend(backend).result_kinds)
+        except (ValueError, RuntimeError):  # unknown or unavailable: the API says so later
+            hit = ()
+        _own[key] = hit
+    return hit
 
 
 def _reads_cuda(backend: str, x: Any) -> bool:

@@ -67,6 +67,9 @@ class Backend:
     dtypes: tuple[str, ...] = ("float32", "float64")
     #: Preference among backends sharing an alias, and for ``backend="auto"``.
     priority: int = 0
+    #: Array libraries (``tiledmm.kinds`` names, e.g. ``"numba"``) whose arrays this backend
+    #: takes and returns itself (``empty(like=...)``): the array bridge leaves them alone.
+    result_kinds: tuple[str, ...] = ()
 
     # ---------------------------------------------------------------- availability and device
 

@@ -20,7 +20,6 @@ __all__ = [
     "Kind",
     "RUN_DTYPES",
     "FOREIGN",
-    "NUMBA_NATIVE",
     "kind_of",
     "lib_of",
     "lib_by_type",
@@ -36,8 +35,6 @@ RUN_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})  # a set: N
 
 #: Libraries the backends do not take as they are: the bridge converts them both ways.
 FOREIGN = frozenset({"torch", "jax", "numba", "dlpack"})
-# Backends whose results follow Numba operands (``empty(like=...)``): no bridge needed there.
-NUMBA_NATIVE = frozenset({"numba-cuda"})
 
 _ROOTS = {"numpy": "numpy", "cupy": "cupy", "cupyx": "cupy", "numba": "numba", "torch": "torch",
           "jax": "jax", "jaxlib": "jax", "pyopencl": "pyopencl", "dask": "dask"}  # fmt: skip

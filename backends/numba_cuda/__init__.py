@@ -82,6 +82,7 @@ class NumbaCudaBackend(Backend):
     aliases = ("cuda",)
     kernels = ("naive", "tiled", "register")
     priority = 10
+    result_kinds = ("numba",)  # Numba arrays in, Numba arrays out (empty(like=))
 
     def __init__(self) -> None:
         self.launches: LRUCache[Any] = LRUCache(256)  # Launcher per (launch key, device)
