@@ -191,7 +191,7 @@ class CupyArrays:
         self.reducers: dict[tuple, Any] = {}
 
     def layout(self, x) -> launch.Layout:
-        s0, s1 = x.strides
+        s0, s1 = x.strides[-2:]  # an N-D array: its first matrix (launch.run_batched)
         return (x, 0, x.data.ptr, s0, s1, 0)  # type: ignore[return-value]  # a plain tuple: hot
 
     def contiguous(self, x):

@@ -91,6 +91,9 @@
   #define VSTOREL(v, p) (*(realV *)(p) = (v))
 #endif
 
+/* Whether pointer p is 16-byte aligned (kernels that decide at run time, e.g. gemv.cl). */
+#define PTR_ALIGNED16(p) ((((size_t)(p)) & 15) == 0)
+
 /* Unpack a 16-byte vector into r[0..VW-1]. */
 #if VW == 4
   #define VSPLIT(v, r) do { (r)[0] = (v).x; (r)[1] = (v).y; (r)[2] = (v).z; (r)[3] = (v).w; } while (0)
@@ -116,9 +119,9 @@
 /* The common kernel signature: row-major C[M,N] = A[M,K] @ B[K,N], batched over grid z. */
 #define GEMM_SIGNATURE                                                                       \
   gemm(const int M, const int N, int K,                                                     \
-       const GLOBAL real *RESTRICT A, const int offA, const int lda,                        \
-       const GLOBAL real *RESTRICT B, const int offB, const int ldb,                        \
-       GLOBAL real *RESTRICT C, const int offC, const int ldc,                              \
+       const GLOBAL real *RESTRICT A, int offA, const int lda,                              \
+       const GLOBAL real *RESTRICT B, int offB, const int ldb,                              \
+       GLOBAL real *RESTRICT C, int offC, const int ldc,                                    \
        const int nb1, const int sA0, const int sA1, const int sB0, const int sB1,           \
        const int sC0, const int sC1, const int sCk)
 
@@ -126,20 +129,23 @@
 #define K_SLICE(K) (((((K) + SPLIT_K - 1) / SPLIT_K) + BK - 1) / BK * BK)
 
 /* This group's matrix of the batch, and its K slice (see the header comment). Slices past the
- * end of K get K = 0 and write zeros, so the reduction sums every slice. */
+ * end of K get K = 0 and write zeros, so the reduction sums every slice. The batch moves the
+ * 32-bit element offsets, not the pointers: A, B and C stay kernel parameters, which kept
+ * NVRTC's register allocation of the 128x64 (8x4) register kernel at 87 instead of 107
+ * (2 resident blocks per SM either way at 256 threads; see docs/kernels.md). */
 #define BATCH_PROLOGUE()                                                                     \
   do {                                                                                       \
     const int z_ = GROUP_Z() / SPLIT_K, ks_ = GROUP_Z() % SPLIT_K;                           \
     const int z0_ = z_ / nb1, z1_ = z_ % nb1;                                                \
-    A += z0_ * sA0 + z1_ * sA1;                                                              \
-    B += z0_ * sB0 + z1_ * sB1;                                                              \
-    C += z0_ * sC0 + z1_ * sC1 + ks_ * sCk;                                                  \
+    offA += z0_ * sA0 + z1_ * sA1;                                                           \
+    offB += z0_ * sB0 + z1_ * sB1;                                                           \
+    offC += z0_ * sC0 + z1_ * sC1 + ks_ * sCk;                                               \
     if (SPLIT_K > 1) {                                                                       \
       const int kb_ = ks_ * K_SLICE(K);                                                      \
       const int kn_ = K - kb_ < K_SLICE(K) ? K - kb_ : K_SLICE(K);                           \
       K = kn_ > 0 ? kn_ : 0;                                                                 \
-      A += K ? kb_ : 0;                                                                      \
-      B += K ? kb_ * ldb : 0;                                                                \
+      offA += K ? kb_ : 0;                                                                   \
+      offB += K ? kb_ * ldb : 0;                                                             \
     }                                                                                        \
   } while (0)
 

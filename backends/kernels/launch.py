@@ -46,7 +46,9 @@ class Layout(NamedTuple):
     ``base`` identifies the allocation (for overlap), ``start`` is its first byte within that
     allocation (address or offset: its remainder mod 16 is the alignment), ``s0``/``s1`` are
     byte strides and ``offset`` the element offset the kernel adds to ``handle``. Adapters
-    may return a plain tuple in this order (the per-call path indexes it)."""
+    may return a plain tuple in this order (the per-call path indexes it). ``layout`` also
+    takes an N-D array (a batch): then it describes the first matrix (strides of the last two
+    dimensions, the address of the first element)."""
 
     handle: Any
     base: Hashable
@@ -264,8 +266,9 @@ def run_batched(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out:
     if not m or not n or 0 in batch:
         return True
     s = itemsize(plan.dtype)
-    first = [x[(0,) * (x.ndim - 2)] if x.ndim > 2 else x for x in (a, b, out)]
-    la, lb, lc = (ad.layout(x) for x in first)
+    # layouts of the whole arrays: their first element is the first matrix's (no indexing,
+    # which costs a CuPy call per operand: host time that CUDA events around a call include)
+    la, lb, lc = ad.layout(a), ad.layout(b), ad.layout(out)
     lda, ldb, ldc = leading_dim(m, k, la[3], la[4], s), leading_dim(k, n, lb[3], lb[4], s), \
         leading_dim(m, n, lc[3], lc[4], s)  # fmt: skip
     if not k:  # nothing is read: any leading dimension will do

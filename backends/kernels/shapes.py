@@ -1,5 +1,5 @@
 """Candidate geometries per shape class for the shared C sources (what the shape sweep and
-the tuner may try beyond the square-shape search space), and the split-K heuristic.
+the tuner may try beyond the square-shape search space), with the reasons in comments.
 
 Classes are ``tiledmm.tuning.SHAPE_CLASSES``. Small grids (few blocks for the device) get
 smaller block tiles and/or split-K (``split_k``: K slices into a workspace, then a reduction);
@@ -32,12 +32,27 @@ _SMALL_GRID = [
     _g((128, 128, 16), (8, 8), **_REG, stages=2, split_k=4),
     _g((64, 32, 16), (4, 4), **_REG, stages=2),
 ]
+# 128x64 (8x4) at 3 resident blocks per SM: NVRTC gives it 87 registers (2 blocks), 80 with
+# __launch_bounds__(256, 3) (16-20 bytes of spills): measure which wins (docs/kernels.md)
+_MB3 = _g((128, 64, 16), (8, 4), **_REG, stages=2, min_blocks=3)
+# M or N <= 64: tiles that are 32 or 64 wide on the short side, and enough K slices that
+# blocks x slices is 2-8 per SM (64x4096x4096 with 64x64 tiles: 64 blocks; 4096x32: 64 or 128)
 _SKINNY = [
     _g((32, 64, 16), (4, 4), **_REG, stages=2),
     _g((32, 64, 16), (4, 4), **_REG, stages=2, split_k=4),
     _g((64, 64, 16), (4, 4), **_REG, stages=2, split_k=8),
     _g((16, 64, 16), (2, 4), use_local=1, vm=2, vn=4, pad=4, split_k=4),
+    _g((64, 64, 16), (4, 4), **_REG, stages=2, split_k=16),
+    _g((32, 64, 16), (4, 4), **_REG, stages=2, split_k=8),
+    _g((64, 32, 16), (4, 4), **_REG, stages=2, split_k=8),
+    _g((128, 32, 16), (8, 4), **_REG, stages=2, split_k=4),
+    _g((32, 128, 16), (4, 8), **_REG, stages=2, split_k=4),
+    _g((64, 128, 16), (8, 8), **_REG, stages=2, split_k=8),
+    _g((128, 64, 16), (8, 8), **_REG, stages=2, split_k=8),
 ]
+# the gemv path (gemv.cl): (short-side outputs per group, long-side outputs per group, 1) and
+# ks; THREADS = BN * ks. Vectors want many groups (>= 2 per SM) of 256-512 items and 16-byte
+# loads; local memory is BM * BN * ks * 4 elements (x @ B), at most 48 KiB.
 _GEMV = [
     _g((1, 64, 1), gemv=1, ks=8),
     _g((1, 128, 1), gemv=1, ks=4),
@@ -45,16 +60,33 @@ _GEMV = [
     _g((1, 32, 1), gemv=1, ks=16),
     _g((1, 64, 1), gemv=1, ks=8, split_k=4),
     _g((4, 32, 1), gemv=1, ks=8),
+    _g((1, 16, 1), gemv=1, ks=32),
+    _g((1, 8, 1), gemv=1, ks=32),
+    _g((1, 4, 1), gemv=1, ks=64),
+    _g((1, 16, 1), gemv=1, ks=16),
+    _g((1, 32, 1), gemv=1, ks=8),
+    _g((1, 16, 1), gemv=1, ks=32, split_k=2),
+]
+_GEMV_SKINNY = [
+    _g((4, 32, 1), gemv=1, ks=8),
+    _g((2, 64, 1), gemv=1, ks=8),
+    _g((4, 16, 1), gemv=1, ks=16),
+    _g((8, 16, 1), gemv=1, ks=8),
+    _g((8, 8, 1), gemv=1, ks=32),
+    _g((16, 8, 1), gemv=1, ks=16),
 ]
 
 #: float32 GPU candidates: shape class -> family -> geometry dicts (float64 halves TM/TN).
 CANDIDATES: dict[str, dict[str, list[dict]]] = {
-    "square": {"register": _SQUARE + _SMALL_GRID[1:4]},
-    "odd": {"register": _SQUARE + _SMALL_GRID[1:3]},
-    "skinny_k": {"register": _SQUARE[:2] + [_SMALL_GRID[0], _SMALL_GRID[4]]},
-    "skinny_mn": {"register": _SKINNY, "naive": _GEMV[2:3] + _GEMV[5:]},
-    "batched": {"register": _SQUARE + [_g((32, 32, 16), (4, 4), **_REG)]},
-    "vector": {"naive": _GEMV, "register": _SKINNY[3:]},
+    "square": {"register": _SQUARE + _SMALL_GRID[1:4] + [_MB3]},
+    "odd": {"register": _SQUARE + _SMALL_GRID[1:3] + [_MB3]},
+    "skinny_k": {"register": _SQUARE[:2] + [_SMALL_GRID[0], _SMALL_GRID[4], _MB3]},
+    "skinny_mn": {"register": _SKINNY, "naive": _GEMV_SKINNY},
+    "batched": {
+        "register": _SQUARE
+        + [_MB3, _g((32, 32, 16), (4, 4), **_REG), _g((64, 32, 16), (4, 4), **_REG, stages=2)]
+    },
+    "vector": {"naive": _GEMV, "register": _SKINNY[3:4]},
 }
 
 

@@ -132,7 +132,7 @@ class OpenCLState:
     # ------------------------------------------------------------------ the adapter
 
     def layout(self, x) -> launch.Layout:
-        s0, s1 = x.strides
+        s0, s1 = x.strides[-2:]  # an N-D array: its first matrix (launch.run_batched)
         base, off = x.base_data, x.offset
         return (base, id(base), off, s0, s1, off // x.dtype.itemsize)  # type: ignore[return-value]
 
