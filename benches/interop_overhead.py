@@ -3,30 +3,101 @@
     python3 benches/interop_overhead.py > benches/results/h200-interop.json
 
 Issue 18's bar: with torch CUDA tensors, a call costs within 10% of the same call (same backend,
-same kernel) on CuPy arrays. Also timed: the same on a non-default torch stream (TorchStream's
-event waits), Numba and JAX inputs, and the pieces of the bridge (torch -> CuPy view by
-``data_ptr`` vs ``cupy.asarray`` through ``__cuda_array_interface__``; CuPy -> torch by
-``torch.as_tensor`` vs ``torch.from_dlpack``). Wall time over many calls with one synchronize
-per round (what an application pays), median of five rounds, microseconds. Prints JSON.
+same kernel) on CuPy arrays. Each row (backends cupy, numba-cuda and the names cuda, auto) times
+CuPy inputs, torch inputs through the fast path (``tiledmm.torchpath``: ``torch_us``), the same
+with the fast path off (the general bridge: ``torch_general_us``), both on a non-default torch
+stream, and Numba and JAX inputs. ``breakdown_us`` times the fast path's pieces on the cupy
+backend (key and checks, torch.empty against cupy.empty, a cached and a new CuPy view, the
+stream queries, the backend's run alone, ExternalStream and the event pair) and ``profile``
+holds a cProfile of fast-path calls. Wall time over many calls with one synchronize per round
+(what an application pays), median of five rounds, microseconds. Prints JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import sys
 
 import numpy as np
 from dispatch_overhead import per_call_us  # (a sibling script: benches/ is on sys.path)
 
 import tiledmm
-from tiledmm import arrays
+from tiledmm import arrays, torchpath
+
+
+def breakdown(ta, tb, kern: str, sync) -> dict:
+    """The fast path's pieces on the cupy backend (torch default stream)."""
+    import cupy as cp
+    import torch
+
+    tiledmm.matmul(ta, tb, backend="cupy", kernel=kern)  # learn
+    e = torchpath.entry(ta, tb, "cupy", kern)
+    if e is None:
+        return {"error": "no fast-path entry for torch CUDA inputs on cupy"}
+    n = ta.shape[0]
+    va, vb = e.view(0, ta.data_ptr()), e.view(1, tb.data_ptr())
+    vr = cp.empty((n, n), np.float32)
+    raw = torchpath.raw_stream_getter(torch)
+    ext = torchpath.external_stream(cp, raw(0), 0)
+    before, after = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
+    legacy = torchpath.external_stream(cp, 0, 0)
+
+    def entered():
+        with ext:
+            pass
+
+    def events():
+        before.record(ext)
+        legacy.wait_event(before)
+        after.record(legacy)
+        ext.wait_event(after)
+
+    pieces = {
+        "fast_path_total": lambda: torchpath.matmul(ta, tb, "cupy", kern),
+        "key_and_lookup (torchpath.entry)": lambda: torchpath.entry(ta, tb, "cupy", kern),
+        "checks (contiguous, neg, grad)": lambda: (
+            ta.is_contiguous()
+            and tb.is_contiguous()
+            and not (ta.is_neg() or tb.is_neg())
+            and not ((ta.requires_grad or tb.requires_grad) and torch.is_grad_enabled())
+        ),  # fmt: skip
+        "backend.device_key": e.be.device_key,
+        "torch raw current stream": lambda: raw(0),
+        "cupy current stream ptr": lambda: cp.cuda.get_current_stream().ptr,
+        "torch.empty (output)": lambda: torch.empty((n, n), dtype=ta.dtype, device=ta.device),
+        "cupy.empty (CuPy inputs' output)": lambda: cp.empty((n, n), np.float32),
+        "view, cached (per operand)": lambda: e.view(0, ta.data_ptr()),
+        "view, built (per operand)": lambda: torchpath.view(
+            cp, ta.data_ptr(), (n, n), np.dtype(np.float32), n * n * 4, 0
+        ),
+        "backend.run alone": lambda: e.be.run(e.plan, va, vb, vr),
+        "ExternalStream enter+exit": entered,
+        "event pair (side stream, backend not on CuPy's stream)": events,
+    }
+    out = {k: round(per_call_us(f, sync, calls=5000), 3) for k, f in pieces.items()}
+    out["launch_stream"] = getattr(e.be, "launch_stream", "") or "(not declared)"
+    return out
+
+
+def profile(fn, calls: int = 3000) -> str:
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        fn()
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(16)
+    return buf.getvalue()[-4000:]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=64, help="square size (default 64)")
-    p.add_argument("--backends", default="cupy,numba-cuda")
+    p.add_argument("--backends", default="cupy,numba-cuda,cuda,auto")
     p.add_argument("--kernel", default="auto")
     args = p.parse_args()
 
@@ -43,7 +114,7 @@ def main() -> int:
         torch.cuda.synchronize()
 
     rows: dict = {"n": n, "kernel": kern, "device": torch.cuda.get_device_name(), "rows": []}
-    # The bridge's pieces.
+    # The general bridge's pieces.
     ct = cp.asarray(ta)
     pieces = {
         "torch->cupy (data_ptr view)": lambda: arrays.to_native(ta),
@@ -54,6 +125,7 @@ def main() -> int:
         "stream_for(torch cuda)": lambda: arrays.stream_for(arrays.kind_of(ta)),
     }
     rows["pieces_us"] = {k: round(per_call_us(f, sync, calls=20000), 3) for k, f in pieces.items()}
+    rows["breakdown_us"] = breakdown(ta, tb, kern, sync)
 
     nb = None
     try:
@@ -73,25 +145,47 @@ def main() -> int:
     except Exception:  # noqa: BLE001
         jax = None
 
+    ref = ha.astype(np.float64) @ hb
     for be in args.backends.split(","):
-        entry = next((e for e in tiledmm.backends() if e.name == be), None)
-        if entry is None or not entry.available:
-            print(f"skipping {be}: {entry.reason if entry else 'not registered'}", file=sys.stderr)
-            continue
+        if be not in ("auto", "cuda"):
+            entry = next((e for e in tiledmm.backends() if e.name == be), None)
+            if entry is None or not entry.available:
+                why = entry.reason if entry else "not registered"
+                print(f"skipping {be}: {why}", file=sys.stderr)
+                continue
 
         def mm(x, y, be=be):
             return tiledmm.matmul(x, y, backend=be, kernel=kern)
 
-        ref = ha.astype(np.float64) @ hb
-        got = mm(ta, tb)
-        assert type(got) is torch.Tensor and got.is_cuda, type(got)
-        err = float(np.abs(got.cpu().numpy() - ref).max() / np.abs(ref).max())
-        row = {"backend": be, "rel_error": err}
+        row: dict = {"backend": be}
+        try:
+            got = mm(ta, tb)
+        except Exception as exc:  # noqa: BLE001 - report what could not run
+            row["error"] = f"{type(exc).__name__}: {exc}"
+            rows["rows"].append(row)
+            continue
+        assert type(got) is torch.Tensor and got.device == ta.device, type(got)
+        fast = mm(ta, tb)  # the second call: the fast path's
+        row["fast_path"] = torchpath.entry(ta, tb, be, kern) is not None
+        row["runs_on"] = getattr(torchpath.entry(ta, tb, be, kern), "be", None)
+        row["runs_on"] = row["runs_on"].name if row["runs_on"] is not None else None
+        err = float(np.abs(fast.cpu().numpy() - ref).max() / np.abs(ref).max())
+        row["rel_error"] = err
         row["cupy_us"] = per_call_us(lambda: mm(ca, cb), sync)
         row["torch_us"] = per_call_us(lambda: mm(ta, tb), sync)
         s = torch.cuda.Stream()
         with torch.cuda.stream(s):
+            side = mm(ta, tb)
+            s.synchronize()
+            row["side_stream_rel_error"] = float(
+                np.abs(side.cpu().numpy() - ref).max() / np.abs(ref).max()
+            )
             row["torch_side_stream_us"] = per_call_us(lambda: mm(ta, tb), sync)
+        torchpath.enable(False)
+        row["torch_general_us"] = per_call_us(lambda: mm(ta, tb), sync)
+        with torch.cuda.stream(s):
+            row["torch_side_stream_general_us"] = per_call_us(lambda: mm(ta, tb), sync)
+        torchpath.enable(True)
         if nb is not None:
             row["numba_us"] = per_call_us(lambda: mm(na, nbb), sync)
         if jax is not None:
@@ -99,13 +193,21 @@ def main() -> int:
         row["torch_over_cupy"] = row["torch_us"] / row["cupy_us"]
         row["within_10pct"] = row["torch_over_cupy"] <= 1.10
         rows["rows"].append(row)
+    mm_cupy = lambda: tiledmm.matmul(ta, tb, backend="cupy", kernel=kern)  # noqa: E731
+    mm_cupy()
+    rows["profile_fast_path_cupy"] = profile(mm_cupy)
     rows["torch_matmul_us"] = per_call_us(lambda: torch.matmul(ta, tb), sync)
     rows["cupy_matmul_us"] = per_call_us(lambda: cp.matmul(ca, cb), sync)
     print(json.dumps(rows, indent=2))
     for r in rows["rows"]:
+        if "error" in r:
+            print(f"{r['backend']}: {r['error']}", file=sys.stderr)
+            continue
         print(
             f"{r['backend']}: torch {r['torch_us']:.1f} us vs cupy {r['cupy_us']:.1f} us "
-            f"({r['torch_over_cupy']:.2f}x); side stream {r['torch_side_stream_us']:.1f} us",
+            f"({r['torch_over_cupy']:.2f}x; general path {r['torch_general_us']:.1f} us); "
+            f"side stream {r['torch_side_stream_us']:.1f} us "
+            f"(general {r['torch_side_stream_general_us']:.1f} us)",
             file=sys.stderr,
         )
     return 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays
+from . import arrays, torchpath
 from . import dask as dask_engine
 from .backend import KERNEL_FAMILIES, Backend
 from .dispatch import cache_token, choose_backend, plan_for
@@ -121,15 +121,22 @@ def matmul(
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
-    if out is None and not ufunc_kwargs:  # first: it only ever holds native array types
-        hit = _hot_path(backend, kernel, a, b)
+    plain = out is None and not ufunc_kwargs
+    if plain:  # first: 2-D products seen before (native types, or torch tensors)
+        if type(a) in torchpath.TYPES:
+            hit = torchpath.matmul(a, b, backend, kernel)
+        else:
+            hit = _hot_path(backend, kernel, a, b)
         if hit is not None:
             return hit
     kind = arrays.foreign(a, b, out, backend)  # None for NumPy, CuPy, lists, Dask: cheap
     if kind is not None:
-        return arrays.matmul_foreign(
+        res = arrays.matmul_foreign(
             kind, a, b, out, _native, backend=backend, kernel=kernel, **ufunc_kwargs
         )
+        if plain and kind.lib == "torch":  # the next such call takes torchpath.matmul
+            torchpath.learn(a, b, backend, kernel)
+        return res
     return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
 
 

@@ -17,7 +17,8 @@ Mixed kinds follow one rule (:func:`result_kind`): ``out``'s kind when ``out=`` 
 the first operand that is an array (lists and scalars do not count). tiledmm runs float32 and
 float64 operands (``RUN_DTYPES``, NumPy's promotion between them); any other operand dtype of a
 foreign library is delegated. Streams: a CUDA PyTorch operand on a non-default stream is handled
-by :class:`TorchStream` (see there); on the default stream nothing extra happens.
+by :class:`TorchStream` (see there); on the default stream nothing extra happens. Repeated 2-D
+products of torch tensors skip this bridge: :mod:`tiledmm.torchpath` remembers what it decided.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .kinds import (
     unwrap_out,
 )
 from .kinds import array_libraries as array_libraries  # re-exported: these lived here
+from .torchpath import TorchStream, stream_for, view
 
 __all__ = [
     "Kind",
@@ -88,6 +90,7 @@ def _runs(x: Any, k: Kind) -> bool:
         return (
             k.device in ("cpu", "cuda")
             and not (x.requires_grad and sys.modules["torch"].is_grad_enabled())  # autograd
+            and not x.is_neg()  # a lazily negated view (complex .conj().imag): torch resolves it
             and torch_dtype(sys.modules["torch"], x.dtype) in RUN_DTYPES
         )
     if k.lib in ("jax", "dlpack"):
@@ -144,8 +147,7 @@ def _torch_cuda_view(t: Any) -> Any:
     if n == 0:
         return cp.empty(shape, dt)
     if t.is_contiguous():  # the usual case: CuPy derives the strides itself
-        mem = cp.cuda.UnownedMemory(t.data_ptr(), n * s, t, t.get_device())
-        return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0))
+        return view(cp, t.data_ptr(), shape, dt, n * s, t.get_device(), owner=t)
     strides = tuple(st * s for st in t.stride())
     span = sum((d - 1) * st for d, st in zip(shape, strides, strict=True)) + s
     mem = cp.cuda.UnownedMemory(t.data_ptr(), span, t, t.get_device())
@@ -234,62 +236,6 @@ def delegate(a: Any, b: Any, kind: Kind, out: Any = None, like: Any = None) -> A
     ns = getattr(like if like is not None else a, "__array_namespace__", None)
     xp = ns() if ns is not None else np
     return xp.matmul(A, B) if out is None else xp.matmul(A, B, out=out)
-
-
-# ------------------------------------------------------------------------------- streams
-
-
-def _raw_stream(torch: Any, index: int) -> int:
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
-
-
-def stream_for(kind: Kind, x: Any = None) -> int | None:
-    """The raw ``cudaStream_t`` the caller's library is using on ``kind``'s device, for a
-    backend to launch on (``cupy.cuda.ExternalStream(handle)``); None where the library does
-    its own stream ordering (DLPack consumers pass their stream) or for host kinds."""
-    if kind.lib == "torch" and kind.device == "cuda":
-        return _raw_stream(sys.modules["torch"], kind.index)
-    return None
-
-
-_external: dict[tuple[int, int], Any] = {}
-
-
-class TorchStream:
-    """Orders a tiledmm call inside PyTorch's current (non-default) CUDA stream ``s``.
-
-    On entry the legacy default stream waits for ``s`` (events, no host sync), so a backend
-    launching on the default stream (Numba) starts after the producer; CuPy's current stream
-    becomes ``s`` itself (``ExternalStream``), so CuPy launches and pool allocations are on it.
-    On exit ``s`` waits for the default stream, so a torch consumer sees the finished result.
-    """
-
-    __slots__ = ("torch", "index", "handle", "ext")
-
-    def __init__(self, index: int, handle: int) -> None:
-        self.torch, self.index, self.handle, self.ext = sys.modules["torch"], index, handle, None
-
-    def __enter__(self) -> TorchStream:
-        cuda = self.torch.cuda
-        cuda.default_stream(self.index).wait_stream(cuda.current_stream(self.index))
-        cp = optional_module("cupy")
-        if cp is not None:
-            key = (self.handle, self.index)
-            ext = _external.get(key)
-            if ext is None:
-                if len(_external) > 64:
-                    _external.clear()
-                ext = _external[key] = cp.cuda.ExternalStream(self.handle, self.index)
-            self.ext = ext
-            ext.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.ext is not None:
-            self.ext.__exit__(*exc)
-        cuda = self.torch.cuda
-        cuda.current_stream(self.index).wait_stream(cuda.default_stream(self.index))
 
 
 # ------------------------------------------------------------------------------- the bridge
