@@ -1,0 +1,455 @@
+/* mma: register tiling whose micro-kernel is a warp-level tensor-core multiply-accumulate.
+ *
+ * The block computes a BM x BN tile of C with WARPS_M x WARPS_N warps; each warp owns a
+ * (BM/WARPS_M) x (BN/WARPS_N) sub-tile made of MI x NI fragments of FM x FN (the mma.sync
+ * shape), and walks K in steps of FK. A (BM x BK, row-major) and B (BK x BN, row-major) stage
+ * tiles live in shared memory, STAGES deep: cp.async copies tile kt+STAGES-1 while tile kt is
+ * multiplied (one barrier per BK step). Rows are padded (SA_LD, SB_LD from mma_spec.py) so the
+ * fragment loads hit distinct banks. Edge tiles are zero-filled by cp.async's src-size operand.
+ *
+ * MMA_KIND 1: f64 in/out, DMMA (FM x FN x FK = 8x8x4, 16x8x4, 16x8x8 or 16x8x16; the k8/k16
+ *   fragments take their K slots in the order 2t, 2t+1, 8+2t, 8+2t+1, ... so each A row pair is
+ *   one 16-byte shared load: any K permutation applied to both A and B leaves the sum alone).
+ * MMA_KIND 2/3: f16/bf16 in (stored as 16-bit words), f32 accumulate, f16/bf16 out; 16x8x16
+ *   with ldmatrix.x4 (A) and ldmatrix.x4.trans (B).
+ * MMA_KIND 4: f32 in/out, inputs rounded to TF32 (cvt.rna), 16x8x8.
+ *
+ * MMA_PTX (CUDA; OpenCL only with MMA_PTX_OPENCL, an experiment for NVIDIA's compiler) uses the
+ * PTX instructions. Otherwise (PoCL in CI, or MMA_SCALAR 1) the same tile walk, stages, padded
+ * layout and C-fragment ownership run with plain FMAs: each work-item computes the elements its
+ * lane owns in the mma C fragment from the shared tiles, so the index arithmetic is exercised.
+ * Signature as gemm_common.h's GEMM_SIGNATURE (A, B, C typed per kind); the batch walks grid z
+ * like BATCH_PROLOGUE, without K slices (sCk is ignored).
+ */
+#include "gemm_common.h"
+
+#if (defined(TILEDMM_CUDA) && !MMA_SCALAR) || (defined(TILEDMM_OPENCL) && defined(MMA_PTX_OPENCL))
+  #define MMA_PTX 1
+#else
+  #define MMA_PTX 0
+#endif
+
+#if MMA_KIND == 1
+  typedef double elem_t;
+  typedef double out_t;
+  typedef double acc_t;
+#elif MMA_KIND == 4
+  typedef float elem_t;
+  typedef float out_t;
+  typedef float acc_t;
+#else
+  typedef unsigned short elem_t; /* f16 / bf16 bits */
+  typedef unsigned short out_t;
+  typedef float acc_t;
+#endif
+
+#ifdef TILEDMM_OPENCL
+  #define F2U(x) as_uint(x)
+  #define U2F(x) as_float(x)
+#else
+  #define F2U(x) __float_as_uint(x)
+  #define U2F(x) __uint_as_float(x)
+#endif
+
+#define WM (BM / WARPS_M)
+#define WN (BN / WARPS_N)
+#define MI (WM / FM)
+#define NI (WN / FN)
+#define CF (FM * FN / 32)      /* accumulator elements per lane per fragment */
+#define CH (16 / ELEM_BYTES)   /* elements per 16-byte chunk */
+#define VA (ALIGNED_A ? CH : 1) /* elements per copy */
+#define VB (ALIGNED_B ? CH : 1)
+#define A_PIECES (BM * BK / VA)
+#define B_PIECES (BK * BN / VB)
+#define A_ITERS ((A_PIECES + THREADS - 1) / THREADS)
+#define B_ITERS ((B_PIECES + THREADS - 1) / THREADS)
+#ifndef GROUP_M
+  #define GROUP_M 1
+#endif
+
+/* ---------------------------------------------------------------- element conversions */
+
+/* IEEE half bits <-> float (round to nearest even), bfloat16 likewise, TF32 rounding (ties
+ * away, as cvt.rna). Plain integer code: the same on every compiler, no half type needed. */
+INLINE float h2f(const unsigned short h)
+{
+  const unsigned s = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu;
+  const unsigned m = (unsigned)h & 0x3ffu;
+  if (e == 0)
+    return (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f; /* m * 2^-24 */
+  if (e == 31)
+    return U2F(s | 0x7f800000u | (m << 13));
+  return U2F(s | ((e + 112u) << 23) | (m << 13));
+}
+
+INLINE unsigned short f2h(const float f)
+{
+  const unsigned x = F2U(f), s = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u)
+    return (unsigned short)(s | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+  if (ax >= 0x477ff000u) /* >= 65520: rounds to infinity */
+    return (unsigned short)(s | 0x7c00u);
+  if (ax < 0x38800000u) /* below 2^-14: a subnormal half, m = round(|f| * 2^24) */
+    return (unsigned short)(s | (unsigned)rint(U2F(ax) * 16777216.0f));
+  unsigned h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+  const unsigned rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+    ++h;
+  return (unsigned short)(s | h);
+}
+
+INLINE float bf2f(const unsigned short h) { return U2F((unsigned)h << 16); }
+
+INLINE unsigned short f2bf(const float f)
+{
+  const unsigned x = F2U(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+INLINE float tf32_round(const float f)
+{
+  const unsigned x = F2U(f);
+  if ((x & 0x7f800000u) == 0x7f800000u)
+    return f;
+  return U2F((x + 0x1000u) & 0xffffe000u);
+}
+
+#if MMA_KIND == 1
+  #define TO_ACC(x) (x)
+  #define TO_OUT(x) (x)
+#elif MMA_KIND == 2
+  #define TO_ACC(x) h2f(x)
+  #define TO_OUT(x) f2h(x)
+#elif MMA_KIND == 3
+  #define TO_ACC(x) bf2f(x)
+  #define TO_OUT(x) f2bf(x)
+#else
+  #define TO_ACC(x) tf32_round(x)
+  #define TO_OUT(x) (x)
+#endif
+
+/* ---------------------------------------------------------------- PTX building blocks */
+
+#if MMA_PTX
+  #define STR_(x) #x
+  #define STR(x) STR_(x)
+
+INLINE unsigned smem_addr(const LOCAL_PTR void *p)
+{
+  #ifdef TILEDMM_CUDA
+  unsigned r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+  #else
+  return (unsigned)(size_t)p; /* OpenCL local pointers are shared-window addresses */
+  #endif
+}
+
+/* global -> shared copy of one piece (VA or VB elements), the first n elements valid, the rest
+ * zero-filled (src-size); n == 0 copies nothing from src. */
+  #define CP_ASYNC_16(dst, src, nbytes)                                                       \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),    \
+                 "r"(nbytes))
+  #define CP_ASYNC_ELEM(dst, src, nbytes)                                                     \
+    asm volatile("cp.async.ca.shared.global [%0], [%1], " STR(ELEM_BYTES) ", %2;\n" ::"r"(dst), \
+                 "l"(src), "r"(nbytes))
+  #define CP_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
+  #define CP_WAIT() asm volatile("cp.async.wait_group " STR(MMA_WAIT) ";\n" ::: "memory")
+  #define MMA_WAIT (STAGES - 2)
+#else
+  #define CP_COMMIT() do { } while (0)
+  #define CP_WAIT() do { } while (0)
+#endif
+
+INLINE void copy_piece(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const int n, const int v)
+{
+#if MMA_PTX && ELEM_BYTES >= 4
+  if (v == CH)
+    CP_ASYNC_16(smem_addr(dst), src, n * ELEM_BYTES);
+  else
+    CP_ASYNC_ELEM(smem_addr(dst), src, n * ELEM_BYTES);
+#elif MMA_PTX /* 16-bit elements: no 2-byte cp.async, unaligned rows are copied in place */
+  if (v == CH)
+    CP_ASYNC_16(smem_addr(dst), src, n * ELEM_BYTES);
+  else
+    dst[0] = n ? src[0] : (elem_t)0;
+#else
+  for (int q = 0; q < v; ++q)
+    dst[q] = q < n ? src[q] : (elem_t)0;
+#endif
+}
+
+/* Stage kt of A (BM x BK at row0, k0) and B (BK x BN at k0, col0) into as / bs. */
+INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs,
+                       const GLOBAL elem_t *RESTRICT A, const int lda,
+                       const GLOBAL elem_t *RESTRICT B, const int ldb, const int M, const int N,
+                       const int K, const int row0, const int col0, const int k0, const int tid)
+{
+  UNROLL for (int l = 0; l < A_ITERS; ++l) {
+    const int e = tid + l * THREADS;
+    if (A_PIECES % THREADS == 0 || e < A_PIECES) {
+      const int r = e / (BK / VA), c = (e % (BK / VA)) * VA;
+      const int gr = row0 + r, gk = k0 + c;
+      int n = gr < M ? K - gk : 0;
+      n = n < 0 ? 0 : (n > VA ? VA : n);
+      copy_piece(as + r * SA_LD + c, n ? A + gr * lda + gk : A, n, VA);
+    }
+  }
+  UNROLL for (int l = 0; l < B_ITERS; ++l) {
+    const int e = tid + l * THREADS;
+    if (B_PIECES % THREADS == 0 || e < B_PIECES) {
+      const int r = e / (BN / VB), c = (e % (BN / VB)) * VB;
+      const int gk = k0 + r, gc = col0 + c;
+      int n = gk < K ? N - gc : 0;
+      n = n < 0 ? 0 : (n > VB ? VB : n);
+      copy_piece(bs + r * SB_LD + c, n ? B + gk * ldb + gc : B, n, VB);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- the micro-kernel */
+
+#if MMA_PTX && MMA_KIND == 1
+
+/* actual K offset (within an FK step) of this lane's fragment K slot q (see the header) */
+  #if FK == 4
+    #define KQ(q, t) (t)
+  #else
+    #define KQ(q, t) (((q) >> 1) * 8 + 2 * (t) + ((q) & 1))
+  #endif
+  #define AF (FM * FK / 32)
+  #define BF (FK / 4)
+
+INLINE void mma_f64(double c[CF], const double a[AF], const double b[BF])
+{
+  #if FM == 8
+  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+      : "+d"(c[0]), "+d"(c[1]) : "d"(a[0]), "d"(b[0]));
+  #elif FK == 4
+  asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};\n"
+      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3]) : "d"(a[0]), "d"(a[1]), "d"(b[0]));
+  #elif FK == 8
+  asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+  #else
+  asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+      "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
+      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]),
+        "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+  #endif
+}
+
+INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+{
+  const int g = lane >> 2, t = lane & 3;
+  UNROLL for (int kk = 0; kk < BK; kk += FK) {
+    double a[MI][AF], b[NI][BF];
+    UNROLL for (int i = 0; i < MI; ++i) {
+      const LOCAL_PTR double *pa = as + (wr + i * FM + g) * SA_LD + kk;
+  #if FK == 4
+      a[i][0] = pa[t];
+    #if FM == 16
+      a[i][1] = pa[8 * SA_LD + t];
+    #endif
+  #else
+      UNROLL for (int qq = 0; qq < FK / 8; ++qq) {
+        const double2 x = *(const LOCAL_PTR double2 *)(pa + qq * 8 + 2 * t);
+        const double2 y = *(const LOCAL_PTR double2 *)(pa + 8 * SA_LD + qq * 8 + 2 * t);
+        a[i][4 * qq] = x.x;
+        a[i][4 * qq + 2] = x.y;
+        a[i][4 * qq + 1] = y.x;
+        a[i][4 * qq + 3] = y.y;
+      }
+  #endif
+    }
+    UNROLL for (int j = 0; j < NI; ++j)
+      UNROLL for (int q = 0; q < BF; ++q) b[j][q] = bs[(kk + KQ(q, t)) * SB_LD + wc + j * FN + g];
+    UNROLL for (int i = 0; i < MI; ++i)
+      UNROLL for (int j = 0; j < NI; ++j) mma_f64(acc[i][j], a[i], b[j]);
+  }
+}
+
+#elif MMA_PTX && (MMA_KIND == 2 || MMA_KIND == 3)
+
+  #if MMA_KIND == 2
+    #define MMA_F16_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+  #else
+    #define MMA_F16_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+  #endif
+
+INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+{
+  UNROLL for (int kk = 0; kk < BK; kk += 16) {
+    unsigned a[MI][4], b[NI][2];
+    UNROLL for (int i = 0; i < MI; ++i) {
+      const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 8);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
+    }
+    UNROLL for (int j = 0; j < NI; j += 2) {
+      const unsigned p = smem_addr(bs + (kk + (lane & 15)) * SB_LD + wc + j * 8 + (lane >> 4) * 8);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1])
+                   : "r"(p));
+    }
+    UNROLL for (int i = 0; i < MI; ++i)
+      UNROLL for (int j = 0; j < NI; ++j) {
+        float *c = acc[i][j];
+        asm(MMA_F16_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
+              "r"(b[j][1]));
+      }
+  }
+}
+
+#elif MMA_PTX && MMA_KIND == 4
+
+INLINE unsigned to_tf32(const float x)
+{
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+{
+  const int g = lane >> 2, t = lane & 3;
+  UNROLL for (int kk = 0; kk < BK; kk += 8) {
+    unsigned a[MI][4], b[NI][2];
+    UNROLL for (int i = 0; i < MI; ++i) { /* K slots t, t+4 <-> k = 2t, 2t+1 */
+      const LOCAL_PTR float *pa = as + (wr + i * 16 + g) * SA_LD + kk + 2 * t;
+      const float2 x = *(const LOCAL_PTR float2 *)pa;
+      const float2 y = *(const LOCAL_PTR float2 *)(pa + 8 * SA_LD);
+      a[i][0] = to_tf32(x.x);
+      a[i][2] = to_tf32(x.y);
+      a[i][1] = to_tf32(y.x);
+      a[i][3] = to_tf32(y.y);
+    }
+    UNROLL for (int j = 0; j < NI; ++j) {
+      const LOCAL_PTR float *pb = bs + (kk + 2 * t) * SB_LD + wc + j * 8 + g;
+      b[j][0] = to_tf32(pb[0]);
+      b[j][1] = to_tf32(pb[SB_LD]);
+    }
+    UNROLL for (int i = 0; i < MI; ++i)
+      UNROLL for (int j = 0; j < NI; ++j) {
+        float *c = acc[i][j];
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
+              "r"(b[j][1]));
+      }
+  }
+}
+
+#else /* the scalar micro-kernel: same ownership, plain FMAs over the shared tiles */
+
+INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+{
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < NI; ++j)
+      for (int e = 0; e < CF; ++e) {
+        const int r = wr + i * FM + g + 8 * (e >> 1), c = wc + j * FN + 2 * t + (e & 1);
+        acc_t s = acc[i][j][e];
+        for (int k = 0; k < BK; ++k)
+          s = FMA(TO_ACC(as[r * SA_LD + k]), TO_ACC(bs[k * SB_LD + c]), s);
+        acc[i][j][e] = s;
+      }
+}
+
+#endif
+
+/* ---------------------------------------------------------------- the kernel */
+
+#define MMA_SIGNATURE                                                                        \
+  gemm(const int M, const int N, int K, const GLOBAL elem_t *RESTRICT A, const int offA,    \
+       const int lda, const GLOBAL elem_t *RESTRICT B, const int offB, const int ldb,       \
+       GLOBAL out_t *RESTRICT C, const int offC, const int ldc, const int nb1, const int sA0, \
+       const int sA1, const int sB0, const int sB1, const int sC0, const int sC1,           \
+       const int sCk)
+
+KERNEL MMA_SIGNATURE
+{
+#ifdef TILEDMM_CUDA
+  extern __shared__ __align__(16) unsigned char mma_smem[];
+  elem_t *smem = (elem_t *)mma_smem; /* SMEM_ELEMS elements: dynamic, sized by the host */
+#else
+  LOCAL elem_t ALIGN16 smem[SMEM_ELEMS];
+#endif
+  LOCAL_PTR elem_t *As = smem, *Bs = smem + STAGES * BM * SA_LD;
+  { /* this group's matrix of the batch (z = z0 * nb1 + z1); no K slices in this family */
+    const int z0 = GROUP_Z() / nb1, z1 = GROUP_Z() % nb1;
+    A += offA + z0 * sA0 + z1 * sA1;
+    B += offB + z0 * sB0 + z1 * sB1;
+    C += offC + z0 * sC0 + z1 * sC1;
+  }
+  const int tid = LOCAL_ID(), lane = tid & 31, warp = tid >> 5;
+  const int wr = (warp / WARPS_N) * WM, wc = (warp % WARPS_N) * WN;
+
+  /* launch order: consecutive block ids walk GROUP_M block rows before moving right (L2) */
+  int bx = GROUP_X(), by = GROUP_Y();
+#if GROUP_M > 1
+  {
+    const int gx = NUM_GROUPS_X(), gy = NUM_GROUPS_Y(), id = by * gx + bx;
+    const int band = id / (GROUP_M * gx), in = id % (GROUP_M * gx);
+    const int rows = IMIN(gy - band * GROUP_M, GROUP_M);
+    by = band * GROUP_M + in % rows;
+    bx = in / rows;
+  }
+#endif
+  const int row0 = by * BM, col0 = bx * BN;
+
+  acc_t acc[MI][NI][CF];
+  UNROLL for (int i = 0; i < MI; ++i)
+    UNROLL for (int j = 0; j < NI; ++j)
+      UNROLL for (int e = 0; e < CF; ++e) acc[i][j][e] = (acc_t)0;
+
+  const int kt_n = (K + BK - 1) / BK;
+  UNROLL for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < kt_n)
+      load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, lda, B, ldb, M, N, K, row0, col0,
+                 s * BK, tid);
+    CP_COMMIT();
+  }
+  int rd = 0, wt = STAGES - 1; /* stage read now, stage written next */
+  for (int kt = 0; kt < kt_n; ++kt) {
+    CP_WAIT(); /* tile kt has landed (this thread's copies) ... */
+    BARRIER(); /* ... everyone's, and everyone is done with the stage overwritten next */
+    const int nxt = kt + STAGES - 1;
+    if (nxt < kt_n)
+      load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, lda, B, ldb, M, N, K, row0,
+                 col0, nxt * BK, tid);
+    CP_COMMIT();
+    compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane);
+    rd = rd + 1 == STAGES ? 0 : rd + 1;
+    wt = wt + 1 == STAGES ? 0 : wt + 1;
+  }
+
+  /* C fragment (i, j), element e of this lane: row g (+8 for e >= 2), column 2t + (e & 1) */
+  const int g = lane >> 2, t = lane & 3;
+  UNROLL for (int i = 0; i < MI; ++i)
+    UNROLL for (int e2 = 0; e2 < CF / 2; ++e2) {
+      const int row = row0 + wr + i * FM + g + 8 * e2;
+      if (row >= M)
+        continue;
+      UNROLL for (int j = 0; j < NI; ++j) {
+        const int col = col0 + wc + j * FN + 2 * t;
+        if (col < N)
+          C[row * ldc + col] = TO_OUT(acc[i][j][2 * e2]);
+        if (col + 1 < N)
+          C[row * ldc + col + 1] = TO_OUT(acc[i][j][2 * e2 + 1]);
+      }
+    }
+}

@@ -1,0 +1,104 @@
+"""The ``mma`` family's compile-time layout (``mma.cl``): defines and shared-memory size.
+
+Standalone on purpose (imports nothing from tiledmm): ``benches/mma.py`` loads this file by path
+on a GPU machine. One place computes the padded shared-memory leading dimensions, so the kernel
+and the host agree on the dynamic shared-memory size.
+
+Kinds (``MMA_KIND``): ``f64`` (DMMA, f64 in and out), ``f16`` / ``bf16`` (16-bit in, f32
+accumulate, 16-bit out), ``tf32`` (f32 in and out, inputs rounded to TF32 by ``cvt.rna``).
+Fragment shapes (``mma.sync`` M x N x K per warp instruction): f64 8x8x4 (sm_80), 16x8x4,
+16x8x8, 16x8x16 (sm_90); f16/bf16 16x8x16; tf32 16x8x8.
+"""
+
+from __future__ import annotations
+
+__all__ = ["KINDS", "SHAPES", "DTYPE_KIND", "ELEM_BYTES", "mma_defines", "smem_bytes", "check"]
+
+KINDS = {"f64": 1, "f16": 2, "bf16": 3, "tf32": 4}
+ELEM_BYTES = {"f64": 8, "f16": 2, "bf16": 2, "tf32": 4}
+#: NumPy dtype name (and "tf32" for float32 on request) -> kind
+DTYPE_KIND = {"float64": "f64", "float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
+#: fragment shapes (FM, FN, FK) per kind; the first is the default
+SHAPES = {
+    "f64": ((16, 8, 8), (8, 8, 4), (16, 8, 4), (16, 8, 16)),
+    "f16": ((16, 8, 16),),
+    "bf16": ((16, 8, 16),),
+    "tf32": ((16, 8, 8),),
+}
+
+
+def _pad_to(x: int, residue: int, modulus: int) -> int:
+    """The smallest value >= x that is ``residue`` mod ``modulus``."""
+    return x + (residue - x) % modulus
+
+
+def _leading_dims(kind: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
+    """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles, chosen so
+    the fragment loads of ``mma.cl`` hit distinct banks (and rows stay 16-byte aligned):
+    f64 k4: scalar (g, t) / (t, g) loads in half-warp phases -> both 4 mod 16 doubles;
+    f64 k8/k16: A pairs (g, 2t..2t+1) as 16-byte loads -> 8 mod 16, B rows 2t -> 2 mod 8;
+    f16/bf16: ldmatrix rows of 16 bytes -> an odd number of 16-byte chunks per row;
+    tf32: A pairs as 8-byte loads -> 8 mod 32 floats, B rows 2t -> 4 mod 16."""
+    if kind == "f64":
+        if fk == 4:
+            return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
+        return _pad_to(bk, 8, 16), _pad_to(bn, 2, 8)
+    if kind in ("f16", "bf16"):
+        return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
+    return _pad_to(bk, 8, 32), _pad_to(bn, 4, 16)
+
+
+def check(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int,
+          shape: tuple[int, int, int]) -> list[str]:  # fmt: skip
+    """What is wrong with a configuration (empty when the kernel can run it)."""
+    bad = []
+    if kind not in KINDS:
+        return [f"unknown mma kind {kind!r} (one of {', '.join(KINDS)})"]
+    fm, fn, fk = shape
+    if tuple(shape) not in SHAPES[kind]:
+        bad.append(f"fragment {fm}x{fn}x{fk} is not an {kind} mma.sync shape {SHAPES[kind]}")
+    if warps_m < 1 or warps_n < 1 or bm % (warps_m * fm) or bn % (warps_n * fn):
+        bad.append(f"block {bm}x{bn} must split into {warps_m}x{warps_n} warp tiles of whole "
+                   f"{fm}x{fn} fragments")  # fmt: skip
+    elif kind in ("f16", "bf16") and (bn // warps_n // fn) % 2:
+        bad.append("f16/bf16 warp tiles need an even number of 8-wide fragments (ldmatrix.x4)")
+    if bk % fk or bk % (16 // ELEM_BYTES[kind]):
+        bad.append(f"BK={bk} must be a multiple of {fk} and of a 16-byte chunk")
+    if bn % (16 // ELEM_BYTES[kind]):
+        bad.append(f"BN={bn} must be a multiple of a 16-byte chunk")
+    if stages < 2:
+        bad.append("the cp.async pipeline needs at least 2 stages")
+    if warps_m * warps_n * 32 > 1024:
+        bad.append("at most 32 warps per block")
+    return bad
+
+
+def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int,
+                stages: int = 3, shape: tuple[int, int, int] | None = None,
+                aligned_a: bool = True, aligned_b: bool = True, group_m: int = 1,
+                scalar: bool = False) -> dict[str, int]:  # fmt: skip
+    """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
+
+    ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
+    multiple of 16 bytes and a 16-byte aligned base): 16-byte ``cp.async`` copies, else one
+    element per copy. ``scalar``: the plain-FMA micro-kernel even under CUDA (for testing)."""
+    shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
+    bad = check(kind, bm, bn, bk, warps_m, warps_n, stages, shape)
+    if bad:
+        raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): " + "; ".join(bad))
+    fm, fn, fk = shape
+    sa, sb = _leading_dims(kind, bk, bn, fk)
+    es = ELEM_BYTES[kind]
+    return dict(
+        MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
+        BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
+        THREADS=32 * warps_m * warps_n, FM=fm, FN=fn, FK=fk, STAGES=stages,
+        SA_LD=sa, SB_LD=sb, SMEM_ELEMS=stages * (bm * sa + bk * sb),
+        ALIGNED_A=int(aligned_a), ALIGNED_B=int(aligned_b), GROUP_M=group_m,
+        MMA_SCALAR=int(scalar),
+    )  # fmt: skip
+
+
+def smem_bytes(defs: dict[str, int]) -> int:
+    """Dynamic shared memory of one block (bytes)."""
+    return defs["SMEM_ELEMS"] * defs["ELEM_BYTES"]

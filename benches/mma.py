@@ -1,0 +1,410 @@
+"""Tensor-core ``mma`` kernels (backends/kernels/mma.cl) on a CUDA GPU, against cuBLAS.
+
+    python benches/mma.py --out $OUT/h200-mma.json        (after bash .whl/setup.sh)
+
+Standalone: compiles ``mma.cl`` with CuPy (NVRTC) straight from this checkout (no tiledmm import),
+for a few tile configurations per kind (f64 DMMA, f16/bf16 with f32 accumulate, TF32), checks
+each against a float64 host reference on sampled rows (NaN-poisoned output first), then times it
+with CUDA events (median after warm-up) beside cupy.matmul on the same data in the same run
+(bf16: cupy if it has the dtype, else torch; TF32: CUPY_TF32=1 / torch allow_tf32). Prints a
+table and writes pytest-benchmark JSON rows. Compile errors are printed (NVRTC log) and
+skipped; a time budget (--budget seconds) stops new work so the run always ends. Last, an
+attempt to build the same source through NVIDIA's OpenCL with inline PTX (recorded, not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("CUPY_TF32", "1")  # float32 matmul here is only the TF32 yardstick
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+KDIR = ROOT / "backends" / "kernels"
+_spec = importlib.util.spec_from_file_location("mma_spec", KDIR / "mma_spec.py")
+ms = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ms)  # type: ignore[union-attr]
+
+T0 = time.monotonic()
+
+# (name, kind, BM, BN, BK, warps_m, warps_n, stages, fragment shape or None, extra)
+CONFIGS = {
+    "f64": [
+        ("128x64x16/4x2/16x8x8/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 8), {}),
+        ("128x64x16/2x2/16x8x8/s3", "f64", 128, 64, 16, 2, 2, 3, (16, 8, 8), {}),
+        ("64x64x16/2x2/16x8x8/s4", "f64", 64, 64, 16, 2, 2, 4, (16, 8, 8), {}),
+        ("128x128x16/4x2/16x8x8/s3", "f64", 128, 128, 16, 4, 2, 3, (16, 8, 8), {}),
+        ("128x64x16/4x2/16x8x16/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 16), {}),
+        ("128x64x16/4x2/16x8x4/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 4), {}),
+        ("128x64x16/4x2/8x8x4/s3", "f64", 128, 64, 16, 4, 2, 3, (8, 8, 4), {}),
+        ("128x64x32/4x2/16x8x8/s3", "f64", 128, 64, 32, 4, 2, 3, (16, 8, 8), {}),
+    ],
+    "f16": [
+        ("128x128x32/2x2/s4", "f16", 128, 128, 32, 2, 2, 4, None, {}),
+        ("128x256x32/2x4/s3", "f16", 128, 256, 32, 2, 4, 3, None, {}),
+        ("128x128x32/2x4/s4", "f16", 128, 128, 32, 2, 4, 4, None, {}),
+        ("256x128x32/4x2/s3", "f16", 256, 128, 32, 4, 2, 3, None, {}),
+    ],
+    "bf16": [
+        ("128x128x32/2x2/s4", "bf16", 128, 128, 32, 2, 2, 4, None, {}),
+        ("128x256x32/2x4/s3", "bf16", 128, 256, 32, 2, 4, 3, None, {}),
+    ],
+    "tf32": [
+        ("128x128x16/2x2/s3", "tf32", 128, 128, 16, 2, 2, 3, None, {}),
+        ("128x128x32/2x4/s3", "tf32", 128, 128, 32, 2, 4, 3, None, {}),
+        ("128x64x16/2x2/s4", "tf32", 128, 64, 16, 2, 2, 4, None, {}),
+    ],
+}
+SHAPES = {
+    "f64": [(4096, 4096, 4096), (8192, 8192, 8192), (1024, 1024, 1024), (4095, 4095, 4095),
+            (1000, 3000, 777)],
+    "f16": [(8192, 8192, 8192), (4096, 4096, 4096)],
+    "bf16": [(8192, 8192, 8192), (4096, 4096, 4096)],
+    "tf32": [(8192, 8192, 8192), (4096, 4096, 4096)],
+}  # fmt: skip
+DTYPE = {"f64": "float64", "f16": "float16", "bf16": "bfloat16", "tf32": "float32"}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+def source(defs: dict[str, int]) -> str:
+    body = (KDIR / "mma.cl").read_text()
+    body = body.replace('#include "gemm_common.h"', (KDIR / "gemm_common.h").read_text())
+    return "".join(f"#define {k} {int(v)}\n" for k, v in sorted(defs.items())) + body
+
+
+class Runner:
+    def __init__(self, cp, budget: float) -> None:
+        self.cp, self.budget = cp, budget
+        self.kernels: dict = {}
+        self.rows: list[dict] = []
+        self.failures: list[str] = []
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - T0)
+
+    def build(self, cfg, aligned_a: bool, aligned_b: bool):
+        name, kind, bm, bn, bk, wm, wn, st, shape, extra = cfg
+        key = (name, kind, aligned_a, aligned_b)
+        if key in self.kernels:
+            return self.kernels[key]
+        cp = self.cp
+        try:
+            defs = ms.mma_defines(kind, bm, bn, bk, wm, wn, st, shape, aligned_a=aligned_a,
+                                  aligned_b=aligned_b, group_m=extra.get("group_m", 8))  # fmt: skip
+            t = time.monotonic()
+            fn = cp.RawKernel(source(defs), "gemm")
+            smem = ms.smem_bytes(defs)
+            fn.compile()
+            try:
+                fn.max_dynamic_shared_size_bytes = smem
+            except Exception:  # noqa: BLE001 - older CuPy: the driver call
+                cp.cuda.driver.funcSetAttribute(fn.kernel.ptr, 8, smem)
+            info = f"{fn.num_regs} regs, {fn.local_size_bytes} B local, {smem} B shared"
+            log(f"built {kind} {name} a{int(aligned_a)}b{int(aligned_b)}: {info} "
+                f"({time.monotonic() - t:.1f}s)")  # fmt: skip
+            k = (fn, defs, smem, info)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            msg = exc.get_message() if hasattr(exc, "get_message") else str(exc)
+            log(f"BUILD FAILED {kind} {name}: {type(exc).__name__}: {str(msg)[-3000:]}")
+            self.failures.append(f"build {kind} {name}: {str(msg)[-500:]}")
+            k = None
+        self.kernels[key] = k
+        return k
+
+    def launch(self, k, a, b, c, m, n, kk):
+        fn, defs, smem, _ = k
+        i32 = np.int32
+        grid = ((n + defs["BN"] - 1) // defs["BN"], (m + defs["BM"] - 1) // defs["BM"], 1)
+        z = i32(0)
+        args = (i32(m), i32(n), i32(kk), a, z, i32(kk), b, z, i32(n), c, z, i32(n), i32(1))
+        fn(grid, (defs["THREADS"],), args + (z,) * 7, shared_mem=smem)
+
+    def time_fn(self, f, max_s: float = 0.6) -> list[float]:
+        cp = self.cp
+        f()
+        f()
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        out: list[float] = []
+        t = time.monotonic()
+        while len(out) < 5 or (len(out) < 20 and time.monotonic() - t < max_s):
+            s.record()
+            f()
+            e.record()
+            e.synchronize()
+            out.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+        return out
+
+
+def make_inputs(cp, kind: str, m: int, n: int, k: int, seed: int):
+    """Device operands (the kernel's storage dtype) and their float64 host values."""
+    rng = cp.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=cp.float32 if kind != "f64" else cp.float64)
+    b = rng.standard_normal((k, n), dtype=cp.float32 if kind != "f64" else cp.float64)
+    if kind == "f16":
+        a, b = a.astype(cp.float16), b.astype(cp.float16)
+    elif kind == "bf16":  # round to bf16 bits (nearest even) on the device, stored as uint16
+        a, b = _to_bf16_bits(cp, a), _to_bf16_bits(cp, b)
+    return a, b
+
+
+def _to_bf16_bits(cp, x):
+    u = x.view(cp.uint32)
+    return ((u + cp.uint32(0x7FFF) + ((u >> 16) & cp.uint32(1))) >> 16).astype(cp.uint16)
+
+
+def to_f64_host(cp, kind: str, x) -> np.ndarray:
+    if kind == "bf16":
+        return (cp.asnumpy(x).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return cp.asnumpy(x).astype(np.float64)
+
+
+def vendor(cp, kind: str, a, b):
+    """cuBLAS on the same data: a callable or None (with the reason)."""
+    if kind != "bf16":
+        return (lambda: cp.matmul(a, b)), "cupy.matmul"
+    try:
+        import ml_dtypes  # noqa: F401
+
+        bt = np.dtype("bfloat16")
+        av, bv = a.view(bt), b.view(bt)
+        cp.matmul(av[:2, :2], bv[:2, :2])
+        return (lambda: cp.matmul(av, bv)), "cupy.matmul (bfloat16)"
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import torch
+
+        ta = torch.from_dlpack(a).view(torch.bfloat16)
+        tb = torch.from_dlpack(b).view(torch.bfloat16)
+        return (lambda: torch.matmul(ta, tb)), "torch.matmul (bfloat16)"
+    except Exception as exc:  # noqa: BLE001
+        return None, f"no bf16 vendor GEMM: {exc}"
+
+
+def vendor_result_bits(cp, kind: str, r):
+    if kind == "bf16" and not hasattr(r, "__cuda_array_interface__"):  # a torch tensor
+        import torch
+
+        return cp.from_dlpack(r.view(torch.int16)).view(cp.uint16)
+    if kind == "bf16":
+        return r.view(cp.uint16)
+    return r
+
+
+def rel_err(cp, kind, c, ref_rows, rows) -> float:
+    got = to_f64_host(cp, kind, c[cp.asarray(rows)])
+    return float(np.linalg.norm(got - ref_rows) / np.linalg.norm(ref_rows))
+
+
+def run_kind(R: Runner, kind: str, shapes, configs, screen_all: bool) -> None:
+    cp = R.cp
+    best: list = []
+    for si, (m, n, k) in enumerate(shapes):
+        if R.left() < 10:
+            log(f"budget spent: skipping {kind} {m}x{n}x{k}")
+            return
+        a, b = make_inputs(cp, kind, m, n, k, seed=si + 1)
+        es = ms.ELEM_BYTES[kind]
+        al_a, al_b = (k * es) % 16 == 0, (n * es) % 16 == 0
+        if kind in ("f16", "bf16") and not (al_a and al_b):
+            log(f"{kind} {m}x{n}x{k}: 16-bit operands need 16-byte rows here; skipped")
+            continue
+        out_dt = {"f64": cp.float64, "tf32": cp.float32}.get(kind, cp.uint16)
+        if kind == "f16":
+            out_dt = cp.float16
+        c = cp.empty((m, n), dtype=out_dt)
+        rng = np.random.default_rng(si)
+        rows = np.unique(np.concatenate([rng.integers(0, m, 12), [0, m - 1]]))
+        ref_rows = to_f64_host(cp, kind, a[cp.asarray(rows)]) @ to_f64_host(cp, kind, b)
+        vf, vname = vendor(cp, kind, a, b)
+        v_t = v_err = None
+        if vf is not None:
+            r = vf()
+            v_err = rel_err(cp, kind, vendor_result_bits(cp, kind, r), ref_rows, rows)
+            v_t = statistics.median(R.time_fn(vf))
+        flops = 2.0 * m * n * k
+        v_gf = flops / v_t / 1e9 if v_t else None
+        log(f"{kind} {m}x{n}x{k}: vendor {vname} {v_gf and round(v_gf)} GFLOP/s, err {v_err}")
+        todo = configs if (screen_all or si == 0) else (best[:2] or configs[:2])
+        scored = []
+        for cfg in todo:
+            if R.left() < 5:
+                break
+            kern = R.build(cfg, al_a, al_b)
+            if kern is None:
+                continue
+            try:
+                c.fill(np.nan) if kind in ("f64", "tf32", "f16") else c.fill(0x7FC1)
+                R.launch(kern, a, b, c, m, n, k)
+                cp.cuda.runtime.deviceSynchronize()
+                err = rel_err(cp, kind, c, ref_rows, rows)
+                tol = {"f64": 1e-12, "tf32": 5e-3, "f16": 5e-3, "bf16": 2e-2}[kind]
+                ok = np.isfinite(err) and err < max(tol, 10 * (v_err or 0))
+                ts = R.time_fn(functools.partial(R.launch, kern, a, b, c, m, n, k))
+            except Exception as exc:  # noqa: BLE001
+                log(f"RUN FAILED {kind} {cfg[0]} {m}x{n}x{k}: {exc}")
+                R.failures.append(f"run {kind} {cfg[0]} {m}x{n}x{k}: {exc}")
+                traceback.print_exc()
+                cp.cuda.runtime.deviceSynchronize()
+                continue
+            med = statistics.median(ts)
+            gf = flops / med / 1e9
+            frac = gf / v_gf if v_gf else float("nan")
+            tag = "" if ok else "  WRONG"
+            log(f"  {cfg[0]:<28} {gf / 1e3:7.2f} TFLOP/s {frac:5.2f} of vendor, err {err:.2e}{tag}")
+            scored.append((gf if ok else -1, cfg))
+            R.rows.append(row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok))
+        if si == 0 or screen_all:
+            best = [cfg for _, cfg in sorted(scored, key=lambda x: -x[0]) if _ > 0]
+        a = b = c = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> dict:
+    name, _, bm, bn, bk, wm, wn, st, shape, extra = cfg
+    _, defs, smem, info = kern
+    dtype = DTYPE[kind]
+    s = sorted(ts)
+    med = statistics.median(ts)
+    opts = dict(warps=[wm, wn], stages=st, fragment=list(defs[x] for x in ("FM", "FN", "FK")),
+                aligned=[defs["ALIGNED_A"], defs["ALIGNED_B"]], group_m=defs["GROUP_M"],
+                precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
+    q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
+    return {
+        "group": f"mma {dtype} {m}x{n}x{k}",
+        "name": f"test_mma[cupy-mma-{kind}-{m}x{n}x{k}-{name}]",
+        "fullname": f"benches/mma.py::test_mma[cupy-mma-{kind}-{m}x{n}x{k}-{name}]",
+        "params": {"backend": "cupy", "kernel": "mma", "dtype": dtype, "shape": f"{m}x{n}x{k}"},
+        "param": f"cupy-mma-{kind}-{m}x{n}x{k}-{name}",
+        "extra_info": {
+            "backend": "cupy", "kernel": "mma", "device": DEVICE, "device_kind": "gpu",
+            "dtype": dtype, "precision": opts["precision"], "m": m, "n": n, "k": k,
+            "gflops": gf, "seconds": med, "vendor_gflops": v_gf, "vendor_seconds": v_t,
+            "vendor": vname, "rel_error": err, "vendor_rel_error": v_err, "correct": bool(ok),
+            "block_tile": [bm, bn, bk], "thread_tile": [1, 1], "options": opts,
+            "config": name, "build": info, "timer": "CUDA events (median)",
+            "reference": "float64 host product of sampled rows (same rounded inputs)",
+        },
+        "options": {"timer": "cuda events", "warmup": 2},
+        "stats": {"min": s[0], "max": s[-1], "mean": statistics.fmean(s), "median": med,
+                  "stddev": statistics.pstdev(s), "rounds": len(s), "iterations": 1,
+                  "q1": q1, "q3": q3, "iqr": q3 - q1, "ops": 1 / med, "total": sum(s),
+                  "data": ts},
+    }  # fmt: skip
+
+
+def opencl_attempt() -> dict:
+    """Build mma.cl (f64, PTX path) with NVIDIA's OpenCL compiler; the log either way."""
+    so = Path("/usr/lib/libnvidia-opencl.so.1")
+    if so.exists() and "OCL_ICD_VENDORS" not in os.environ:
+        Path("/tmp/icd").mkdir(exist_ok=True)
+        Path("/tmp/icd/nvidia.icd").write_text(str(so) + "\n")
+        os.environ["OCL_ICD_VENDORS"] = "/tmp/icd"
+    try:
+        import pyopencl as cl
+    except Exception as exc:  # noqa: BLE001
+        return {"ok": False, "log": f"pyopencl unavailable: {exc}"}
+    res: dict = {}
+    try:
+        plats = [p for p in cl.get_platforms() if "NVIDIA" in p.name]
+        if not plats:
+            return {"ok": False, "log": "no NVIDIA OpenCL platform"}
+        dev = plats[0].get_devices()[0]
+        ctx = cl.Context([dev])
+        for kind, shape in (("f64", (16, 8, 8)), ("f64", (8, 8, 4)), ("f16", None)):
+            d = ms.mma_defines(kind, 64, 64, 16 if kind == "f64" else 32, 2, 2, 2, shape)
+            src = "#define MMA_PTX_OPENCL 1\n" + source(d)
+            tag = f"{kind} {d['FM']}x{d['FN']}x{d['FK']}"
+            try:
+                prg = cl.Program(ctx, src).build()
+                binary = prg.get_info(cl.program_info.BINARIES)[0]
+                text = binary.decode(errors="replace") if isinstance(binary, bytes) else ""
+                has = [op for op in ("mma.sync", "cp.async", "ldmatrix") if op in text]
+                res[tag] = {"ok": True, "ptx_has": has}
+            except Exception as exc:  # noqa: BLE001
+                res[tag] = {"ok": False, "log": str(exc)[-3000:]}
+    except Exception as exc:  # noqa: BLE001
+        res["error"] = str(exc)[-2000:]
+    return res
+
+
+DEVICE = "unknown GPU"
+
+
+def main(argv=None) -> int:
+    global DEVICE
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="h200-mma.json")
+    p.add_argument("--kinds", default="f64,f16,bf16,tf32")
+    p.add_argument("--budget", type=float, default=165.0, help="seconds before no new work")
+    p.add_argument("--all", action="store_true", help="every config at every shape")
+    p.add_argument("--no-opencl", action="store_true")
+    args = p.parse_args(argv)
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    DEVICE = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    log(f"{DEVICE}, cc {props['major']}.{props['minor']}, cupy {cp.__version__}, "
+        f"CUPY_TF32={os.environ.get('CUPY_TF32')}")  # fmt: skip
+    R = Runner(cp, args.budget)
+    shares = {"f64": 0.5, "f16": 0.2, "bf16": 0.12, "tf32": 0.18}
+    for kind in args.kinds.split(","):
+        start = time.monotonic()
+        try:
+            run_kind(R, kind, SHAPES[kind], CONFIGS[kind], args.all)
+        except Exception as exc:  # noqa: BLE001
+            log(f"{kind} aborted: {exc}")
+            traceback.print_exc()
+            R.failures.append(f"{kind}: {exc}")
+        log(f"{kind} done in {time.monotonic() - start:.1f}s (share {shares.get(kind)})")
+        write(args.out, R, None)
+    ocl = None
+    if not args.no_opencl and R.left() > 5:
+        ocl = opencl_attempt()
+        log(f"OpenCL inline-PTX attempt: {json.dumps(ocl)[:4000]}")
+    write(args.out, R, ocl)
+    print("\nkind  config                        shape              TFLOP/s  of cuBLAS  error")
+    for r in R.rows:
+        e = r["extra_info"]
+        frac = e["gflops"] / e["vendor_gflops"] if e["vendor_gflops"] else float("nan")
+        print(
+            f"{e['dtype']:<9} {e['config']:<28} {e['m']}x{e['n']}x{e['k']:<8} "
+            f"{e['gflops'] / 1e3:7.2f}  {frac:9.2f}  {e['rel_error']:.2e} "
+            f"(cuBLAS {e['vendor_rel_error'] or 0:.2e})" + ("" if e["correct"] else " WRONG")
+        )
+    log(f"wrote {args.out} ({len(R.rows)} rows, {len(R.failures)} failures)")
+    return 0
+
+
+def write(path: str, R: Runner, ocl) -> None:
+    doc = {
+        "machine_info": {"node": platform.node(), "python_version": platform.python_version(),
+                         "gpu": DEVICE, "system": platform.system()},
+        "commit_info": {"project": "tiledmm"},
+        "benchmarks": R.rows,
+        "datetime": dt.datetime.now(dt.UTC).isoformat(),
+        "version": "benches/mma.py",
+        "tiledmm": {"command": " ".join(sys.argv), "failures": R.failures,
+                    "opencl_inline_ptx": ocl},
+    }  # fmt: skip
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
