@@ -28,29 +28,37 @@ def poisoned(be: Backend, n: int, dtype) -> object:
 
 
 def check_stream(be: Backend) -> None:
-    """Each item sums src[(i + 32 r) mod n] over its grid-stride i and r < reps."""
+    """The buffer is ``chunks`` chunks of ``chunk`` 16-byte vectors; in pass r group g reads
+    chunk (g + r) mod chunks, its item t the vectors t + j THREADS; out = the item's sum."""
     rng = np.random.default_rng()
-    threads, groups, n, reps = 32, 3, 1000 + int(rng.integers(0, 50)), 3
-    items = groups * threads
-    src = rng.standard_normal(n).astype(np.float32)
-    out = poisoned(be, items, np.float32)
-    args = (np.int32(n), np.int32(reps), be.asarray(src, np.dtype("float32")), out)
+    threads, unroll, reps = 32, 4, 3
+    groups, chunks = 3, 4 + int(rng.integers(0, 3))
+    vw = 4
+    chunk = threads * unroll * 2  # two steps of the unrolled loop per chunk
+    src = rng.standard_normal(chunks * chunk * vw).astype(np.float32)
+    out = poisoned(be, groups * threads, np.float32)
+    args = (np.int32(chunk), np.int32(chunks), np.int32(reps),
+            be.asarray(src, np.dtype("float32")), out)  # fmt: skip
     probe(be, "stream_probe", threads, 4)(groups, args)
-    s64, want = src.astype(np.float64), np.zeros(items)
-    for gid in range(items):
-        i = np.arange(gid, n, items)
-        want[gid] = sum(s64[(i + 32 * r) % n].sum() for r in range(reps))
-    np.testing.assert_allclose(be.to_numpy(out), want, rtol=1e-5, atol=1e-5)
+    vec = src.astype(np.float64).reshape(chunks, chunk // threads, threads, vw)
+    want = np.zeros((groups, threads))
+    for g in range(groups):
+        for r in range(reps):
+            want[g] += vec[(g + r) % chunks].sum(axis=(0, 2))
+    np.testing.assert_allclose(be.to_numpy(out), want.ravel(), rtol=1e-5, atol=1e-5)
 
 
 def check_shared(be: Backend) -> None:
-    """buf[i] = i; item t of a group sums buf[(q T + t + r) mod 8T] over q < 8, r < reps."""
-    threads, groups, reps = 64, 2, 5
+    """buf[i] = i mod 61 (THREADS * 4 vectors of 4 floats); in pass r item t reads vectors
+    ((t + r) mod THREADS) + q THREADS, q < 4; out = the item's sum."""
+    threads, groups, unroll, vw = 64, 2, 4, 4
+    reps = 5 + int(np.random.default_rng().integers(0, 5))
     out = poisoned(be, groups * threads, np.float32)
     probe(be, "shared_probe", threads, 4)(groups, (np.int32(reps), out))
+    buf = (np.arange(threads * unroll * vw) % 61).reshape(threads * unroll, vw).sum(axis=1)
     t = np.arange(threads)[:, None, None]
-    q, r = np.arange(8)[None, :, None], np.arange(reps)[None, None, :]
-    per_item = ((q * threads + t + r) % (8 * threads)).sum(axis=(1, 2))
+    r, q = np.arange(reps)[None, :, None], np.arange(unroll)[None, None, :]
+    per_item = buf[(t + r) % threads + q * threads].sum(axis=(1, 2))
     np.testing.assert_array_equal(be.to_numpy(out), np.tile(per_item, groups))
 
 

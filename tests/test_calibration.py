@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -149,3 +152,107 @@ def test_cache_dir_below_a_regular_file(tmp_path: Path, monkeypatch: pytest.Monk
         _plans_and_matmul_work()  # nothing to read: estimates, silently
     with pytest.raises(OSError, match="TILEDMM_CACHE_DIR"):
         next(calibrate.calibrate("numpy", quick=True))
+
+
+# ----------------------------------------------------------------------- GPU level probes
+
+
+def test_stream_layout_rounds_to_whole_unrolled_steps():
+    step = calibrate.PROBE_THREADS * calibrate.PROBE_UNROLL
+    for nbytes in (15 << 20, 240 << 20, 1 << 10):
+        chunk, chunks = calibrate.stream_layout(nbytes, 1056)
+        assert chunks == 1056 and chunk % step == 0 and chunk >= step
+        if nbytes > 1 << 20:
+            assert abs(chunk * chunks * 16 - nbytes) <= chunks * step * 16
+
+
+class _ProbeRecorder(tiledmm.Backend):
+    """A backend whose probes take known times: measure_gpu_levels must turn the launches it
+    makes into bytes (or FLOPs) over those times."""
+
+    name = "probe-recorder"
+    kernels = ("naive",)
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds, self.launches, self.current = seconds, [], None
+
+    def run(self, plan, a, b, out):  # pragma: no cover - never planned
+        raise NotImplementedError
+
+    def device(self):
+        return tiledmm.DeviceSpec(name="fake gpu", kind="gpu", compute_units=3,
+                                  caches=(("L2", 4 << 20),))  # fmt: skip
+
+    def compile_probe(self, source, kernel, defines):
+        assert "stream_probe" in source and defines["THREADS"] == calibrate.PROBE_THREADS
+
+        def launch(groups, args):
+            self.launches.append((kernel, defines["REAL_BYTES"], groups, args))
+            self.current = kernel
+
+        return launch
+
+    def timings(self, fn, *, repeat=10, warmup=2):
+        fn()
+        return [self.seconds[self.current]] * repeat
+
+
+def test_measure_gpu_levels_counts_what_the_probes_read():
+    be = _ProbeRecorder({"stream_probe": 1e-3, "shared_probe": 2e-3, "fma_probe": 4e-3})
+    got = calibrate.measure_gpu_levels(be, quick=False)
+    groups = 3 * calibrate.PROBE_GROUPS_PER_UNIT
+    streams = [a for k, _, g, a in be.launches if k == "stream_probe"]
+    assert len(streams) == 2 and all(g == groups for k, _, g, _ in be.launches)
+    for level, args in zip(("DRAM", "L2"), streams, strict=True):
+        chunk, chunks, reps, src = int(args[0]), int(args[1]), int(args[2]), args[3]
+        assert chunks == groups and src.size == chunk * chunks * 4  # 16-byte vectors
+        assert got["levels"][level] == pytest.approx(reps * chunk * chunks * 16 / 1e-3)
+    dram_bytes, l2_bytes = (int(a[0]) * int(a[1]) * 16 for a in streams)
+    assert dram_bytes > (4 << 20) * 3 and l2_bytes < (4 << 20) / 2  # beyond / inside the L2
+    items = groups * calibrate.PROBE_THREADS
+    shared = items * calibrate.SHARED_REPS * calibrate.PROBE_UNROLL * 16 / 2e-3
+    assert got["levels"]["shared memory"] == pytest.approx(shared)
+    fma = items * calibrate.FMA_REPS * 16 / 4e-3
+    assert got["fma_peaks"] == pytest.approx({"float32": fma, "float64": fma})
+    assert {rb for k, rb, _, _ in be.launches if k == "fma_probe"} == {4, 8}
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump on PATH, else beside nvcc or in the nvidia wheels of a Python environment."""
+    found = shutil.which("cuobjdump")
+    if found or not shutil.which("nvcc"):
+        return found
+    wheels = Path("/tmp").glob("*/lib/python3*/site-packages/nvidia/cu*/bin")
+    for root in (Path(shutil.which("nvcc")).resolve().parent, *wheels):
+        if (root / "cuobjdump").exists():
+            return str(root / "cuobjdump")
+    return None
+
+
+@pytest.mark.skipif(_cuobjdump() is None, reason="nvcc and cuobjdump not installed")
+@pytest.mark.parametrize("real_bytes", [4, 8])
+def test_probes_compile_to_16_byte_loads_in_a_loop(real_bytes, tmp_path):
+    """The probes as CuPy compiles them (header inlined, defines first), built by nvcc for
+    sm_90: the stream probe's loads are LDG.E.128 and the shared probe's LDS.128, each in a
+    loop (a backward branch after them), so neither level is measured by scalar loads or a
+    folded loop."""
+    from tiledmm_backends.kernels.probe import probe_source
+
+    defs = {"REAL_BYTES": real_bytes, "THREADS": 256, "PROBE_UNROLL": calibrate.PROBE_UNROLL}
+    (tmp_path / "p.cu").write_text(probe_source(calibrate._probe_source(), defs))
+    cubin = tmp_path / "p.cubin"
+    subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(cubin), str(tmp_path / "p.cu")],
+                   check=True, capture_output=True, timeout=180)  # fmt: skip
+    sass = subprocess.run([_cuobjdump(), "-sass", str(cubin)], check=True,
+                          capture_output=True, text=True).stdout  # fmt: skip
+    funcs = dict(re.findall(r"Function : (\w+)\n(.*?)(?=\n\s+Function : |\Z)", sass, re.S))
+    for name, load, plain in (("stream_probe", "LDG.E.128", "LDG.E "),
+                              ("shared_probe", "LDS.128", "LDS ")):  # fmt: skip
+        body = funcs[name]
+        assert body.count(load) >= calibrate.PROBE_UNROLL, name
+        assert plain not in body, name  # no scalar loads
+        code = [(int(a, 16), ins) for a, ins in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", body)]
+        loads = [a for a, ins in code if load in ins]
+        back = [(a, int(t, 16)) for a, ins in code for t in re.findall(r"BRA (0x[0-9a-f]+)", ins)]
+        # a backward branch from after a load to at or before it: the loads run in a loop
+        assert any(t <= x < a for a, t in back for x in loads), name

@@ -139,16 +139,37 @@ def _probe_source() -> str | None:
         return None
 
 
+#: Work-items per probe group, groups per compute unit (8 x 256: an H200 SM's 2048 threads),
+#: and 16-byte loads in flight per item per step (``PROBE_UNROLL`` in probes.cl).
+PROBE_THREADS, PROBE_GROUPS_PER_UNIT, PROBE_UNROLL = 256, 8, 4
+#: Streaming-probe buffers as multiples of the L2: DRAM far beyond it, L2 well inside the
+#: capacity that data read by every SM sees (about half the L2: docs/model.md), far above L1.
+STREAM_L2_MULTIPLE = {"DRAM": (4.0, 2.0), "L2": (0.25, 0.25)}  # (full run, --quick)
+#: Passes over each buffer (DRAM: each pass from DRAM; L2: enough to run ~0.3 ms on an H200).
+STREAM_REPS = {"DRAM": 4, "L2": 256}
+SHARED_REPS = FMA_REPS = 4096
+
+
+def stream_layout(nbytes: int, groups: int, threads: int = PROBE_THREADS,
+                  unroll: int = PROBE_UNROLL) -> tuple[int, int]:  # fmt: skip
+    """(vectors per chunk, chunks) of a streaming buffer of about ``nbytes``: one chunk per
+    group, each a whole number of the unrolled step (threads x unroll 16-byte vectors)."""
+    step = threads * unroll
+    per = max(1, round(nbytes / 16 / groups / step))
+    return per * step, groups
+
+
 def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
     """Per-level ceilings of a GPU from ``backends/kernels/probes.cl`` through the backend's
-    optional ``compile_probe``: DRAM and L2 (a streaming read of a buffer beyond / inside the
-    L2), shared memory, FMA peak per dtype. Returns ``{"levels": {...}, "fma_peaks": {...}}``,
-    empty when the backend has no probe hook."""
+    optional ``compile_probe``: DRAM and L2 (16-byte streaming reads of a buffer beyond /
+    inside the L2, rotated over the groups so L1 serves nothing), shared memory (16-byte
+    conflict-free reads), FMA peak per dtype. Returns ``{"levels": {...}, "fma_peaks":
+    {...}}``, empty when the backend has no probe hook."""
     source = _probe_source()
     if source is None:
         return {}
     dev = be.device()
-    threads, groups = 256, dev.compute_units * 8
+    threads, groups = PROBE_THREADS, max(1, dev.compute_units) * PROBE_GROUPS_PER_UNIT
     repeat, warmup = _repeats(quick)
     out: dict[str, Any] = {"levels": {}, "fma_peaks": {}}
     f32 = np.dtype("float32")
@@ -158,29 +179,29 @@ def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
         return statistics.median(be.timings(lambda: launch(groups, args), repeat=repeat,
                                             warmup=warmup))  # fmt: skip
 
-    defs = {"REAL_BYTES": 4, "THREADS": threads}
+    defs = {"REAL_BYTES": 4, "THREADS": threads, "PROBE_UNROLL": PROBE_UNROLL}
     stream = be.compile_probe(source, "stream_probe", defs)
     if stream is None:
         return {}
     l2 = dev.cache("L2") or 32 << 20
-    for level, nbytes, reps in (("DRAM", 4 * l2 if not quick else 2 * l2, 2), ("L2", l2 // 4, 32)):
-        n = nbytes // 4
-        src = be.asarray(np.ones(n, np.float32), f32)
-        t = timed(stream, (np.int32(n), np.int32(reps), src, sink))
-        out["levels"][level] = n * 4 * reps / t
+    for level, (full, short) in STREAM_L2_MULTIPLE.items():
+        chunk, chunks = stream_layout(int(l2 * (short if quick else full)), groups)
+        reps = STREAM_REPS[level] // (4 if quick else 1) or 1
+        src = be.asarray(np.ones(chunk * chunks * 4, np.float32), f32)
+        t = timed(stream, (np.int32(chunk), np.int32(chunks), np.int32(reps), src, sink))
+        out["levels"][level] = reps * chunks * chunk * 16 / t
         del src
     shared = be.compile_probe(source, "shared_probe", defs)
-    reps = 4096
-    t = timed(shared, (np.int32(reps), sink))
-    out["levels"]["shared memory"] = groups * threads * reps * 8 * 4 / t
+    t = timed(shared, (np.int32(SHARED_REPS), sink))
+    out["levels"]["shared memory"] = groups * threads * SHARED_REPS * PROBE_UNROLL * 16 / t
     for dtype, rb in (("float32", 4), ("float64", 8)):
         if dtype not in be.dtypes:
             continue
-        fma = be.compile_probe(source, "fma_probe", {"REAL_BYTES": rb, "THREADS": threads})
+        fma = be.compile_probe(source, "fma_probe", defs | {"REAL_BYTES": rb})
         dt = np.dtype(dtype)
         sink_d = be.asarray(np.zeros(groups * threads, dt), dt)
-        t = timed(fma, (np.int32(reps), dt.type(0.999), sink_d))
-        out["fma_peaks"][dtype] = groups * threads * reps * 16 / t
+        t = timed(fma, (np.int32(FMA_REPS), dt.type(0.999), sink_d))
+        out["fma_peaks"][dtype] = groups * threads * FMA_REPS * 16 / t
     return out
 
 
@@ -231,9 +252,7 @@ def calibrate(
     sizes = "/".join(str(n) for n in _SIZES[cls])
     extra: dict[str, Any] = {}
     if dev.kind == "gpu":
-        extra = measure_gpu_levels(backend, quick)
-        if extra:
-            extra["sustained"] = 1.0  # probes run long enough to settle at the loaded clock
+        extra = measure_gpu_levels(backend, quick)  # ceilings at the loaded clock
     else:
         levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw

@@ -1,47 +1,79 @@
 /* Calibration probes for the planner's level ceilings (docs/model.md), in the GEMM sources'
  * C dialect (gemm_common.h): one source for CUDA (CuPy) and OpenCL. Host defines: REAL_BYTES,
- * THREADS (work-items per 1-D group); WG_X defaults to THREADS.
- *   stream_probe: each item reads N reals grid-stride REPS times (offset by the pass, so no
- *     load can be hoisted) and writes one sum: DRAM bandwidth for N beyond the L2, L2
- *     bandwidth for N well inside it. Bytes read = N * REPS * REAL_BYTES.
- *   shared_probe: each item reads SHARED_N reals of a local array at conflict-free addresses,
- *     REPS passes: local-memory bandwidth = groups * THREADS * REPS * 8 * REAL_BYTES / time.
+ * THREADS (work-items per 1-D group, a multiple of 8); PROBE_UNROLL (16-byte loads in flight
+ * per item per step, default 4); WG_X defaults to THREADS. Every load is a 16-byte vector
+ * (float4 / double2: LDG.E.128 / LDS.128 on NVIDIA) into its own accumulators, so the loads of
+ * one step are independent and many bytes are in flight; every item writes its sum, so nothing
+ * is dead code.
+ *   stream_probe: the buffer is `chunks` chunks of `chunk` vectors (chunk a multiple of
+ *     THREADS * PROBE_UNROLL). In pass r group g reads chunk (g + r) mod chunks, so one pass
+ *     reads the whole buffer once and a group never reads a chunk twice in a row: an SM meets a
+ *     chunk again only after its other groups have read many others, so L1 serves nothing.
+ *     A buffer beyond the L2 measures DRAM, one well inside it the L2. Bytes read =
+ *     reps * chunks * chunk * 16.
+ *   shared_probe: a local array of THREADS * PROBE_UNROLL vectors; in pass r item t reads
+ *     vectors ((t + r) mod THREADS) + q THREADS, q < PROBE_UNROLL: a half-warp reads 16
+ *     consecutive vectors (two wavefronts, no bank conflict). Local-memory bandwidth =
+ *     groups * THREADS * reps * PROBE_UNROLL * 16 / time.
  *   fma_probe: 8 independent FMA chains per item, REPS steps: FLOPs = items * REPS * 16.
  */
 #include "gemm_common.h"
 
-#define SHARED_N (THREADS * 8)
+#ifndef PROBE_UNROLL
+  #define PROBE_UNROLL 4
+#endif
+#define PROBE_ACC (PROBE_UNROLL * VW)
 
-KERNEL stream_probe(const int n, const int reps, const GLOBAL real *RESTRICT src,
-                    GLOBAL real *RESTRICT out)
+/* acc[q * VW + e] += the e-th element of the 16-byte vector v (CUDA's float4 has no +). */
+#define ADD_VECTOR(acc, q, v)                                                                \
+  do {                                                                                       \
+    real x_[VW];                                                                             \
+    VSPLIT(v, x_);                                                                           \
+    UNROLL for (int e_ = 0; e_ < VW; ++e_) (acc)[(q) * VW + e_] += x_[e_];                   \
+  } while (0)
+
+INLINE real sum_acc(const real *acc)
 {
-  const int stride = NUM_GROUPS_X() * THREADS;
-  const int gid = GROUP_X() * THREADS + LOCAL_ID();
-  real acc = ZERO;
-  for (int r = 0; r < reps; ++r)
-    for (int i = gid; i < n; i += stride) {
-      const int j = i + r * 32 < n ? i + r * 32 : i + r * 32 - n;
-      acc += src[j];
+  real s = ZERO;
+  UNROLL for (int i = 0; i < PROBE_ACC; ++i) s += acc[i];
+  return s;
+}
+
+KERNEL stream_probe(const int chunk, const int chunks, const int reps,
+                    const GLOBAL real *RESTRICT src, GLOBAL real *RESTRICT out)
+{
+  const int tid = LOCAL_ID();
+  real acc[PROBE_ACC];
+  UNROLL for (int i = 0; i < PROBE_ACC; ++i) acc[i] = ZERO;
+  for (int r = 0; r < reps; ++r) {
+    const GLOBAL real *base = src + (size_t)((GROUP_X() + r) % chunks) * chunk * VW;
+    for (int i = tid; i < chunk; i += THREADS * PROBE_UNROLL) {
+      UNROLL for (int q = 0; q < PROBE_UNROLL; ++q) {
+        const realV v = VLOADG(base + (i + q * THREADS) * VW);
+        ADD_VECTOR(acc, q, v);
+      }
     }
-  out[gid] = acc;
+  }
+  out[GROUP_X() * THREADS + tid] = sum_acc(acc);
 }
 
 KERNEL shared_probe(const int reps, GLOBAL real *RESTRICT out)
 {
-  LOCAL real buf[SHARED_N];
+  LOCAL real ALIGN16 buf[THREADS * PROBE_UNROLL * VW];
   const int tid = LOCAL_ID();
-  for (int i = tid; i < SHARED_N; i += THREADS)
-    buf[i] = (real)i;
+  for (int i = tid; i < THREADS * PROBE_UNROLL * VW; i += THREADS)
+    buf[i] = (real)(i % 61);
   BARRIER();
-  real acc[8];
-  UNROLL for (int q = 0; q < 8; ++q) acc[q] = ZERO;
+  real acc[PROBE_ACC];
+  UNROLL for (int i = 0; i < PROBE_ACC; ++i) acc[i] = ZERO;
   for (int r = 0; r < reps; ++r) {
-    UNROLL for (int q = 0; q < 8; ++q) /* consecutive items, consecutive words: no conflict */
-      acc[q] += buf[(q * THREADS + tid + r) % SHARED_N];
+    const int v0 = (tid + r) % THREADS;
+    UNROLL for (int q = 0; q < PROBE_UNROLL; ++q) {
+      const realV v = VLOADL(buf + (v0 + q * THREADS) * VW);
+      ADD_VECTOR(acc, q, v);
+    }
   }
-  real s = ZERO;
-  UNROLL for (int q = 0; q < 8; ++q) s += acc[q];
-  out[GROUP_X() * THREADS + tid] = s;
+  out[GROUP_X() * THREADS + tid] = sum_acc(acc);
 }
 
 KERNEL fma_probe(const int reps, const real x, GLOBAL real *RESTRICT out)
