@@ -9,10 +9,14 @@ Traffic model (DESIGN.md's block-tile formula, one level up). Output chunks are 
 W workers as a pm x pn grid of rectangles (pm * pn = W, the split that moves least); a worker
 fetches each A row-panel (cm x K) and B column-panel (K x cn) its rectangle needs once and keeps
 it, so the bytes moved over the links are s * K * (M * pn + N * pm) (less the share already on a
-worker when the inputs start spread over the workers). The result stays on the workers (dask
-``persist``), so its gather is not counted. Time per worker: its chunk products at the planner's
-predicted time, the K partial sums at device bandwidth, and its link traffic at link bandwidth,
-overlapped except for the first chunk's fetch; plus the scheduler's per-task overhead.
+worker when the inputs start spread over the workers). Time per worker: its chunk products at the
+planner's predicted time (or a measured rate scaled to the chunk's shape), the K partial sums at
+device bandwidth, and its link traffic at link bandwidth, overlapped except for the first chunk's
+fetch; plus the scheduler's per-task overhead and the call's fixed overhead. The "staged"
+placement (inputs in a host shared-memory file) loads each block's panels over the worker's own
+host link instead. The result stays on the workers (dask ``persist``): ``result_seconds`` is what
+bringing it to the host would add, not part of the prediction. :mod:`tiledmm.cluster_text` has
+the plan in words and the CLI helpers.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class Cluster:
     host_bandwidth: float = math.inf  # host memory -> one worker's device (PCIe/NVLink)
     threads_per_worker: int = 1  # chunk products held in memory at once per worker
     task_overhead: float = 1e-4  # scheduler seconds per task (~1 ms on distributed)
+    call_overhead: float = 0.0  # seconds per call: graph submission, scheduler round trip
     inputs: str = "host"  # "host" (shipped), "workers" (spread), "staged" (shm file), "any"
     flops_per_worker: float | None = None  # a measured rate overriding the planner's
     name: str = "local threads"
@@ -61,6 +66,8 @@ class Cluster:
             raise ValueError("worker_memory and link_bandwidth must be positive")
         if not self.host_bandwidth > 0:
             raise ValueError("host_bandwidth must be positive")
+        if self.task_overhead < 0 or self.call_overhead < 0:
+            raise ValueError("task_overhead and call_overhead must be >= 0")
         if self.inputs not in PLACEMENTS + ("any",):
             raise ValueError(f"inputs must be one of {PLACEMENTS + ('any',)}, not {self.inputs!r}")
 
@@ -111,6 +118,7 @@ class ClusterPlan:
     chunk_source: str  # where chunk_rate comes from
     cluster: Cluster
     placement: str = "host"  # where the inputs start and how they reach the workers
+    result_seconds: float = 0.0  # C to the host (not in predicted_seconds: C stays, persisted)
     replication: str = ""  # which operand every worker loads whole (if any)
     alternatives: tuple[tuple[str, ClusterPlan], ...] = field(default=(), compare=False)
     rechunked: dict[str, Any] | None = field(default=None, compare=False)
@@ -138,66 +146,9 @@ class ClusterPlan:
         return d
 
     def __str__(self) -> str:
-        c, cm, cn, ck = self.cluster, *self.chunks
-        gm, gn, gk = self.grid
-        b = f"{self.batch} x " if self.batch > 1 else ""
-        link = "shared memory" if math.isinf(c.link_bandwidth) else _rate(c.link_bandwidth, "B")
-        if not math.isinf(c.host_bandwidth):
-            link += f", host->worker {_rate(c.host_bandwidth, 'B')}"
-        ai = "inf (nothing moves)" if math.isinf(self.intensity) else f"{self.intensity:.3g}"
-        lines = [
-            f"cluster plan, {self.dtype}: C[{b}{self.m}x{self.n}] = A[{self.m}x{self.k}] @ "
-            f"B[{self.k}x{self.n}] on {c.workers} worker(s) ({c.name}; "
-            f"{_bytes(c.worker_memory)} each, link {link})",
-            f"  placement: {self.placement_text}",
-            f"  chunks {cm}x{cn}x{ck} (A {cm}x{ck}, B {ck}x{cn}): grid {gm} x {gn} x {gk}, "
-            f"{self.tasks} tasks; "
-            + (
-                "one task per output block, spread over the workers by dask"
-                if self.placement == "staged"
-                else f"output blocks split {self.worker_grid[0]} x {self.worker_grid[1]} over "
-                "the workers"
-            ),
-            f"  cluster intensity {ai} FLOP/B ({self.flops / 1e9:.4g} GFLOP over "
-            f"{_bytes(self.bytes_moved)} moved "
-            + ("host->workers)" if self.placement == "staged" else "between workers/host)"),
-            f"  per worker: compute {_time(self.compute_seconds)} at "
-            f"{_rate(self.chunk_rate, 'FLOP')} per chunk product ({self.chunk_source}), link "
-            f"{_time(self.link_seconds)}; scheduler {_time(self.overhead_seconds)}",
-            f"  memory per worker: {_bytes(self.working_bytes)} working set, "
-            f"{_bytes(self.resident_bytes)} resident"
-            + (" (panels beyond memory spill)" if self.resident_bytes > c.worker_memory else "")
-            + ("" if self.fits else " -- does NOT fit"),
-            f"  predicted {_time(self.predicted_seconds)} ({self.predicted_gflops:.4g} GFLOP/s), "
-            f"{self.bound}-bound",
-        ]
-        for name, p in self.alternatives:
-            lines.append(
-                f"    vs {name}: chunks {p.chunks[0]}x{p.chunks[1]}x{p.chunks[2]} "
-                f"({p.placement}) -> "
-                f"{_time(p.predicted_seconds)}" + ("" if p.fits else " (does not fit)")
-            )
-        if self.rechunked:
-            lines.append(f"  rechunked: {self.rechunked}")
-        return "\n".join(lines)
+        from .cluster_text import describe
 
-
-def _bytes(x: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= size:
-            return f"{x / size:.3g} {unit}"
-    return f"{x:.0f} B"
-
-
-def _rate(x: float, what: str) -> str:
-    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
-        if x >= size:
-            return f"{x / size:.4g} {unit}{what}/s"
-    return f"{x:.4g} {what}/s"
-
-
-def _time(t: float) -> str:
-    return f"{t:.3g} s" if t >= 1 else f"{t * 1e3:.3g} ms"
+        return describe(self)
 
 
 _MODELLED = {1: "float16", 2: "float16", 4: "float32", 8: "float64", 16: "float64"}
@@ -281,7 +232,7 @@ def _evaluate(
         t_link = per_worker_in / cluster.host_bandwidth
         t_first = s * (cm * ck + ck * cn) / cluster.host_bandwidth
         n_tasks = batch * gm * gn
-        t_over = n_tasks * cluster.task_overhead
+        t_over = n_tasks * cluster.task_overhead + cluster.call_overhead
         predicted = max(t_compute, t_link) + blocks_per_worker * t_first + t_over
         working = threads * s * (2 * (cm * ck + ck * cn) + 2 * cm * cn)
         replication = (
@@ -299,7 +250,7 @@ def _evaluate(
             per_worker_in = 0
         t_link = per_worker_in / cluster.link_bandwidth
         n_tasks = batch * (gm * gn * gk + gm * gn * max(0, gk - 1) + gk * (gm + gn))
-        t_over = n_tasks * cluster.task_overhead
+        t_over = n_tasks * cluster.task_overhead + cluster.call_overhead
         chunk_tasks = max(1, blocks_per_worker * gk)
         t_fill = min(t_compute, t_link) / chunk_tasks
         predicted = max(t_compute, t_link) + t_fill + t_over
@@ -314,6 +265,10 @@ def _evaluate(
         (("compute", t_compute), ("link", t_link), ("scheduler", t_over)), key=lambda x: x[1]
     )[0]
     results = s * blocks_per_worker * cm * cn  # the worker's share of C stays on it
+    # to the host: staged, each worker over its own host link; else through dask's comms
+    to_host = results / cluster.host_bandwidth if place == "staged" else (
+        0.0 if math.isinf(cluster.link_bandwidth) else s * batch * m * n / cluster.link_bandwidth
+    )  # fmt: skip
     resident = (0 if place == "staged" else per_worker_in) + results + working
     fits = (
         working <= _WORK_FRACTION * cluster.worker_memory
@@ -326,6 +281,7 @@ def _evaluate(
         link_seconds=t_link, overhead_seconds=t_over, predicted_seconds=predicted, bound=bound,
         working_bytes=int(working), resident_bytes=int(resident), fits=fits, chunk_rate=rate,
         chunk_source=source, cluster=cluster, placement=place, replication=replication,
+        result_seconds=to_host,
     )  # fmt: skip
 
 
@@ -419,43 +375,4 @@ def _modelled(dt) -> str:
     return dt.name if dt.name in ("float32", "float64") else _MODELLED.get(dt.itemsize, "float32")
 
 
-_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30,
-          "TI": 2**40}  # fmt: skip
-
-
-def parse_size(text: str | float | None) -> float | None:
-    """``"80GiB"``, ``"25GB/s"``, ``"1.5e9"`` -> a number (bytes or bytes/s); None stays None."""
-    if text is None or isinstance(text, int | float):
-        return text
-    t = str(text).strip().upper().replace(" ", "").removesuffix("/S").removesuffix("B")
-    num = t.rstrip("KMGTI")
-    unit = t[len(num) :]
-    try:
-        return float(num) * _UNITS[unit]
-    except (KeyError, ValueError):
-        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}") from None
-
-
-def plan_from_args(args: Any) -> ClusterPlan:
-    """``tiledmm plan M N K --workers W [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``.
-
-    Without --link-bandwidth a multi-worker cluster gets 10 GB/s (a PCIe-class link), which
-    ``str(plan)`` shows; without --worker-memory, this host's memory (16 GiB for GPU workers
-    is a safer guess: pass it)."""
-    workers = int(getattr(args, "workers", None) or 1)
-    link = parse_size(getattr(args, "link_bandwidth", None))
-    mem = parse_size(getattr(args, "worker_memory", None))
-    base = local_cluster()
-    cl = Cluster(
-        workers=workers,
-        worker_memory=mem or base.worker_memory,
-        link_bandwidth=link or (math.inf if workers == 1 else 10e9),
-        task_overhead=1e-4 if workers == 1 else 1e-3,
-        name="as described" if workers > 1 else base.name,
-    )
-    return cluster_plan(
-        args.m, args.n, args.k, dtype=getattr(args, "dtype", "float32") or "float32",
-        batch=getattr(args, "batch", 1) or 1, cluster=cl,
-        backend=getattr(args, "backend", "auto") or "auto",
-        kernel=getattr(args, "kernel", "auto") or "auto",
-    )  # fmt: skip
+from .cluster_text import parse_size, plan_from_args  # noqa: E402 - re-exported (CLI)

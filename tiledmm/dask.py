@@ -137,6 +137,7 @@ def current_cluster(client: Any = None, *, device_memory: float | None = None) -
         host_bandwidth=10e9,  # host memory -> a worker (a PCIe-class guess; pass a measured one)
         threads_per_worker=max(1, min(w.get("nthreads", 1) for w in workers.values())),
         task_overhead=1e-3,
+        call_overhead=0.01,  # graph submission and the scheduler's round trip, per call
         inputs="workers",
         name=f"distributed, {len(workers)} worker processes",
     )

@@ -26,7 +26,9 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,7 +39,7 @@ import numpy as np
 
 __all__ = [
     "RUN_LOCK", "HostSource", "from_host", "host_source", "mapped", "release", "shared_dir",
-    "stage", "staged_matmul",
+    "stage", "staged_matmul", "take_trace",
 ]  # fmt: skip
 
 _WRITTEN: set[str] = set()
@@ -199,6 +201,25 @@ def _sync(gpu: bool) -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
+@lru_cache(maxsize=1)
+def _loader() -> ThreadPoolExecutor:
+    """One loader thread per process: its CuPy stream (and that stream's memory-pool arena,
+    where the staged blocks live) persists between tasks instead of one per task."""
+    return ThreadPoolExecutor(1, thread_name_prefix="tiledmm-load")
+
+
+_TRACE: deque = deque(maxlen=4096)
+
+
+def take_trace() -> list[dict]:
+    """This process's staged-task records since the last call (``client.run(take_trace)``):
+    per output block its start (epoch s), seconds, and the seconds spent loading (loader
+    thread), waiting for a load (compute thread), in chunk products and in K sums."""
+    out = list(_TRACE)
+    _TRACE.clear()
+    return out
+
+
 def _staged_block(
     block_info=None, a: HostSource = None, b: HostSource = None, ck: int = 1,
     backend: str = "auto", kernel: str = "auto",
@@ -207,29 +228,46 @@ def _staged_block(
     K chunk by K chunk (loading k+1 while k multiplies) and sum the products on the device."""
     import tiledmm
 
+    start, t_start = time.time(), time.perf_counter()
     (r0, r1), (c0, c1) = block_info[None]["array-location"]
     fa, fb, gpu = mapped(a.path), mapped(b.path), a.gpu
     k = fa.shape[1]
     bounds = [(k0, min(k, k0 + ck)) for k0 in range(0, k, ck)]
+    rec = dict(pid=os.getpid(), block=(r0, c0), start=start, chunks=len(bounds), load=0.0,
+               wait=0.0, product=0.0, sum=0.0, bytes=0)  # fmt: skip
 
     def load(kb):
-        return stage(fa[r0:r1, kb[0] : kb[1]], gpu), stage(fb[kb[0] : kb[1], c0:c1], gpu)
+        t0 = time.perf_counter()
+        pair = stage(fa[r0:r1, kb[0] : kb[1]], gpu), stage(fb[kb[0] : kb[1], c0:c1], gpu)
+        rec["load"] += time.perf_counter() - t0
+        rec["bytes"] += pair[0].nbytes + pair[1].nbytes
+        return pair
 
     acc = None
-    with ThreadPoolExecutor(1, thread_name_prefix="tiledmm-load") as ex:
-        nxt = ex.submit(load, bounds[0])
-        for i in range(len(bounds)):
-            x, y = nxt.result()
-            if i + 1 < len(bounds):
-                nxt = ex.submit(load, bounds[i + 1])
-            with RUN_LOCK:
-                p = tiledmm.matmul(x, y, backend=backend, kernel=kernel)
-                if acc is None:
-                    acc = p
-                else:
-                    acc += p
+    nxt = _loader().submit(load, bounds[0])
+    for i in range(len(bounds)):
+        t0 = time.perf_counter()
+        x, y = nxt.result()
+        t1 = time.perf_counter()
+        if i + 1 < len(bounds):
+            nxt = _loader().submit(load, bounds[i + 1])
+        with RUN_LOCK:
+            t2 = time.perf_counter()
+            p = tiledmm.matmul(x, y, backend=backend, kernel=kernel)
+            _sync(gpu)
+            t3 = time.perf_counter()
+            if acc is None:
+                acc = p
+            else:
+                acc += p
                 _sync(gpu)  # blocks freed below are idle: safe for the loader's stream
-            del x, y, p
+            t4 = time.perf_counter()
+        rec["wait"] += t1 - t0
+        rec["product"] += t3 - t2
+        rec["sum"] += t4 - t3
+        del x, y, p
+    rec["seconds"] = time.perf_counter() - t_start
+    _TRACE.append(rec)
     return acc
 
 

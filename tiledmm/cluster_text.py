@@ -1,0 +1,122 @@
+"""The cluster plan in words (``str(ClusterPlan)``) and from the command line
+(``tiledmm plan M N K --workers W ...``): the text side of :mod:`tiledmm.cluster`.
+
+Imports :mod:`tiledmm.cluster` only inside functions (that module re-exports the CLI helpers).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["describe", "parse_size", "plan_from_args"]
+
+
+def _bytes(x: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+def _rate(x: float, what: str) -> str:
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= size:
+            return f"{x / size:.4g} {unit}{what}/s"
+    return f"{x:.4g} {what}/s"
+
+
+def _time(t: float) -> str:
+    return f"{t:.3g} s" if t >= 1 else f"{t * 1e3:.3g} ms"
+
+
+def describe(plan: Any) -> str:
+    """A :class:`~tiledmm.cluster.ClusterPlan` explained: placement, chunks, intensity, the
+    time terms per worker, memory, the prediction and the ranked alternatives."""
+    p, c = plan, plan.cluster
+    cm, cn, ck = p.chunks
+    gm, gn, gk = p.grid
+    b = f"{p.batch} x " if p.batch > 1 else ""
+    link = "shared memory" if math.isinf(c.link_bandwidth) else _rate(c.link_bandwidth, "B")
+    if not math.isinf(c.host_bandwidth):
+        link += f", host->worker {_rate(c.host_bandwidth, 'B')}"
+    ai = "inf (nothing moves)" if math.isinf(p.intensity) else f"{p.intensity:.3g}"
+    staged = p.placement == "staged"
+    spread = (
+        "one task per output block, spread over the workers by dask"
+        if staged
+        else f"output blocks split {p.worker_grid[0]} x {p.worker_grid[1]} over the workers"
+    )
+    lines = [
+        f"cluster plan, {p.dtype}: C[{b}{p.m}x{p.n}] = A[{p.m}x{p.k}] @ B[{p.k}x{p.n}] on "
+        f"{c.workers} worker(s) ({c.name}; {_bytes(c.worker_memory)} each, link {link})",
+        f"  placement: {p.placement_text}",
+        f"  chunks {cm}x{cn}x{ck} (A {cm}x{ck}, B {ck}x{cn}): grid {gm} x {gn} x {gk}, "
+        f"{p.tasks} tasks; {spread}",
+        f"  cluster intensity {ai} FLOP/B ({p.flops / 1e9:.4g} GFLOP over "
+        f"{_bytes(p.bytes_moved)} moved "
+        + ("host->workers)" if staged else "between workers/host)"),
+        f"  per worker: compute {_time(p.compute_seconds)} at {_rate(p.chunk_rate, 'FLOP')} per "
+        f"chunk product ({p.chunk_source}), "
+        + ("host->device " if staged else "link ")
+        + f"{_time(p.link_seconds)} (overlapped); scheduler and call {_time(p.overhead_seconds)}",
+        f"  memory per worker: {_bytes(p.working_bytes)} working set, "
+        f"{_bytes(p.resident_bytes)} resident"
+        + (" (panels beyond memory spill)" if p.resident_bytes > c.worker_memory else "")
+        + ("" if p.fits else " -- does NOT fit"),
+        f"  predicted {_time(p.predicted_seconds)} ({p.predicted_gflops:.4g} GFLOP/s), "
+        f"{p.bound}-bound; C stays on the workers (to the host: +{_time(p.result_seconds)})",
+    ]
+    for name, q in p.alternatives:
+        lines.append(
+            f"    vs {name}: chunks {q.chunks[0]}x{q.chunks[1]}x{q.chunks[2]} ({q.placement}) "
+            f"-> {_time(q.predicted_seconds)}" + ("" if q.fits else " (does not fit)")
+        )
+    if p.rechunked:
+        lines.append(f"  rechunked: {p.rechunked}")
+    return "\n".join(lines)
+
+
+_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30,
+          "TI": 2**40}  # fmt: skip
+
+
+def parse_size(text: str | float | None) -> float | None:
+    """``"80GiB"``, ``"25GB/s"``, ``"1.5e9"`` -> a number (bytes or bytes/s); None stays None."""
+    if text is None or isinstance(text, int | float):
+        return text
+    t = str(text).strip().upper().replace(" ", "").removesuffix("/S").removesuffix("B")
+    num = t.rstrip("KMGTI")
+    unit = t[len(num) :]
+    try:
+        return float(num) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}") from None
+
+
+def plan_from_args(args: Any):
+    """``tiledmm plan M N K --workers W [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``.
+
+    Without --link-bandwidth a multi-worker cluster gets 10 GB/s (a PCIe-class link), which
+    ``str(plan)`` shows; without --worker-memory, this host's memory (16 GiB for GPU workers
+    is a safer guess: pass it)."""
+    from .cluster import Cluster, cluster_plan, local_cluster
+
+    workers = int(getattr(args, "workers", None) or 1)
+    link = parse_size(getattr(args, "link_bandwidth", None))
+    mem = parse_size(getattr(args, "worker_memory", None))
+    base = local_cluster()
+    cl = Cluster(
+        workers=workers,
+        worker_memory=mem or base.worker_memory,
+        link_bandwidth=link or (math.inf if workers == 1 else 10e9),
+        task_overhead=1e-4 if workers == 1 else 1e-3,
+        call_overhead=0.0 if workers == 1 else 0.01,
+        name="as described" if workers > 1 else base.name,
+    )
+    return cluster_plan(
+        args.m, args.n, args.k, dtype=getattr(args, "dtype", "float32") or "float32",
+        batch=getattr(args, "batch", 1) or 1, cluster=cl,
+        backend=getattr(args, "backend", "auto") or "auto",
+        kernel=getattr(args, "kernel", "auto") or "auto",
+    )  # fmt: skip
