@@ -88,8 +88,9 @@ def test_database_entries_are_well_formed():
                                         "dtype", "family"))  # fmt: skip
         assert key not in keys, f"duplicate entry {key}"
         keys.add(key)
-        for rec in e.get("measured", ()):
-            assert rec["gflops"] > 0 and rec["date"] and rec["backend"]
+        meas = e.get("measured", ())  # a list of records, or one record of the entry's backend
+        for rec in [meas] if isinstance(meas, dict) else meas:
+            assert rec["gflops"] > 0 and rec["date"] and rec.get("backend", e.get("backend"))
 
 
 @pytest.mark.parametrize(
@@ -107,3 +108,103 @@ def test_nvidia_spec_h200_peak():
     assert 66e12 < spec.peak("float32") < 68e12 and spec.peak("float64") == spec.peak("float32") / 2
     t4 = nvidia.device_spec("Tesla T4", (7, 5), dict(a, sms=40), launch_overhead=5e-6)
     assert t4.peak("float32") / t4.peak("float64") == 32
+
+
+def _db(tmp_path, entries):
+    import json
+
+    p = tmp_path / "geometry.json"
+    p.write_text(json.dumps({"format": 1, "entries": entries}))
+    return p
+
+
+_SQ = {"kernels": "gemm-c", "device": "NVIDIA H200", "backend": "cupy", "dtype": "float32",
+       "family": "register", "block_tile": [128, 128, 16], "thread_tile": [8, 8],
+       "options": {"use_local": 1}}  # fmt: skip
+
+
+def test_device_entry_with_the_class_beats_the_one_without(tmp_path):
+    vec = dict(_SQ, shape_class="vector", block_tile=[16, 64, 16], thread_tile=[2, 4],
+               measured={"gflops": 260.0, "date": "2026-11-30"})  # fmt: skip
+    kind = {"kernels": "gemm-c", "kind": "gpu", "family": "register", "shape_class": "vector",
+            "block_tile": [32, 32, 8], "thread_tile": [4, 4]}  # fmt: skip
+    for i, order in enumerate(([_SQ, vec, kind], [kind, vec, _SQ])):  # not the file's order
+        (tmp_path / str(i)).mkdir()
+        path = _db(tmp_path / str(i), order)
+        got = K.load_geometry("register", "float32", H200, backend="cupy",
+                              shape_class="vector", path=path)  # fmt: skip
+        assert got.block_tile == (16, 64, 16)
+        plain = K.load_geometry("register", "float32", H200, backend="cupy", path=path)
+        assert plain.block_tile == (128, 128, 16)  # no class asked: the classless entry
+        # another class of the same device: the classless device entry, not the vector one
+        odd = K.load_geometry("register", "float32", H200, backend="cupy", shape_class="odd",
+                              path=path)  # fmt: skip
+        assert odd.block_tile == (128, 128, 16)
+
+
+def test_shipped_gflops_reads_exact_class_and_backend(tmp_path):
+    from tiledmm_backends.kernels.shapes import shipped_gflops
+
+    path = _db(tmp_path, [
+        _SQ,  # no class: never a class measurement
+        dict(_SQ, family="naive", shape_class="vector", block_tile=[1, 16, 1],
+             options={"gemv": 1, "ks": 32}, measured={"gflops": 1500.0, "date": "d"}),
+        {k: v for k, v in _SQ.items() if k != "backend"} | {
+            "shape_class": "vector", "measured": [
+                {"backend": "opencl", "gflops": 300.0, "date": "d"},
+                {"backend": "cupy", "gflops": 250.0, "date": "d"}]},
+    ])  # fmt: skip
+    got = {(f, b, c): shipped_gflops(f, "float32", H200, b, c, path)
+           for f in ("naive", "register") for b in ("cupy", "opencl")
+           for c in ("vector", "square")}  # fmt: skip
+    assert got[("naive", "cupy", "vector")] == 1500.0
+    assert got[("naive", "opencl", "vector")] is None  # a cupy entry says nothing for opencl
+    assert got[("register", "cupy", "vector")] == 250.0
+    assert got[("register", "opencl", "vector")] == 300.0
+    assert got[("register", "cupy", "square")] is None  # the classless entry is no class
+    other = replace(H200, name="NVIDIA H100")
+    assert shipped_gflops("naive", "float32", other, "cupy", "vector", path) is None
+
+
+class _Measured(tiledmm.Backend):
+    """A backend whose shipped table measured some families per shape class."""
+
+    name, kernels = "fake-measured", tiledmm.KERNEL_FAMILIES
+    table: dict = {}
+
+    def measured_gflops(self, kernel, dtype, device, shape_class):
+        return self.table.get((kernel, shape_class))
+
+    def run(self, plan, a, b, out):
+        out[...] = a @ b
+
+
+def test_auto_picks_the_measured_fastest_family_per_class(tmp_path, monkeypatch):
+    from tiledmm import dispatch, tuning
+
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    be = _Measured()
+    be.table = {}
+    ladder = {s: dispatch.auto_kernel(be, *s, "float32") for s in
+              [(1, 4096, 4096), (1000, 1000, 777), (512, 512, 512)]}  # fmt: skip
+    be.table = {("naive", "vector"): 1500.0, ("register", "vector"): 260.0,
+                ("register", "batched"): 20000.0, ("tiled", "batched"): 9000.0,
+                ("register", "odd"): 100.0}  # fmt: skip
+    assert dispatch.auto_kernel(be, 1, 4096, 4096, "float32") == "naive"
+    assert dispatch.auto_kernel(be, 4096, 1, 4096, "float32") == "naive"
+    assert dispatch.auto_kernel(be, 512, 512, 512, "float32", batch=32) == "register"
+    be.table[("tiled", "batched")] = 30000.0
+    assert dispatch.auto_kernel(be, 512, 512, 512, "float32", batch=32) == "tiled"
+    # one family measured (odd) or none (square): the old rule, unchanged
+    assert dispatch.auto_kernel(be, 1000, 1000, 777, "float32") == ladder[(1000, 1000, 777)]
+    assert dispatch.auto_kernel(be, 512, 512, 512, "float32") == ladder[(512, 512, 512)]
+    # the user layer's measurement of a family comes before the shipped one
+    dev = be.device()
+    tuning.save_entries([dict(device=dev.name, backend=be.name, dtype="float32", family="register",
+                              shape_class="vector", block_tile=[16, 64, 16],
+                              measured=dict(gflops=5000.0, date="2026-11-30"))])  # fmt: skip
+    assert tuning.measured_families(be.name, "float32", dev, "vector", be) == {
+        "register": 5000.0, "naive": 1500.0}  # fmt: skip
+    assert dispatch.auto_kernel(be, 1, 4096, 4096, "float32") == "register"
+    monkeypatch.setenv(tuning.IGNORE_SHIPPED, "1")  # shipped numbers hidden: user layer only
+    assert tuning.measured_families(be.name, "float32", dev, "vector", be) == {"register": 5000.0}

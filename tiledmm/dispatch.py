@@ -9,12 +9,14 @@ tiled, then naive) unless the model predicts it more than ``RUNG_MARGIN`` times 
 best family (a 512^3 CPU register tile on a 64^3 product: 99.8% padding). The committed results
 rank register > tiled > naive on every device and large shape, while the model's errors
 between families reach 2-3x (tiled predicted 2x too fast, naive 3-6x too slow), so only a
-larger predicted gap overrules the ladder. Where the tuning database (``tiledmm.tuning``)
-holds measurements of two or more families for this backend, device, dtype and shape class,
-``kernel="auto"`` takes the fastest measured family instead. Tiles come from the database
-(the user's tunings, then the backend's shipped table), else the planner's default; the plan's
-``geometry_source`` says which. Plans are cached per backend, device, problem and registry
-generation, in a bounded cache (``clear_caches`` after the database changes).
+larger predicted gap overrules the ladder. Where measurements of two or more families exist
+for this backend, device, dtype and shape class (the user tuning database, else the backend's
+shipped table: ``tiledmm.tuning.measured_families``), ``kernel="auto"`` takes the fastest
+measured family instead (vectors: the gemv path of the naive family where it measured faster).
+Tiles come from the database (the user's tunings, then the backend's shipped table), else the
+planner's default; the plan's ``geometry_source`` says which. Plans are cached per backend,
+device, problem and registry generation, in a bounded cache (``clear_caches`` after the
+database changes).
 """
 
 from __future__ import annotations
@@ -54,15 +56,17 @@ def cache_token() -> tuple[int, int]:
     return (registry.generation(), _epoch)
 
 
-def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str) -> str:
-    """The family ``kernel="auto"`` runs on ``be`` for this product (see the module docstring)."""
+def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1) -> str:
+    """The family ``kernel="auto"`` runs on ``be`` for this product (one of a batch of
+    ``batch``): the fastest measured family for its shape class where two or more are measured,
+    else the ladder (see the module docstring)."""
     rungs = [fam for fam in reversed(KERNEL_FAMILIES) if fam in be.kernels]
     if not rungs:
         raise PlanError(f"backend {be.name!r} declares no kernels")
     if len(rungs) == 1:
         return rungs[0]
-    cls = tuning.shape_class(m, n, k)
-    measured = tuning.measured_families(be.name, dtype, be.device(), cls)
+    cls = tuning.shape_class(m, n, k, batch)
+    measured = tuning.measured_families(be.name, dtype, be.device(), cls, be)
     measured = {f: g for f, g in measured.items() if f in rungs}
     if len(measured) >= 2:  # measurements overrule the model and the ladder
         return max(measured, key=lambda f: (measured[f], -rungs.index(f)))
@@ -100,7 +104,7 @@ def plan_for(
 
 
 def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1) -> Plan:
-    fam = auto_kernel(be, m, n, k, dtype) if kernel == "auto" else kernel
+    fam = auto_kernel(be, m, n, k, dtype, batch) if kernel == "auto" else kernel
     _check_kernel(be, fam)
     device = be.device()
     geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k, batch))

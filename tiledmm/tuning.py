@@ -11,7 +11,9 @@ experiments; the user layer still applies.
 An entry: ``{"device", "vendor", "arch", "kind", "backend", "dtype", "family", "shape_class",
 "block_tile", "thread_tile", "options", "measured": {"gflops", "date", ...}}``. Lookup: an entry
 for the device's name before one for its architecture before one for its vendor (and kind);
-the product's shape class before ``"square"`` (the general class). A file that cannot be read
+the product's shape class before ``"square"`` (the general class). ``kernel="auto"`` compares
+families by their measured GFLOP/s for the product's class (:func:`measured_families`: this
+layer, then the backend's shipped measurements). A file that cannot be read
 or parsed, or an entry that breaks the schema, is ignored with one :class:`TuningWarning`.
 """
 
@@ -284,9 +286,13 @@ def _label(geo: Geometry | None, what: str, device: DeviceSpec) -> Geometry | No
     return replace(geo, source=f"{what}: {src}" if src else what)
 
 
-def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str) -> dict[str, float]:
-    """Measured GFLOP/s per family for this backend, device, dtype and exact shape class (the
-    most specific device match per family), from the user layer."""
+def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str,
+                      be: Backend | None = None) -> dict[str, float]:  # fmt: skip
+    """Measured GFLOP/s per family for this backend, device, dtype and exact shape class: the
+    user layer's (the most specific device match per family), then, for families it lacks,
+    the backend's shipped measurements where ``be`` has ``measured_gflops(family, dtype,
+    device, shape_class)`` (the shared-source backends read ``geometry.json``; hidden by
+    ``TILEDMM_IGNORE_SHIPPED_TUNING``)."""
     best: dict[str, tuple[int, dict]] = {}
     for r, e in _matches(backend, dtype, None, device, user_entries()):
         if e["shape_class"] != cls:
@@ -294,7 +300,20 @@ def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str) ->
         old = best.get(e["family"])
         if old is None or r < old[0] or (r == old[0] and _newer(e, old[1])):
             best[e["family"]] = (r, e)
-    return {f: e["measured"]["gflops"] for f, (_, e) in best.items()}
+    out = {f: e["measured"]["gflops"] for f, (_, e) in best.items()}
+    ask = getattr(be, "measured_gflops", None) if be is not None else None
+    if ask is None or ignore_shipped():
+        return out
+    for fam in be.kernels:
+        if fam in out:
+            continue
+        try:
+            g = ask(fam, dtype, device, cls)
+        except Exception:  # noqa: BLE001 - a plugin's table must not break planning
+            g = None
+        if isinstance(g, int | float) and math.isfinite(g) and g > 0:
+            out[fam] = float(g)
+    return out
 
 
 # --------------------------------------------------------------------------- writing

@@ -105,6 +105,14 @@ class CupyBackend(Backend):
         a class entry before the general one (docs/shapes.md)."""
         return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
+    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
+                        shape_class: str) -> float | None:  # fmt: skip
+        """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly
+        ``shape_class`` through this backend (``kernel="auto"`` compares families by it)."""
+        from ..kernels.shapes import shipped_gflops
+
+        return shipped_gflops(kernel, dtype, device, self.name, shape_class)
+
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
         from ..kernels.space import space

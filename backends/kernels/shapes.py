@@ -10,9 +10,13 @@ fill the device through the batch (grid z). Every candidate passes ``kernels.def
 
 from __future__ import annotations
 
-from tiledmm import Geometry
+from pathlib import Path
 
-__all__ = ["CANDIDATES", "candidates"]
+from tiledmm import DeviceSpec, Geometry
+
+from .. import kernels as K
+
+__all__ = ["CANDIDATES", "candidates", "shipped_gflops"]
 
 
 def _g(bt, tt=(1, 1), **opts) -> dict:
@@ -101,3 +105,30 @@ def candidates(kernel: str, dtype: str, shape_class: str) -> list[Geometry]:
         out.append(Geometry(tuple(e["block_tile"]), (tm, tn), tuple(sorted(opts.items())),
                             source=f"shape candidate ({shape_class})"))  # fmt: skip
     return out
+
+
+def shipped_gflops(kernel: str, dtype: str, device: DeviceSpec, backend: str, shape_class: str,
+                   path: Path | None = None) -> float | None:  # fmt: skip
+    """Measured GFLOP/s of the geometry database's entry for ``kernel`` on ``device`` (by name:
+    measurements are per device) for exactly ``shape_class``, through ``backend``; None when
+    nothing is measured. ``measured`` may be an object with ``gflops`` (the entry's own
+    backend) or a list of them with ``backend`` each; a backend's own entry before a shared one.
+    ``kernel="auto"`` compares these between families (``tiledmm.tuning.measured_families``)."""
+    best = None
+    for e in K._entries(str(path or K.DATABASE)):
+        if e["kernels"] != "gemm-c" or e["family"] != kernel or e.get("dtype", dtype) != dtype:
+            continue
+        if e.get("device") != device.name or e.get("shape_class") != shape_class:
+            continue
+        if e.get("backend", backend) != backend:
+            continue
+        meas = e.get("measured")
+        rows = meas if isinstance(meas, list) else [meas] if isinstance(meas, dict) else []
+        own = "backend" in e
+        for r in rows:
+            if not isinstance(r, dict) or r.get("backend", e.get("backend", backend)) != backend:
+                continue
+            g = r.get("gflops")
+            if isinstance(g, int | float) and g > 0 and (best is None or own > best[0]):
+                best = (own, float(g))
+    return best[1] if best else None

@@ -20,19 +20,18 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import replace
 from functools import cache
 from typing import Any
 
 import numpy as np
 
-from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl, host_cpu
+from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl
 from tiledmm.cache import LRUCache
 
 from .. import kernels as K
-from .. import nvidia
 from ..kernels import launch
 from ..kernels.probe import probe_source
+from .device import device_spec
 
 __all__ = ["OpenCLBackend", "OpenCLState", "register_backends"]
 
@@ -205,60 +204,6 @@ class OpenCLState:
 _NOBATCH = tuple(np.int32(v) for v in launch.NOBATCH[1:])
 
 
-def _spec(dev) -> DeviceSpec:
-    cl, _ = _cl()
-    name = dev.name.strip()
-    cu, wg, lmem = dev.max_compute_units, dev.max_work_group_size, dev.local_mem_size
-    if not dev.type & cl.device_type.GPU:
-        h = host_cpu()  # PoCL's CPU device is this host: reuse its caches and ceilings
-        return replace(
-            h,
-            name=name,
-            compute_units=cu,
-            max_threads_per_block=wg,
-            max_threads_per_unit=wg,
-            simd_bytes=4 * max(1, dev.native_vector_width_float),
-            extra=h.extra + (("opencl", f"{dev.platform.name} / {dev.version}"),),
-        )
-    via = (("opencl", f"{dev.platform.name} / {dev.version}"),)
-    clock_khz = dev.max_clock_frequency * 1e3
-    if "NVIDIA" in dev.vendor.upper():  # the CUDA backends' description, as OpenCL reports it
-        cc = _nv_compute_capability(dev)
-        a = dict(sms=cu, clock_khz=clock_khz, bandwidth=3e12, threads_per_block=wg,
-                 shared_optin=lmem, l2=dev.global_mem_cache_size)  # fmt: skip
-        spec = nvidia.device_spec(name, cc, a, launch_overhead=8e-6, extra=via)
-        return spec.with_calibration()
-    peak32 = cu * 64 * 2 * clock_khz * 1e3  # 64 FP32 lanes per compute unit: a guess
-    return DeviceSpec(
-        name=name,
-        kind="gpu",
-        vendor=dev.vendor,
-        compute_units=cu,
-        warp_size=64,
-        max_threads_per_block=wg,
-        max_threads_per_unit=2048,
-        max_shared_per_block=lmem,
-        shared_per_unit=lmem,
-        caches=(("L2", dev.global_mem_cache_size),),
-        peak_flops=(("float32", peak32), ("float64", peak32 / 16)),
-        bandwidth=5e11,
-        launch_overhead=8e-6,
-        ceilings_source=(
-            f"estimate from {cu} units x 64 lanes x {clock_khz / 1e6:.2f} GHz; bandwidth a "
-            "guess (OpenCL does not report it); run `tiledmm calibrate` to measure"
-        ),
-        extra=via,
-    ).with_calibration()
-
-
-def _nv_compute_capability(dev) -> tuple[int, int]:
-    """From ``cl_nv_device_attribute_query``; (9, 0) (the H200's) where it is missing."""
-    try:
-        return int(dev.compute_capability_major_nv), int(dev.compute_capability_minor_nv)
-    except Exception:  # noqa: BLE001 - extension absent or unknown to this pyopencl
-        return (9, 0)
-
-
 def _strided(x) -> tuple[int, int, int]:
     """(offset, row stride, column stride) of a 2-D pyopencl array, in elements."""
     s = x.dtype.itemsize
@@ -320,6 +265,14 @@ class OpenCLBackend(Backend):
         """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
         a class entry before the general one (docs/shapes.md)."""
         return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
+
+    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
+                        shape_class: str) -> float | None:  # fmt: skip
+        """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly
+        ``shape_class`` through this backend (``kernel="auto"`` compares families by it)."""
+        from ..kernels.shapes import shipped_gflops
+
+        return shipped_gflops(kernel, dtype, device, self.name, shape_class)
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
@@ -434,7 +387,7 @@ def _check_size(shape: tuple[int, ...]) -> None:
 
 @cache
 def _spec_cached(dev) -> DeviceSpec:
-    return _spec(dev)
+    return device_spec(dev)
 
 
 @hookimpl

@@ -1,0 +1,69 @@
+"""The DeviceSpec of an OpenCL device: PoCL's CPU device is the host (its caches and ceilings),
+an NVIDIA GPU gets the CUDA backends' description (``tiledmm_backends.nvidia``) from what
+OpenCL reports, other GPUs an estimate that ``tiledmm calibrate`` replaces."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tiledmm import DeviceSpec, host_cpu
+
+from .. import nvidia
+
+__all__ = ["device_spec"]
+
+
+def device_spec(dev) -> DeviceSpec:
+    """The description of OpenCL device ``dev`` (a ``pyopencl.Device``)."""
+    import pyopencl as cl
+
+    name = dev.name.strip()
+    cu, wg, lmem = dev.max_compute_units, dev.max_work_group_size, dev.local_mem_size
+    if not dev.type & cl.device_type.GPU:
+        h = host_cpu()  # PoCL's CPU device is this host: reuse its caches and ceilings
+        return replace(
+            h,
+            name=name,
+            compute_units=cu,
+            max_threads_per_block=wg,
+            max_threads_per_unit=wg,
+            simd_bytes=4 * max(1, dev.native_vector_width_float),
+            extra=h.extra + (("opencl", f"{dev.platform.name} / {dev.version}"),),
+        )
+    via = (("opencl", f"{dev.platform.name} / {dev.version}"),)
+    clock_khz = dev.max_clock_frequency * 1e3
+    if "NVIDIA" in dev.vendor.upper():  # the CUDA backends' description, as OpenCL reports it
+        cc = _nv_compute_capability(dev)
+        a = dict(sms=cu, clock_khz=clock_khz, bandwidth=3e12, threads_per_block=wg,
+                 shared_optin=lmem, l2=dev.global_mem_cache_size)  # fmt: skip
+        spec = nvidia.device_spec(name, cc, a, launch_overhead=8e-6, extra=via)
+        return spec.with_calibration()
+    peak32 = cu * 64 * 2 * clock_khz * 1e3  # 64 FP32 lanes per compute unit: a guess
+    return DeviceSpec(
+        name=name,
+        kind="gpu",
+        vendor=dev.vendor,
+        compute_units=cu,
+        warp_size=64,
+        max_threads_per_block=wg,
+        max_threads_per_unit=2048,
+        max_shared_per_block=lmem,
+        shared_per_unit=lmem,
+        caches=(("L2", dev.global_mem_cache_size),),
+        peak_flops=(("float32", peak32), ("float64", peak32 / 16)),
+        bandwidth=5e11,
+        launch_overhead=8e-6,
+        ceilings_source=(
+            f"estimate from {cu} units x 64 lanes x {clock_khz / 1e6:.2f} GHz; bandwidth a "
+            "guess (OpenCL does not report it); run `tiledmm calibrate` to measure"
+        ),
+        extra=via,
+    ).with_calibration()
+
+
+def _nv_compute_capability(dev) -> tuple[int, int]:
+    """From ``cl_nv_device_attribute_query``; (9, 0) (the H200's) where it is missing."""
+    try:
+        return int(dev.compute_capability_major_nv), int(dev.compute_capability_minor_nv)
+    except Exception:  # noqa: BLE001 - extension absent or unknown to this pyopencl
+        return (9, 0)
