@@ -197,3 +197,73 @@ def test_auto_kernel_prefers_register_for_large_problems():
 def test_unknown_backend_message():
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         tiledmm.plan(8, 8, 8, backend="nope")
+
+
+# --------------------------------------------------------------- the hierarchy on new geometries
+
+from tiledmm.device import reference_h200  # noqa: E402
+
+REF = reference_h200()
+_REG = (("vm", 4), ("vn", 4), ("stages", 2), ("pad", 4))
+
+
+def hplan(m, n, k, kernel, block, thread=(1, 1), dtype="float32", **opts):
+    geo = Geometry(block, thread, (*(_REG if kernel == "register" else ()), *opts.items()))
+    return make_plan(m, n, k, dtype=dtype, kernel=kernel, device=REF, geometry=geo,
+                     backend="cupy")  # fmt: skip
+
+
+def test_split_k_fills_a_small_grid_and_pays_a_reduction():
+    """1024x1024 outputs in 128x128 tiles are 64 blocks for 132 SMs: 4 K slices make 256 blocks
+    (the same FMAs, faster), and the reduction (4 slices read, C written) is serial time."""
+    one = hplan(1024, 1024, 8192, "register", (128, 128, 16), (8, 8))
+    four = hplan(1024, 1024, 8192, "register", (128, 128, 16), (8, 8), split_k=4)
+    assert four.level("compute").amount == one.level("compute").amount
+    assert four.level("compute").seconds < 0.6 * one.level("compute").seconds
+    assert four.predicted_seconds < one.predicted_seconds
+    red = four.level("issue")
+    assert "split-K reduction 20.97 MB" in red.note and red.serial > REF.launch_overhead
+    assert all(lv.serial == red.serial for lv in four.levels)  # every level waits for it
+    # the 16.8 MB workspace stays in the L2: DRAM sees C once, as without split-K
+    assert dict(four.level("DRAM").parts)["written"] == dict(one.level("DRAM").parts)["written"]
+
+
+def test_split_k_workspace_beyond_the_l2_goes_through_dram():
+    small = hplan(4096, 4096, 4096, "register", (128, 128, 16), (8, 8))
+    split = hplan(4096, 4096, 4096, "register", (128, 128, 16), (8, 8), split_k=8)
+    ws = 8 * 4096 * 4096 * 4
+    extra = split.level("DRAM").amount - small.level("DRAM").amount
+    assert extra == pytest.approx(2 * ws, rel=0.01)  # written, then read back by the reduction
+
+
+@pytest.mark.parametrize("m, n", [(1, 8192), (8192, 1)])
+def test_gemv_reads_the_matrix_once_and_is_dram_bound(m, n):
+    """The vector path (gemv=1, ks items per output): the long operand streamed once from
+    DRAM, either orientation; DRAM binds."""
+    p = hplan(m, n, 8192, "naive", (1, 32, 1), gemv=1, ks=16)
+    matrix = 8192 * 8192 * 4
+    read = dict(p.level("DRAM").parts)["read"]
+    assert matrix <= read <= matrix * 1.01
+    assert p.bound == "DRAM"
+    assert p.level("compute").amount == pytest.approx(2 * m * n * 8192)
+
+
+def test_gemv_skinny_groups_share_the_long_operand_in_l2():
+    """4 outputs of the short side per group: the FLOPs are 4 per long element, the DRAM bytes
+    still the matrix once."""
+    p = hplan(4, 8192, 8192, "naive", (4, 32, 1), gemv=1, ks=8)
+    assert p.level("compute").amount == pytest.approx(2 * 4 * 8192 * 8192)
+    assert dict(p.level("DRAM").parts)["read"] == pytest.approx((4 + 8192) * 8192 * 4)
+
+
+def test_batched_launch_multiplies_work_and_fills_the_device():
+    """A batch of 8 small products in one launch: 8x the FLOPs, bytes and blocks; 16 blocks
+    each leave most SMs idle, so 8 of them take about the time of one, not 8x."""
+    one = hplan(512, 512, 512, "register", (128, 128, 16), (8, 8))
+    eight = hplan(512, 512, 512, "register", (128, 128, 16), (8, 8), batch=8)
+    for name in ("compute", "shared memory", "L2", "DRAM", "issue"):
+        assert eight.level(name).amount == pytest.approx(8 * one.level(name).amount), name
+    assert eight.predicted_seconds < 1.5 * one.predicted_seconds
+    full = hplan(4096, 4096, 512, "register", (128, 128, 16), (8, 8))
+    full8 = hplan(4096, 4096, 512, "register", (128, 128, 16), (8, 8), batch=8)
+    assert full8.predicted_seconds == pytest.approx(8 * full.predicted_seconds, rel=0.1)

@@ -68,11 +68,14 @@ class DeviceSpec:
     # instructions per second). ``sustained``: the SM clock under full load as a fraction of
     # the clock the estimated SM-side ceilings assume (1.0 when those were measured under load).
     # ``latency``: seconds per dependent trip to the level behind L1 (GPU: L2 hit; CPU: DRAM).
+    # ``loaded``: SM-clocked ceilings measured under load ("shared memory", "L1", "compute" for
+    # ``fma_peaks``), which ``sustained`` does not scale (see :meth:`clocked`).
     levels: tuple[tuple[str, float], ...] = ()
     fma_peaks: tuple[tuple[str, float], ...] = ()
     issue_rate: float = 0.0
     sustained: float = 1.0
     latency: float = 0.0
+    loaded: tuple[str, ...] = ()
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (falls back to half the float32 figure for float64)."""
@@ -108,6 +111,12 @@ class DeviceSpec:
         # tensor cores (DMMA), which the FMA pipes do not have
         return value if self.is_gpu else max(value, self.peak(dtype))
 
+    def clocked(self, name: str, value: float) -> float:
+        """An SM-clocked ceiling ``value`` of level ``name`` at the clock the SMs sustain
+        under load: as given where it was measured under load (``loaded``), else scaled by
+        ``sustained`` (an estimate at the boost clock)."""
+        return value if name in self.loaded else value * (self.sustained or 1.0)
+
     @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
@@ -120,6 +129,7 @@ class DeviceSpec:
         d = asdict(self)
         for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks"):
             d[key] = dict(d[key])
+        d["loaded"] = list(d["loaded"])
         return d
 
     def with_calibration(self) -> DeviceSpec:
@@ -129,6 +139,8 @@ class DeviceSpec:
             return self
         levels = dict(self.levels) | {k: float(v) for k, v in cal.get("levels", {}).items()}
         fma = dict(self.fma_peaks) | {k: float(v) for k, v in cal.get("fma_peaks", {}).items()}
+        loaded = set(self.loaded) | set(cal.get("levels", {}))
+        loaded |= {"compute"} if cal.get("fma_peaks") else set()
         return replace(
             self,
             peak_flops=tuple(sorted((k, float(v)) for k, v in cal["peak_flops"].items())),
@@ -136,6 +148,7 @@ class DeviceSpec:
             levels=tuple(levels.items()),
             fma_peaks=tuple(sorted(fma.items())),
             sustained=float(cal.get("sustained", self.sustained)),
+            loaded=tuple(sorted(loaded)),
             ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
         )
 
@@ -385,14 +398,35 @@ def cpu_levels(
     return levels, 4 * c
 
 
+#: The H200's measured ceilings, copied from `tiledmm calibrate --backend cupy` (its record's
+#: "levels" and "fma_peaks"; probes.cl). Every entry replaces the datasheet estimate in
+#: :func:`reference_h200` and counts as measured under load (not scaled by ``sustained``).
+#: Updating the reference is this one edit (docs/model.md, "Calibrating the reference").
+H200_MEASURED: dict[str, Any] = {
+    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl of session 4)",
+    "levels": {"DRAM": 4.0611e12},
+    "fma_peaks": {"float32": 58.755e12, "float64": 32.758e12},
+}
+
+
 def reference_h200() -> DeviceSpec:
     """The measured-reference NVIDIA H200 (GPU.md, 2026-11-29/30): what the offline model
-    checker rebuilds committed GPU results against. Datasheet/derived SM-side ceilings at the
-    1.98 GHz boost clock, scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67
-    TFLOP/s datasheet FP32 peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk);
-    DRAM is the measured 4.1 TB/s copy; L2 is the 6.6 TB/s that the naive kernel moved
-    through it (16.95 GB in 2.574 ms, Nsight Compute) until the L2 probe measures it."""
+    checker rebuilds committed GPU results against. The ceilings in :data:`H200_MEASURED` as
+    measured; the others datasheet/derived SM-side ceilings at the 1.98 GHz boost clock,
+    scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67 TFLOP/s datasheet FP32
+    peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk), and an L2 of 6.6 TB/s,
+    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute)."""
     sms, clock = 132, 1.98e9
+    estimates = {
+        "shared memory": sms * 128 * clock,
+        "L1": sms * 128 * clock,
+        "L2": 6.6e12,
+        "DRAM": 4.1e12,
+    }
+    fma = {"float32": sms * 128 * 2 * clock, "float64": sms * 64 * 2 * clock}
+    levels = estimates | H200_MEASURED["levels"]
+    fma |= H200_MEASURED["fma_peaks"]
+    loaded = set(H200_MEASURED["levels"]) | ({"compute"} if H200_MEASURED["fma_peaks"] else set())
     return DeviceSpec(
         name="NVIDIA H200",
         kind="gpu",
@@ -408,18 +442,17 @@ def reference_h200() -> DeviceSpec:
         max_registers_per_thread=255,
         caches=(("L2", 60 << 20),),
         peak_flops=(("float32", 50.8e12), ("float64", 60.7e12)),
-        bandwidth=4.1e12,
+        bandwidth=levels["DRAM"],
         launch_overhead=5e-6,
-        levels=(
-            ("shared memory", sms * 128 * clock),
-            ("L1", sms * 128 * clock),
-            ("L2", 6.6e12),
-            ("DRAM", 4.1e12),
-        ),
-        fma_peaks=(("float32", sms * 128 * 2 * clock), ("float64", sms * 64 * 2 * clock)),
+        levels=tuple(levels.items()),
+        fma_peaks=tuple(sorted(fma.items())),
         issue_rate=sms * 4 * clock,
         sustained=0.77,
         latency=263 / clock,
-        ceilings_source="measured reference (GPU.md, 2026-11-29/30; tiledmm.device.reference_h200)",
+        loaded=tuple(sorted(loaded)),
+        ceilings_source=(
+            "measured reference (GPU.md, 2026-11-29/30; tiledmm.device.reference_h200; "
+            f"{H200_MEASURED['source']})"
+        ),
         extra=(("compute capability", "9.0"),),
     )

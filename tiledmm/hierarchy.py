@@ -4,13 +4,17 @@ Pure Python (no device access). :func:`levels` takes a plan's geometry and a Dev
 returns one :class:`Level` per level of the hierarchy, nearest the arithmetic units first; the
 planner's prediction is the slowest of them (docs/model.md explains every term).
 
-GPU: counts per warp, as the hardware counts them. Shared-memory loads become wavefronts by a
-bank simulation of one warp's addresses; global loads become L1 wavefronts and 32-byte
-sectors; L2 and DRAM bytes follow the block tiles, the block raster order and the L2 size;
-FMAs and the other instructions go to the FMA pipes and the warp schedulers. SM-side levels
+GPU: counts per warp, as the hardware counts them (``tiledmm.warps``: what each family's warp
+issues per block). Shared-memory loads become wavefronts by a bank simulation of one warp's
+addresses; global loads become L1 wavefronts and 32-byte sectors; L2 and DRAM bytes follow
+the block tiles, the block raster order and the L2 size (``tiledmm.dram``); FMAs and the other
+instructions go to the FMA pipes and the warp schedulers. SM-side levels
 are timed per SM (the SM with the most blocks finishes last: wave quantization), device-side
 levels (L2, DRAM) over the whole device. A latency level (Little's law: loads in flight per
-warp x resident warps) bounds kernels that cannot keep enough loads in flight.
+warp x resident warps) bounds kernels that cannot keep enough loads in flight. Phases no
+level overlaps (a lockstep wave's prologue and epilogue, the split-K reduction pass) add to
+every level's time (``Level.serial``). Batched launches, split-K and the gemv path are
+counted from their own launch shapes.
 
 CPU: the same levels for a core's caches: SIMD FMA pipes, L1 loads, L2/L3/DRAM lines.
 """
@@ -18,12 +22,22 @@ CPU: the same levels for a core's caches: SIMD FMA pipes, L1 loads, L2/L3/DRAM l
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .device import DeviceSpec
 from .dram import L2_SHARED_FRACTION as L2_SHARED_FRACTION  # re-exported: these lived here
 from .dram import LOCKSTEP_BLOCKS as LOCKSTEP_BLOCKS
 from .dram import dram_key, dram_traffic, dram_traffic_cached, miss_fraction
+from .warps import SHARED_REQUEST_THREADS as SHARED_REQUEST_THREADS  # re-exported
+from .warps import (
+    WARP,
+    WAVEFRONT,
+    gemv_counts,
+    gemv_shape,
+    naive_counts,
+    shared_wavefronts,
+    staged_counts,
+)
 
 __all__ = [
     "Level",
@@ -36,9 +50,6 @@ __all__ = [
     "SHARED_REQUEST_THREADS",
 ]
 
-WARP = 32
-SECTOR = 32  # bytes per L1/L2 sector
-WAVEFRONT = 128  # bytes one shared-memory / L1 wavefront delivers (32 banks x 4 B)
 LINE = 64  # CPU cache line
 #: Clocks per multiply-add of the NumPy backend's emulated families on one core (measured
 #: per-operation costs of the NumPy calls they make; docs/model.md).
@@ -70,6 +81,7 @@ class Level:
     note: str = ""
     unit: str = "B"
     parts: tuple[tuple[str, float], ...] = ()  # the amount's parts (DRAM: read, written)
+    serial: float = 0.0  # seconds of ``seconds`` spent in phases no level overlaps
 
     def intensity(self, flops: float) -> float:
         """FLOPs per unit crossing this level (FLOP/B for memory levels)."""
@@ -84,6 +96,7 @@ class Level:
             "seconds": self.seconds,
             "note": self.note,
             **({"parts": dict(self.parts)} if self.parts else {}),
+            **({"serial": self.serial} if self.serial else {}),
         }
 
 
@@ -97,139 +110,6 @@ def engine_of(backend: str, options: dict) -> str:
     return {"numpy": "numpy"}.get(backend, "gemm-c")
 
 
-# --------------------------------------------------------------------------- shared memory
-
-#: Threads whose addresses one shared-memory request serves, by access width in bytes.
-#: 4-byte loads: the whole warp; 8- and 16-byte loads: each half-warp separately. Fits the
-#: Nsight counts of GPU.md (tiled 16x16: 1.5 wavefronts per FMA; register 128x128: 12 per
-#: k step) and the float64 kernels' rates (docs/model.md).
-SHARED_REQUEST_THREADS = {4: 32, 8: 16, 16: 16}
-
-
-def shared_wavefronts(addresses: list[int], width: int) -> int:
-    """Wavefronts for one warp-wide shared load: ``addresses`` (bytes, one per thread) of
-    ``width`` bytes each. Per request, the bank (4-byte word mod 32) holding the most distinct
-    words decides; broadcasts (same word) are free."""
-    group = SHARED_REQUEST_THREADS.get(width, 16)
-    total = 0
-    for g in range(0, len(addresses), group):
-        banks: dict[int, set[int]] = {}
-        for a in addresses[g : g + group]:
-            for w in range(a // 4, (a + width + 3) // 4):
-                banks.setdefault(w % 32, set()).add(w)
-        total += max((len(v) for v in banks.values()), default=1)
-    return total
-
-
-def _warp_loads(loads: list[tuple[list[int], int]]) -> tuple[int, int]:
-    """(instructions, wavefronts) for a list of (addresses, width) loads of one warp."""
-    return len(loads), sum(shared_wavefronts(a, w) for a, w in loads)
-
-
-# --------------------------------------------------------------------------- GPU families
-
-
-@dataclass
-class _Counts:
-    """Per-block counts (warp instructions, wavefronts, bytes) and per-block loop structure."""
-
-    fma: float = 0.0  # warp FMA instructions
-    instr: float = 0.0  # all warp instructions
-    shared_wf: float = 0.0
-    l1_wf: float = 0.0
-    l1_bytes: float = 0.0
-    trips: float = 0.0  # dependent global round trips per warp (latency level)
-    mlp: float = 1.0  # independent loads in flight per warp per trip
-
-
-def _naive(g: dict, s: int, engine: str) -> _Counts:
-    bn, k, warps = g["bn"], g["kp"], g["warps"]
-    cols = min(bn, WARP)
-    rows = max(1, WARP // bn)
-    # A: one address per row of the warp (broadcast); B: the warp's columns, coalesced.
-    a_wf, b_wf = rows, max(1, math.ceil(cols * s / WAVEFRONT))
-    a_bytes, b_bytes = rows * SECTOR, math.ceil(cols * s / SECTOR) * SECTOR
-    # nvcc unrolls the K loop 4x (loads of 4 steps in flight, 3 address/loop instructions
-    # per 4 FMAs); Numba's u32 loop with wrap-around stays rolled (6 per FMA, 1 in flight).
-    overhead, mlp = (0.75, 4.0) if engine == "gemm-c" else (6.0, 1.0)
-    per = warps * k
-    return _Counts(
-        fma=per,
-        instr=per * (3 + overhead),
-        l1_wf=per * (a_wf + b_wf),
-        l1_bytes=per * (a_bytes + b_bytes),
-        trips=k,
-        mlp=mlp,
-    )
-
-
-def _tiled_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, int]:
-    """(FMAs per k group, LDS instructions, wavefronts) for one warp of the tiled family."""
-    bn, bk = g["bn"], g["bk"]
-    vec = 16 // s if (opts.get("vec_smem") or engine == "numba") and bk % (16 // s) == 0 else 1
-    a_ld = bk if vec > 1 else bk + 1  # gemm-c pads scalar A rows by one word
-    tid = range(WARP)
-    a = [((t // bn) * a_ld) * s for t in tid]
-    b = [(t % bn) * s for t in tid]
-    loads = [(a, vec * s)] + [([x + kk * bn * s for x in b], s) for kk in range(vec)]
-    n, wf = _warp_loads(loads)
-    return vec, n, wf
-
-
-def _register_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, int]:
-    """(FMAs per k step, LDS instructions, wavefronts) for one warp of the register family."""
-    tm, tn, bm, bn = g["tm"], g["tn"], g["bm"], g["bn"]
-    wm, wn = bm // tm, bn // tn  # threads along M and N
-    tid = range(WARP)
-    loads = []
-    if engine == "numba":  # strided micro-tile: scalar loads at ty + i*wm and tx + j*wn
-        loads += [([((t // wn) + i * wm) * s for t in tid], s) for i in range(tm)]
-        loads += [([((t % wn) + j * wn) * s for t in tid], s) for j in range(tn)]
-    else:  # gemm-c: VM x VN sub-blocks, 16-byte loads when VM (VN) x s is 16 bytes
-        vm, vn = int(opts.get("vm", 1)), int(opts.get("vn", 1))
-        for v, count, lanes, pick in (
-            (vm, tm // vm, wm, lambda t: t // wn),
-            (vn, tn // vn, wn, lambda t: t % wn),
-        ):
-            for gi in range(count):
-                base = [(gi * lanes * v + pick(t) * v) * s for t in tid]
-                if v * s == 16:
-                    loads.append((base, 16))
-                else:
-                    loads += [([x + q * s for x in base], s) for q in range(v)]
-    n, wf = _warp_loads(loads)
-    return tm * tn, n, wf
-
-
-def _staged(g: dict, s: int, engine: str, opts: dict, kernel: str) -> _Counts:
-    bm, bn, bk, kp, warps, threads = g["bm"], g["bn"], g["bk"], g["kp"], g["warps"], g["threads"]
-    if kernel == "tiled":  # per group of `vec` k values: one A load, `vec` B loads
-        per_group, lds, wf = _tiled_loads(g, s, engine, opts)
-        groups = bk // per_group
-    else:  # per k: the micro-tile's loads, TM x TN FMAs
-        per_group, lds, wf = _register_loads(g, s, engine, opts)
-        groups = bk
-    steps = kp // bk
-    fma = warps * steps * groups * per_group
-    # per K step per thread: each staged element costs a global load, a shared store and
-    # about two index/guard instructions (vector loads count once); plus two barriers and
-    # the loop (8 instructions).
-    vw = 16 // s if kernel == "register" and engine == "gemm-c" else 1
-    elems = (bm * bk + bk * bn) / threads
-    step_instr = elems / vw * 4 + 8
-    instr = warps * steps * (groups * (per_group + lds) + step_instr)
-    loads_bytes = (bm * bk + bk * bn) * s
-    return _Counts(
-        fma=fma,
-        instr=instr,
-        shared_wf=warps * steps * groups * wf,
-        l1_wf=steps * loads_bytes / WAVEFRONT,
-        l1_bytes=steps * loads_bytes,
-        trips=steps if int(opts.get("stages", 1)) < 2 else 1,
-        mlp=1.0,
-    )
-
-
 def gpu_levels(
     kernel: str,
     g: dict,
@@ -240,110 +120,128 @@ def gpu_levels(
     blocks_per_unit: int,
     dtype: str,
 ) -> list[Level]:
-    """The levels of a GPU plan (see the module docstring)."""
-    counts = _naive(g, s, engine) if kernel == "naive" else _staged(g, s, engine, opts, kernel)
-    blocks, sms = g["gx"] * g["gy"], max(1, dev.compute_units)
+    """The levels of a GPU plan (see the module docstring). ``g["batch"]`` (or
+    ``opts["batch"]``) matrices in one launch, ``opts["split_k"]`` K slices plus a reduction
+    pass, ``opts["gemv"]`` the naive family's gemv path."""
+    batch = max(1, int(g.get("batch", opts.get("batch", 1)) or 1))
+    split = max(1, int(opts.get("split_k", 1)))
+    if kernel == "naive" and opts.get("gemv"):
+        g = gemv_shape(g, opts)
+        blocks_per_unit = _gemv_resident(g, s, dev)
+        counts = gemv_counts(g, s, engine)
+    else:
+        if split > 1:  # K_SLICE in gemm_common.h: a multiple of BK per slice
+            g = dict(g, kp=math.ceil(math.ceil(g["k"] / split) / g["bk"]) * g["bk"])
+        counts = (naive_counts(g, s, engine) if kernel == "naive"
+                  else staged_counts(g, s, engine, opts, kernel))  # fmt: skip
+    blocks, sms = g["gx"] * g["gy"] * batch * split, max(1, dev.compute_units)
     on_sm = math.ceil(blocks / sms) if blocks else 0  # blocks on the busiest SM
     used = min(blocks, sms) or 1
-    sus = dev.sustained or 1.0
+    resident = min(on_sm, blocks_per_unit) or 1
+    rounds = math.ceil(on_sm / resident)  # waves on the busiest SM
 
-    def per_sm(total: float) -> float:  # an SM's share of a device rate
-        return total * sus / sms
+    def per_sm(name: str, total: float) -> float:  # an SM's share of a device rate, loaded
+        return dev.clocked(name, total) / sms
 
     out = []
     flops = 2 * counts.fma * WARP * blocks
-    fma_rate = per_sm(dev.fma_peak(dtype)) / (2 * WARP)  # warp FMAs per second per SM
+    fma_rate = per_sm("compute", dev.fma_peak(dtype)) / (2 * WARP)  # warp FMAs/s per SM
     t_fma = on_sm * counts.fma / fma_rate if fma_rate else 0.0
     pipe = "FP64" if s == 8 else "FP32"
-    out.append(
-        Level(
-            "registers",
-            3 * s * flops / 2,
-            1.5 * s * dev.fma_peak(dtype) * sus,
-            t_fma,
-            "3 operands per FMA, fed at the FMA rate",
-        )
-    )
-    out.append(
-        Level(
-            "compute",
-            flops,
-            dev.fma_peak(dtype) * sus * used / sms,
-            t_fma,
-            f"{pipe} FMA pipes",
-            "FLOP",
-        )
-    )
+    fma_peak = dev.clocked("compute", dev.fma_peak(dtype))
+    out.append(Level("registers", 3 * s * flops / 2, 1.5 * s * fma_peak, t_fma,
+                     "3 operands per FMA, fed at the FMA rate"))  # fmt: skip
+    out.append(Level("compute", flops, fma_peak * used / sms, t_fma, f"{pipe} FMA pipes", "FLOP"))
     if dev.issue_rate:
-        issue = per_sm(dev.issue_rate)
-        out.append(
-            Level(
-                "issue",
-                counts.instr * blocks,
-                issue * used,
-                on_sm * counts.instr / issue,
-                f"{counts.instr / counts.fma:.2f} warp instructions per FMA",
-                "instr",
-            )
-        )
+        issue = per_sm("issue", dev.issue_rate)
+        per_fma = counts.instr / counts.fma
+        out.append(Level("issue", counts.instr * blocks, issue * used,
+                         on_sm * counts.instr / issue,
+                         f"{per_fma:.2f} warp instructions per FMA", "instr"))  # fmt: skip
     shared_bw = dev.level("shared memory")
     if kernel != "naive" and shared_bw:
-        wf_rate = per_sm(shared_bw) / WAVEFRONT
-        out.append(
-            Level(
-                "shared memory",
-                counts.shared_wf * blocks * WAVEFRONT,
-                shared_bw * sus * used / sms,
-                on_sm * counts.shared_wf / wf_rate,
-                f"{counts.shared_wf / counts.fma:.3g} wavefronts per warp FMA",
-            )
-        )
+        wf_rate = per_sm("shared memory", shared_bw) / WAVEFRONT
+        out.append(Level("shared memory", counts.shared_wf * blocks * WAVEFRONT,
+                         dev.clocked("shared memory", shared_bw) * used / sms,
+                         on_sm * counts.shared_wf / wf_rate,
+                         f"{counts.shared_wf / counts.fma:.3g} wavefronts per warp FMA"),
+                   )  # fmt: skip
     l1_bw = dev.level("L1")
     if l1_bw:
-        wf_rate = per_sm(l1_bw) / WAVEFRONT
-        out.append(
-            Level(
-                "L1",
-                counts.l1_bytes * blocks,
-                l1_bw * sus * used / sms,
-                on_sm * counts.l1_wf / wf_rate,
-                f"{counts.l1_wf / counts.fma:.3g} wavefronts per warp FMA",
-            )
-        )
-    if kernel == "naive":
+        wf_rate = per_sm("L1", l1_bw) / WAVEFRONT
+        out.append(Level("L1", counts.l1_bytes * blocks, dev.clocked("L1", l1_bw) * used / sms,
+                         on_sm * counts.l1_wf / wf_rate,
+                         f"{counts.l1_wf / counts.fma:.3g} wavefronts per warp FMA"))  # fmt: skip
+    if kernel == "naive" and "ks" not in g:
         l2 = blocks * g["kp"] * (g["bm"] + g["bn"]) * s  # a sector of A serves 32/s steps
     else:
         l2 = blocks * counts.l1_bytes
-    out.append(Level("L2", l2, dev.level("L2"), l2 / dev.level("L2") if dev.level("L2") else 0))
-    group = int(opts.get("group_m", 1)) if kernel == "register" and engine == "gemm-c" else 1
-    read, written = dram_traffic_cached(dram_key(g), s, dev, blocks_per_unit * sms, group)
+    l2_bw = dev.level("L2")
+    out.append(Level("L2", l2, l2_bw, l2 / l2_bw if l2_bw else 0.0))
+    read, written, reduce_bytes = _dram(kernel, g, s, dev, engine, opts, blocks_per_unit,
+                                        batch, split)  # fmt: skip
     dram = read + written
-    out.append(
-        Level(
-            "DRAM",
-            dram,
-            dev.level("DRAM"),
-            dram / dev.level("DRAM"),
-            f"{read / 1e6:.4g} MB read, {written / 1e6:.4g} MB written",
-            parts=(("read", read), ("written", written)),
-        )
-    )
+    out.append(Level("DRAM", dram, dev.level("DRAM"), dram / dev.level("DRAM"),
+                     f"{read / 1e6:.4g} MB read, {written / 1e6:.4g} MB written",
+                     parts=(("read", read), ("written", written))))  # fmt: skip
     if dev.latency and counts.trips:
-        resident = min(on_sm, blocks_per_unit) or 1
-        lat = dev.latency / sus
-        t = math.ceil(on_sm / resident) * counts.trips * lat / counts.mlp
+        t = rounds * counts.trips * dev.latency / (dev.sustained or 1.0) / counts.mlp
         warps_res = resident * g["warps"]
-        out.append(
-            Level(
-                "latency",
-                counts.trips * blocks,
-                0.0,
-                t,
-                f"{counts.mlp:g} load(s) in flight per warp, {warps_res} warps per SM",
-                "trips",
-            )
-        )
+        out.append(Level("latency", counts.trips * blocks, 0.0, t,
+                         f"{counts.mlp:g} load(s) in flight per warp, {warps_res} warps per SM",
+                         "trips"))  # fmt: skip
+    serial, why = 0.0, []
+    if kernel != "naive" and blocks_per_unit <= LOCKSTEP_BLOCKS and l2_bw:
+        # lockstep waves: every block of a wave waits for its first tiles (a round trip,
+        # then the wave's first stage through the L2) and stores its C tile in one epilogue;
+        # neither overlaps another block's main loop (docs/model.md)
+        wave = min(blocks, blocks_per_unit * sms)
+        first = wave * (g["bm"] + g["bn"]) * g["bk"] * s
+        c_tiles = wave * g["bm"] * g["bn"] * s
+        phase = dev.latency / (dev.sustained or 1.0) if dev.latency else 0.0
+        phase += (first + c_tiles) / l2_bw
+        serial += rounds * phase
+        why.append(f"{rounds} wave prologue/epilogue(s) {phase * 1e6:.3g} us")
+    if reduce_bytes:
+        # split-K: the reduction kernel reads the S partial products and writes C, from the
+        # L2 when the workspace fits its shared capacity, else from DRAM; a second launch
+        ws_fits = reduce_bytes * split / (split + 1) <= dev.cache("L2") * L2_SHARED_FRACTION
+        bw = l2_bw if ws_fits and l2_bw else dev.level("DRAM")
+        serial += reduce_bytes / bw + dev.launch_overhead
+        why.append(f"split-K reduction {reduce_bytes / 1e6:.4g} MB")
+    if serial:
+        note = "+ " + ", ".join(why) + " (serial)"
+        out = [replace(lv, seconds=lv.seconds + serial, serial=serial,
+                       note=f"{lv.note}; {note}" if lv.note else note) for lv in out]  # fmt: skip
     return out
+
+
+def _gemv_resident(g: dict, s: int, dev: DeviceSpec) -> int:
+    """Resident gemv groups per SM: threads, block slots and the partial-sum array
+    (BM x BN x KS reals of local memory)."""
+    shared = g["bm"] * g["bn"] * g["ks"] * s
+    limits = (dev.max_threads_per_unit // max(1, g["warps"] * WARP), dev.max_blocks_per_unit,
+              dev.shared_per_unit // shared if shared else 1 << 30)  # fmt: skip
+    return max(1, min(limits))
+
+
+def _dram(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict,
+          blocks_per_unit: int, batch: int, split: int) -> tuple[float, float, float]:  # fmt: skip
+    """(DRAM read, DRAM written, split-K reduction bytes) for the whole launch."""
+    m, n, k = g["m"], g["n"], g["k"]
+    if "ks" in g:  # gemv: the long operand streamed once, the short one and C besides
+        return float((m * k + k * n) * s * batch), float(m * n * s * batch), 0.0
+    group = int(opts.get("group_m", 1)) if kernel == "register" and engine == "gemm-c" else 1
+    resident = blocks_per_unit * max(1, dev.compute_units)
+    # panels over the whole K (dram_key has no kp): the K slices read disjoint parts of them
+    read, written = dram_traffic_cached(dram_key(g), s, dev, resident, group)
+    read, written = read * batch, written * batch
+    if split == 1:
+        return read, written, 0.0
+    workspace = split * m * n * s * batch
+    if workspace > dev.cache("L2") * L2_SHARED_FRACTION:  # partial products leave the L2
+        written, read = written + workspace, read + workspace
+    return read, written, workspace + m * n * s * batch
 
 
 # --------------------------------------------------------------------------- CPU families

@@ -1,0 +1,192 @@
+"""What one warp of each GPU kernel family issues per block (part of the traffic model,
+``tiledmm.hierarchy``): warp FMA and other instructions, shared-memory wavefronts from a bank
+simulation of the warp's actual addresses, L1 wavefronts and bytes of its global loads, and
+its dependent global round trips. Pure Python; imports nothing from tiledmm. The hierarchy
+times these counts at each level's ceiling (docs/model.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "Counts",
+    "naive_counts",
+    "staged_counts",
+    "gemv_counts",
+    "shared_wavefronts",
+    "SHARED_REQUEST_THREADS",
+    "WARP",
+    "SECTOR",
+    "WAVEFRONT",
+]
+
+WARP = 32
+SECTOR = 32  # bytes per L1/L2 sector
+WAVEFRONT = 128  # bytes one shared-memory / L1 wavefront delivers (32 banks x 4 B)
+
+
+# --------------------------------------------------------------------------- shared memory
+
+#: Threads whose addresses one shared-memory request serves, by access width in bytes.
+#: 4-byte loads: the whole warp; 8- and 16-byte loads: each half-warp separately. Fits the
+#: Nsight counts of GPU.md (tiled 16x16: 1.5 wavefronts per FMA; register 128x128: 12 per
+#: k step) and the float64 kernels' rates (docs/model.md).
+SHARED_REQUEST_THREADS = {4: 32, 8: 16, 16: 16}
+
+
+def shared_wavefronts(addresses: list[int], width: int) -> int:
+    """Wavefronts for one warp-wide shared load: ``addresses`` (bytes, one per thread) of
+    ``width`` bytes each. Per request, the bank (4-byte word mod 32) holding the most distinct
+    words decides; broadcasts (same word) are free."""
+    group = SHARED_REQUEST_THREADS.get(width, 16)
+    total = 0
+    for g in range(0, len(addresses), group):
+        banks: dict[int, set[int]] = {}
+        for a in addresses[g : g + group]:
+            for w in range(a // 4, (a + width + 3) // 4):
+                banks.setdefault(w % 32, set()).add(w)
+        total += max((len(v) for v in banks.values()), default=1)
+    return total
+
+
+def _warp_loads(loads: list[tuple[list[int], int]]) -> tuple[int, int]:
+    """(instructions, wavefronts) for a list of (addresses, width) loads of one warp."""
+    return len(loads), sum(shared_wavefronts(a, w) for a, w in loads)
+
+
+# --------------------------------------------------------------------------- GPU families
+
+
+@dataclass
+class Counts:
+    """Per-block counts (warp instructions, wavefronts, bytes) and per-block loop structure."""
+
+    fma: float = 0.0  # warp FMA instructions
+    instr: float = 0.0  # all warp instructions
+    shared_wf: float = 0.0
+    l1_wf: float = 0.0
+    l1_bytes: float = 0.0
+    trips: float = 0.0  # dependent global round trips per warp (latency level)
+    mlp: float = 1.0  # independent loads in flight per warp per trip
+
+
+def naive_counts(g: dict, s: int, engine: str) -> Counts:
+    bn, k, warps = g["bn"], g["kp"], g["warps"]
+    cols = min(bn, WARP)
+    rows = max(1, WARP // bn)
+    # A: one address per row of the warp (broadcast); B: the warp's columns, coalesced.
+    a_wf, b_wf = rows, max(1, math.ceil(cols * s / WAVEFRONT))
+    a_bytes, b_bytes = rows * SECTOR, math.ceil(cols * s / SECTOR) * SECTOR
+    # nvcc unrolls the K loop 4x (loads of 4 steps in flight, 3 address/loop instructions
+    # per 4 FMAs); Numba's u32 loop with wrap-around stays rolled (6 per FMA, 1 in flight).
+    overhead, mlp = (0.75, 4.0) if engine == "gemm-c" else (6.0, 1.0)
+    per = warps * k
+    return Counts(
+        fma=per,
+        instr=per * (3 + overhead),
+        l1_wf=per * (a_wf + b_wf),
+        l1_bytes=per * (a_bytes + b_bytes),
+        trips=k,
+        mlp=mlp,
+    )
+
+
+def _tiled_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, int]:
+    """(FMAs per k group, LDS instructions, wavefronts) for one warp of the tiled family."""
+    bn, bk = g["bn"], g["bk"]
+    vec = 16 // s if (opts.get("vec_smem") or engine == "numba") and bk % (16 // s) == 0 else 1
+    a_ld = bk if vec > 1 else bk + 1  # gemm-c pads scalar A rows by one word
+    tid = range(WARP)
+    a = [((t // bn) * a_ld) * s for t in tid]
+    b = [(t % bn) * s for t in tid]
+    loads = [(a, vec * s)] + [([x + kk * bn * s for x in b], s) for kk in range(vec)]
+    n, wf = _warp_loads(loads)
+    return vec, n, wf
+
+
+def _register_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, int]:
+    """(FMAs per k step, LDS instructions, wavefronts) for one warp of the register family."""
+    tm, tn, bm, bn = g["tm"], g["tn"], g["bm"], g["bn"]
+    wm, wn = bm // tm, bn // tn  # threads along M and N
+    tid = range(WARP)
+    loads = []
+    if engine == "numba":  # strided micro-tile: scalar loads at ty + i*wm and tx + j*wn
+        loads += [([((t // wn) + i * wm) * s for t in tid], s) for i in range(tm)]
+        loads += [([((t % wn) + j * wn) * s for t in tid], s) for j in range(tn)]
+    else:  # gemm-c: VM x VN sub-blocks, 16-byte loads when VM (VN) x s is 16 bytes
+        vm, vn = int(opts.get("vm", 1)), int(opts.get("vn", 1))
+        for v, count, lanes, pick in (
+            (vm, tm // vm, wm, lambda t: t // wn),
+            (vn, tn // vn, wn, lambda t: t % wn),
+        ):
+            for gi in range(count):
+                base = [(gi * lanes * v + pick(t) * v) * s for t in tid]
+                if v * s == 16:
+                    loads.append((base, 16))
+                else:
+                    loads += [([x + q * s for x in base], s) for q in range(v)]
+    n, wf = _warp_loads(loads)
+    return tm * tn, n, wf
+
+
+def staged_counts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> Counts:
+    bm, bn, bk, kp, warps, threads = g["bm"], g["bn"], g["bk"], g["kp"], g["warps"], g["threads"]
+    if kernel == "tiled":  # per group of `vec` k values: one A load, `vec` B loads
+        per_group, lds, wf = _tiled_loads(g, s, engine, opts)
+        groups = bk // per_group
+    else:  # per k: the micro-tile's loads, TM x TN FMAs
+        per_group, lds, wf = _register_loads(g, s, engine, opts)
+        groups = bk
+    steps = kp // bk
+    fma = warps * steps * groups * per_group
+    # per K step per thread: each staged element costs a global load, a shared store and
+    # about two index/guard instructions (vector loads count once); plus two barriers and
+    # the loop (8 instructions).
+    vw = 16 // s if kernel == "register" and engine == "gemm-c" else 1
+    elems = (bm * bk + bk * bn) / threads
+    step_instr = elems / vw * 4 + 8
+    instr = warps * steps * (groups * (per_group + lds) + step_instr)
+    loads_bytes = (bm * bk + bk * bn) * s
+    return Counts(
+        fma=fma,
+        instr=instr,
+        shared_wf=warps * steps * groups * wf,
+        l1_wf=steps * loads_bytes / WAVEFRONT,
+        l1_bytes=steps * loads_bytes,
+        trips=steps if int(opts.get("stages", 1)) < 2 else 1,
+        mlp=1.0,
+    )
+
+
+def gemv_shape(g: dict, opts: dict) -> dict:
+    """The gemv path's launch (``gemv.cl``, ``kernels.launch_shape``): KS items per output
+    split K. N < M (A @ x): groups of BN rows x BM columns, items (KS, BN); else groups of BM
+    rows x BN columns, items (BN, KS). Returns ``g`` with gx, gy, threads, warps of it and
+    ``t`` (1: N short)."""
+    ks, bm, bn, m, n = int(opts.get("ks", 8)), g["bm"], g["bn"], g["m"], g["n"]
+    t = int(n < m)
+    gx, gy = (math.ceil(n / bm), math.ceil(m / bn)) if t else (math.ceil(n / bn), math.ceil(m / bm))
+    threads = bn * ks
+    return dict(g, gx=gx, gy=gy, threads=threads, warps=math.ceil(threads / WARP), ks=ks, t=t)
+
+
+def gemv_counts(g: dict, s: int, engine: str) -> Counts:
+    """Per block of the gemv path (``g`` from :func:`gemv_shape`): each item walks K / KS
+    steps; a step loads one element of the long operand (coalesced along the warp) and BM of
+    the short one (the same address across the warp's lanes: a broadcast), and makes BM FMAs.
+    The K loop unrolls as the naive one does (gemm-c: 4 loads in flight)."""
+    bm, ks, warps, k = g["bm"], g["ks"], g["warps"], g["k"]
+    steps = math.ceil(k / ks)
+    long_wf, long_b = math.ceil(WARP * s / WAVEFRONT), math.ceil(WARP * s / SECTOR) * SECTOR
+    overhead, mlp = (0.75, 4.0) if engine == "gemm-c" else (6.0, 1.0)
+    per = warps * steps
+    return Counts(
+        fma=per * bm,
+        instr=per * (2 * bm + 1 + 2 + overhead),
+        l1_wf=per * (long_wf + bm),
+        l1_bytes=per * (long_b + bm * SECTOR),
+        trips=steps,
+        mlp=mlp,
+    )
