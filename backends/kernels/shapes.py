@@ -116,7 +116,7 @@ def shipped_gflops(kernel: str, dtype: str, device: DeviceSpec, backend: str, sh
     ``kernel="auto"`` compares these between families (``tiledmm.tuning.measured_families``)."""
     best = None
     for e in K._entries(str(path or K.DATABASE)):
-        if e["kernels"] != "gemm-c" or e["family"] != kernel or e.get("dtype", dtype) != dtype:
+        if e.get("kernels") != "gemm-c" or e["family"] != kernel or e.get("dtype", dtype) != dtype:
             continue
         if e.get("device") != device.name or e.get("shape_class") != shape_class:
             continue

@@ -1,0 +1,81 @@
+"""Vectors and skinny products on one GPU: every shape-class candidate of the gemv path and the
+register family, CuPy and OpenCL, beside cupy.matmul; time from back-to-back calls.
+
+    python benches/skinny_check.py [--bandwidth 4.06e12] [--backends cupy,opencl]
+
+Prints microseconds per product, GFLOP/s, fraction of cuBLAS, and the fraction of the DRAM
+roofline (bytes of A, B and C once, over the time, of ``--bandwidth``), best first per shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("CUPY_TF32", "0")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiledmm  # noqa: E402
+from batched_check import cupy_times, opencl_times  # noqa: E402
+from tiledmm import make_plan, tuning  # noqa: E402
+
+SHAPES = [(1, 4096, 4096), (4096, 1, 4096), (1, 8192, 8192), (16384, 1, 16384),
+          (64, 4096, 4096), (4096, 32, 4096), (16, 8192, 8192), (4096, 64, 4096)]  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bandwidth", type=float, default=4.06e12, help="DRAM bytes/s (measured)")
+    p.add_argument("--backends", default="cupy,opencl")
+    args = p.parse_args(argv)
+    import cupy as cp
+    from tiledmm_backends.kernels import shapes as cand
+
+    rng = np.random.default_rng(7)
+    for m, n, k in SHAPES:
+        cls = tuning.shape_class(m, n, k)
+        a = rng.random((m, k), dtype=np.float32) * 2 - 1
+        b = rng.random((k, n), dtype=np.float32) * 2 - 1
+        ref = a.astype(np.float64) @ b
+        flops, moved = 2 * m * n * k, 4 * (m * k + k * n + m * n)
+        A, B, C = cp.asarray(a), cp.asarray(b), cp.empty((m, n), np.float32)
+        vend = cupy_times(cp, lambda A=A, B=B, C=C: cp.matmul(A, B, out=C))[1]
+        rows = [("cuBLAS", vend, 0.0)]
+        for name in args.backends.split(","):
+            be = tiledmm.get_backend(name)
+            if not be.available:
+                continue
+            X, Y = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
+            out = be.empty((m, n), np.dtype("float32"))
+            for fam in ("naive", "register"):
+                for geo in cand.candidates(fam, "float32", cls):
+                    label = f"{name} {fam} {geo.block_tile} {dict(geo.options)}"
+                    try:
+                        plan = make_plan(m, n, k, dtype="float32", kernel=fam,
+                                         device=be.device(), geometry=geo, backend=name)  # fmt: skip
+
+                        def fn(be=be, plan=plan, X=X, Y=Y, out=out):
+                            be.run(plan, X, Y, out)
+
+                        fn()
+                        err = float(np.abs(be.to_numpy(out) - ref).max() / np.abs(ref).max())
+                        if not err < 1e-4:
+                            print(f"WRONG {label}: {err:.2e}")
+                            continue
+                        t = (cupy_times(cp, fn) if name == "cupy" else opencl_times(be, fn))[1]
+                        rows.append((label, t, err))
+                    except Exception as exc:  # noqa: BLE001 - one candidate must not end the run
+                        print(f"FAILED {label}: {type(exc).__name__}: {exc}")
+        print(f"== {m}x{n}x{k} ({cls}); DRAM-bound minimum {moved / args.bandwidth * 1e6:.1f} us")
+        for label, t, _ in sorted(rows, key=lambda r: r[1]):
+            print(f"  {t * 1e6:8.1f} us {flops / t / 1e9:8.0f} GFLOP/s  {vend / t:5.2f} of cuBLAS "
+                  f" {moved / t / args.bandwidth:5.2f} of DRAM  {label}", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
