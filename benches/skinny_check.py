@@ -19,8 +19,9 @@ import numpy as np
 os.environ.setdefault("CUPY_TF32", "0")
 sys.path.insert(0, str(Path(__file__).parent))
 
-import tiledmm  # noqa: E402
 from batched_check import cupy_times, opencl_times  # noqa: E402
+
+import tiledmm  # noqa: E402
 from tiledmm import make_plan, tuning  # noqa: E402
 
 SHAPES = [(1, 4096, 4096), (4096, 1, 4096), (1, 8192, 8192), (16384, 1, 16384),
@@ -55,8 +56,9 @@ def main(argv=None) -> int:
                 for geo in cand.candidates(fam, "float32", cls):
                     label = f"{name} {fam} {geo.block_tile} {dict(geo.options)}"
                     try:
-                        plan = make_plan(m, n, k, dtype="float32", kernel=fam,
-                                         device=be.device(), geometry=geo, backend=name)  # fmt: skip
+                        dev = be.device()
+                        plan = make_plan(m, n, k, dtype="float32", kernel=fam, device=dev,
+                                         geometry=geo, backend=name)  # fmt: skip
 
                         def fn(be=be, plan=plan, X=X, Y=Y, out=out):
                             be.run(plan, X, Y, out)
