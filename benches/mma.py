@@ -42,13 +42,14 @@ T0 = time.monotonic()
 # (name, kind, BM, BN, BK, warps_m, warps_n, stages, fragment shape or None, extra)
 CONFIGS = {
     "f64": [
-        ("128x64x16/4x2/16x8x8/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 8), {}),
-        ("128x64x16/2x2/16x8x8/s3", "f64", 128, 64, 16, 2, 2, 3, (16, 8, 8), {}),
-        ("64x64x16/2x2/16x8x8/s4", "f64", 64, 64, 16, 2, 2, 4, (16, 8, 8), {}),
         ("128x128x16/4x2/16x8x8/s3", "f64", 128, 128, 16, 4, 2, 3, (16, 8, 8), {}),
-        ("128x64x16/4x2/16x8x16/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 16), {}),
+        ("128x64x16/4x2/16x8x8/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 8), {}),
+        ("128x64x16/4x2/16x8x8/s3/u0", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 8), {"kk_unroll": 0}),
+        ("128x128x16/4x2/8x8x4/s3", "f64", 128, 128, 16, 4, 2, 3, (8, 8, 4), {}),
+        ("128x128x16/4x4/16x8x8/s3", "f64", 128, 128, 16, 4, 4, 3, (16, 8, 8), {}),
+        ("128x128x16/4x2/16x8x16/s3", "f64", 128, 128, 16, 4, 2, 3, (16, 8, 16), {}),
         ("128x64x16/4x2/16x8x4/s3", "f64", 128, 64, 16, 4, 2, 3, (16, 8, 4), {}),
-        ("128x64x16/4x2/8x8x4/s3", "f64", 128, 64, 16, 4, 2, 3, (8, 8, 4), {}),
+        ("64x64x16/2x2/16x8x8/s4", "f64", 64, 64, 16, 2, 2, 4, (16, 8, 8), {}),
         ("128x64x32/4x2/16x8x8/s3", "f64", 128, 64, 32, 4, 2, 3, (16, 8, 8), {}),
     ],
     "f16": [
@@ -105,7 +106,9 @@ class Runner:
         cp = self.cp
         try:
             defs = ms.mma_defines(kind, bm, bn, bk, wm, wn, st, shape, aligned_a=aligned_a,
-                                  aligned_b=aligned_b, group_m=extra.get("group_m", 8))  # fmt: skip
+                                  aligned_b=aligned_b, group_m=extra.get("group_m", 8),
+                                  kk_unroll=extra.get("kk_unroll"),
+                                  min_blocks=extra.get("min_blocks"))  # fmt: skip
             t = time.monotonic()
             fn = cp.RawKernel(source(defs), "gemm")
             smem = ms.smem_bytes(defs)
@@ -283,6 +286,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
     med = statistics.median(ts)
     opts = dict(warps=[wm, wn], stages=st, fragment=list(defs[x] for x in ("FM", "FN", "FK")),
                 aligned=[defs["ALIGNED_A"], defs["ALIGNED_B"]], group_m=defs["GROUP_M"],
+                kk_unroll=defs["KK_UNROLL"], min_blocks=defs.get("MIN_BLOCKS"),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
     return {

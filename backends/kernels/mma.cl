@@ -66,6 +66,17 @@
 #ifndef GROUP_M
   #define GROUP_M 1
 #endif
+/* KK_UNROLL 0: the FK steps of a stage fully unrolled (fragment loads of later steps hoisted:
+ * more registers, more overlap); 1: one step at a time (fewer registers; the DMMA pipe is slow
+ * enough that the next step's shared loads hide behind the current step's multiplies). */
+#ifndef KK_UNROLL
+  #define KK_UNROLL 0
+#endif
+#if KK_UNROLL == 1
+  #define KK_LOOP _Pragma("unroll 1")
+#else
+  #define KK_LOOP UNROLL
+#endif
 
 /* ---------------------------------------------------------------- element conversions */
 
@@ -181,30 +192,34 @@ INLINE void copy_piece(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const in
 #endif
 }
 
-/* Stage kt of A (BM x BK at row0, k0) and B (BK x BN at k0, col0) into as / bs. */
-INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs,
-                       const GLOBAL elem_t *RESTRICT A, const int lda,
-                       const GLOBAL elem_t *RESTRICT B, const int ldb, const int M, const int N,
-                       const int K, const int row0, const int col0, const int k0, const int tid)
+/* This thread's copy plan, fixed for the whole K walk: piece l of the A tile starts at tile row
+ * a_r(l), column a_c(l) (global offset a_off from A's tile origin), likewise for B; rows of A
+ * past M and columns of B past N are known once. Per stage only the K bounds change. */
+#define A_ROW(e) ((e) / (BK / VA))
+#define A_COL(e) (((e) % (BK / VA)) * VA)
+#define B_ROW(e) ((e) / (BN / VB))
+#define B_COL(e) (((e) % (BN / VB)) * VB)
+
+/* Stage k0 of A (BM x BK at row0) and B (BK x BN at col0) into as / bs. ``full``: the block's
+ * tile is inside the matrices for this stage (no bounds to check). */
+INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL elem_t *RESTRICT A,
+                       const GLOBAL elem_t *RESTRICT B, const int a_off[A_ITERS],
+                       const int a_ok[A_ITERS], const int b_off[B_ITERS], const int b_n[B_ITERS],
+                       const int ldb, const int K, const int k0, const int full, const int tid)
 {
   UNROLL for (int l = 0; l < A_ITERS; ++l) {
     const int e = tid + l * THREADS;
     if (A_PIECES % THREADS == 0 || e < A_PIECES) {
-      const int r = e / (BK / VA), c = (e % (BK / VA)) * VA;
-      const int gr = row0 + r, gk = k0 + c;
-      int n = gr < M ? K - gk : 0;
-      n = n < 0 ? 0 : (n > VA ? VA : n);
-      copy_piece(as + r * SA_LD + c, n ? A + gr * lda + gk : A, n, VA);
+      int n = K - k0 - A_COL(e);
+      n = full ? VA : (a_ok[l] ? (n < 0 ? 0 : (n > VA ? VA : n)) : 0);
+      copy_piece(as + A_ROW(e) * SA_LD + A_COL(e), n ? A + a_off[l] + k0 : A, n, VA);
     }
   }
   UNROLL for (int l = 0; l < B_ITERS; ++l) {
     const int e = tid + l * THREADS;
     if (B_PIECES % THREADS == 0 || e < B_PIECES) {
-      const int r = e / (BN / VB), c = (e % (BN / VB)) * VB;
-      const int gk = k0 + r, gc = col0 + c;
-      int n = gk < K ? N - gc : 0;
-      n = n < 0 ? 0 : (n > VB ? VB : n);
-      copy_piece(bs + r * SB_LD + c, n ? B + gk * ldb + gc : B, n, VB);
+      const int n = full ? VB : (k0 + B_ROW(e) < K ? b_n[l] : 0);
+      copy_piece(bs + B_ROW(e) * SB_LD + B_COL(e), n ? B + b_off[l] + k0 * ldb : B, n, VB);
     }
   }
 }
@@ -249,7 +264,7 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
                           const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
 {
   const int g = lane >> 2, t = lane & 3;
-  UNROLL for (int kk = 0; kk < BK; kk += FK) {
+  KK_LOOP for (int kk = 0; kk < BK; kk += FK) {
     double a[MI][AF], b[NI][BF];
     UNROLL for (int i = 0; i < MI; ++i) {
       const LOCAL_PTR double *pa = as + (wr + i * FM + g) * SA_LD + kk;
@@ -416,11 +431,24 @@ KERNEL MMA_SIGNATURE
     UNROLL for (int j = 0; j < NI; ++j)
       UNROLL for (int e = 0; e < CF; ++e) acc[i][j][e] = (acc_t)0;
 
+  int a_off[A_ITERS], a_ok[A_ITERS], b_off[B_ITERS], b_n[B_ITERS];
+  UNROLL for (int l = 0; l < A_ITERS; ++l) {
+    const int e = tid + l * THREADS, r = row0 + A_ROW(e);
+    a_ok[l] = r < M;
+    a_off[l] = a_ok[l] ? r * lda + A_COL(e) : 0;
+  }
+  UNROLL for (int l = 0; l < B_ITERS; ++l) {
+    const int e = tid + l * THREADS, c = col0 + B_COL(e), n = N - c;
+    b_off[l] = B_ROW(e) * ldb + (n > 0 ? c : 0);
+    b_n[l] = n < 0 ? 0 : (n > VB ? VB : n);
+  }
+  const int inside = row0 + BM <= M && col0 + BN <= N;
+
   const int kt_n = (K + BK - 1) / BK;
   UNROLL for (int s = 0; s < STAGES - 1; ++s) {
     if (s < kt_n)
-      load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, lda, B, ldb, M, N, K, row0, col0,
-                 s * BK, tid);
+      load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, a_off, a_ok, b_off, b_n, ldb, K,
+                 s * BK, inside && (s + 1) * BK <= K, tid);
     CP_COMMIT();
   }
   int rd = 0, wt = STAGES - 1; /* stage read now, stage written next */
@@ -429,8 +457,8 @@ KERNEL MMA_SIGNATURE
     BARRIER(); /* ... everyone's, and everyone is done with the stage overwritten next */
     const int nxt = kt + STAGES - 1;
     if (nxt < kt_n)
-      load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, lda, B, ldb, M, N, K, row0,
-                 col0, nxt * BK, tid);
+      load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, a_off, a_ok, b_off, b_n, ldb,
+                 K, nxt * BK, inside && (nxt + 1) * BK <= K, tid);
     CP_COMMIT();
     compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane);
     rd = rd + 1 == STAGES ? 0 : rd + 1;

@@ -76,12 +76,15 @@ def check(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stag
 def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int,
                 stages: int = 3, shape: tuple[int, int, int] | None = None,
                 aligned_a: bool = True, aligned_b: bool = True, group_m: int = 1,
-                scalar: bool = False) -> dict[str, int]:  # fmt: skip
+                scalar: bool = False, kk_unroll: int | None = None,
+                min_blocks: int | None = None) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
     multiple of 16 bytes and a 16-byte aligned base): 16-byte ``cp.async`` copies, else one
-    element per copy. ``scalar``: the plain-FMA micro-kernel even under CUDA (for testing)."""
+    element per copy. ``scalar``: the plain-FMA micro-kernel even under CUDA (for testing).
+    ``kk_unroll`` 1: one FK step at a time (default for f64: fewer registers, see mma.cl);
+    ``min_blocks``: resident blocks per SM the register allocation must allow."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
     bad = check(kind, bm, bn, bk, warps_m, warps_n, stages, shape)
     if bad:
@@ -89,13 +92,16 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     fm, fn, fk = shape
     sa, sb = _leading_dims(kind, bk, bn, fk)
     es = ELEM_BYTES[kind]
-    return dict(
+    extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
+    if kk_unroll is None:
+        kk_unroll = int(kind == "f64")
+    return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
         THREADS=32 * warps_m * warps_n, FM=fm, FN=fn, FK=fk, STAGES=stages,
         SA_LD=sa, SB_LD=sb, SMEM_ELEMS=stages * (bm * sa + bk * sb),
         ALIGNED_A=int(aligned_a), ALIGNED_B=int(aligned_b), GROUP_M=group_m,
-        MMA_SCALAR=int(scalar),
+        MMA_SCALAR=int(scalar), KK_UNROLL=int(kk_unroll),
     )  # fmt: skip
 
 
