@@ -331,6 +331,23 @@ def test_planner_weighs_the_two_links():
         td.Cluster(inputs="cloud")
 
 
+def test_staged_time_terms():
+    """Staged on 2 workers: compute and the host->device copy overlap; the first K chunk's load,
+    the tasks and the call's fixed overhead add; C's copy to the host is reported apart."""
+    cl = td.Cluster(workers=2, worker_memory=140 * 2**30, host_bandwidth=15e9, link_bandwidth=1e9,
+                    task_overhead=1e-3, call_overhead=0.02, inputs="staged")  # fmt: skip
+    p = cluster_plan(32768, 32768, 32768, cluster=cl, chunks=(32768, 16384, 2048),
+                     flops_per_worker=40e12, backend="numpy")  # fmt: skip
+    assert p.tasks == 2 and p.link_seconds == pytest.approx(4 * 32768 * (32768 + 16384) / 15e9)
+    first = 4 * 2048 * (32768 + 16384) / 15e9
+    assert p.overhead_seconds == pytest.approx(2e-3 + 0.02)
+    assert p.predicted_seconds == pytest.approx(
+        max(p.compute_seconds, p.link_seconds) + first + p.overhead_seconds
+    )
+    assert p.result_seconds == pytest.approx(4 * 32768 * 16384 / 15e9)
+    assert "to the host: +" in str(p) and p.to_dict()["result_seconds"] == p.result_seconds
+
+
 def test_bench_writes_rows_as_it_goes(tmp_path, monkeypatch):
     import json
 
@@ -348,12 +365,22 @@ def test_bench_writes_rows_as_it_goes(tmp_path, monkeypatch):
     monkeypatch.setattr(dask_bench._Rows, "add", spy)
     args = dask_bench.build_parser().parse_args(
         ["--device", "cpu", "--sizes", "96x80x112", "--reps", "1", "--alternatives", "1",
-         "-o", str(tmp_path), "--name", "q"]
+         "--vendor", "rows", "--host-bandwidth", "1e12", "-o", str(tmp_path), "--name", "q"]
     )  # fmt: skip
     assert dask_bench.bench_dask(args) == 0
     assert seen == [1, 2, 3, 4]  # one device, the plan, one alternative, dask.array.matmul
     rows = json.loads((tmp_path / "q.json").read_text())["benchmarks"]
     cluster_rows = [r["extra_info"] for r in rows[1:]]
-    assert all(r["predicted_seconds"] > 0 and r["seconds"] > 0 for r in cluster_rows)
-    assert all(r["inputs"] in ("host", "workers") for r in cluster_rows)
+    ours = [r for r in cluster_rows if r["engine"] == "tiledmm"]
+    assert len(ours) == 2 and all(r["predicted_seconds"] > 0 for r in ours)
+    assert all(r["seconds"] > 0 and r["inputs"] in ("host", "workers") for r in cluster_rows)
+    assert cluster_rows[-1]["engine"] == "dask-numpy" and cluster_rows[-1]["chunks"][2] == 112
     assert max(r["rel_error"] for r in cluster_rows) < 1e-5
+    staged = [r for r in ours if r["placement"] == "staged"]
+    assert staged and all(r["phases"]["outside_tasks"] >= 0 for r in staged)
+    for r in staged:  # every output block was computed once, by some worker, and timed
+        work = [w for k, w in r["phases"].items() if k.startswith("w") and w["tasks"]]
+        assert sum(w["tasks"] for w in work) == math.prod(
+            -(-d // c) for d, c in zip((96, 80), r["chunks"][:2], strict=True)
+        )
+        assert all(w["product"] > 0 and w["busy"] <= r["seconds"] for w in work)
