@@ -10,6 +10,15 @@ one launch of the ``gemm`` kernel (after a warm-up launch), parses the CSV and w
 ``h200-counters.json`` to the output folder: per case the plan (tiles, options), the counters
 and the model's numbers for the same plan (``tiledmm.modelcheck.model_counters``).
 ``tests/test_model.py`` holds the committed file to the model (30% for tiled and register).
+
+    python3 benches/ncu_counters.py --probes -o $OUT
+
+profiles the calibration probes instead (``tiledmm.calibrate.probe_runs``, one launch each)
+and writes ``h200-probe-counters.json``: per probe the bytes it claims to read, the counters
+(DRAM and L2 bytes, L1 hit rate, shared-load wavefronts and bank conflicts) and its rate in
+the profiled time, so each ceiling is checked to come from the level it names (DRAM probe:
+DRAM bytes = its bytes; L2 probe: L2 bytes = its bytes, almost no DRAM, no L1 hits; shared:
+its bytes / 128 wavefronts, no conflicts).
 """
 
 from __future__ import annotations
@@ -31,6 +40,15 @@ METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
     "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
     "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum",
+    "gpu__time_duration.sum",
+)
+PROBE_METRICS = (
+    "dram__bytes_read.sum",
+    "lts__t_bytes.sum",
+    "l1tex__t_sector_hit_rate.pct",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "sm__cycles_elapsed.avg.per_second",
     "gpu__time_duration.sum",
 )
 CASES = [
@@ -58,19 +76,34 @@ def child(family: str, dtype: str, m: int, n: int, k: int) -> None:
     cp.cuda.Device().synchronize()
 
 
-def parse(text: str) -> dict[str, float]:
-    """Metric values from ``ncu --csv --page raw`` output (first profiled kernel)."""
+def probe_child() -> None:
+    """Each calibration probe once (ncu profiles every launch of a probe kernel)."""
+    import cupy as cp
+
+    import tiledmm
+    from tiledmm.calibrate import probe_runs
+
+    for table, name, run, amount in probe_runs(tiledmm.get_backend("cupy")):
+        run()
+        cp.cuda.Device().synchronize()
+        print(f"PROBE {table} {name} {amount}", flush=True)
+
+
+def parse(text: str, metrics=METRICS, row: int = 0) -> dict[str, float]:
+    """Metric values from ``ncu --csv --page raw`` output (the ``row``-th profiled kernel)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    if len(rows) < 3:
+    if len(rows) < 3 + row:
         raise RuntimeError(f"no ncu rows in:\n{text[-2000:]}")
-    head, units, values = rows[0], rows[1], rows[2]
+    head, units, values = rows[0], rows[1], rows[2 + row]
     out = {}
     for name, unit, value in zip(head, units, values, strict=False):
-        if name in METRICS:
+        if name in metrics:
             scale = {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3,
                      "MB": 1e6, "GB": 1e9, "usecond": 1e-6, "msecond": 1e-3, "nsecond": 1e-9,
-                     "second": 1.0}.get(unit, 1.0)  # fmt: skip
+                     "second": 1.0, "cycle/nsecond": 1e9, "cycle/usecond": 1e6,
+                     "cycle/second": 1.0, "Ghz": 1e9, "GHz": 1e9, "Mhz": 1e6,
+                     "MHz": 1e6}.get(unit, 1.0)  # fmt: skip
             out[name] = float(value.replace(",", "")) * scale
     return out
 
@@ -86,12 +119,54 @@ def measure(family: str, dtype: str, shape: tuple[int, int, int], ncu: str) -> d
     return parse(res.stdout)
 
 
+def probes(ncu: str, out: Path) -> Path:
+    """Profile the calibration probes; write and print their bytes beside the counters."""
+    cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--kernel-name",
+           "regex:^(stream|shared|fma)_probe$", "--csv", "--page", "raw", "--metrics",
+           ",".join(PROBE_METRICS), sys.executable, __file__, "--probe-child"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+    claims = [ln.split()[1:] for ln in res.stdout.splitlines() if ln.startswith("PROBE ")]
+    rows = []
+    for i, (table, *name, amount) in enumerate(claims):
+        c = parse(res.stdout, PROBE_METRICS, i)
+        t = c["gpu__time_duration.sum"]
+        rows.append({"table": table, "name": " ".join(name), "amount": float(amount),
+                     "counters": c, "rate": float(amount) / t})  # fmt: skip
+        print(
+            f"{' '.join(name):>14}: {float(amount) / t / 1e12:7.2f} T/s in {t * 1e6:.0f} us; "
+            f"DRAM {c['dram__bytes_read.sum'] / float(amount):.2f}x, "
+            f"L2 {c['lts__t_bytes.sum'] / float(amount):.2f}x its bytes, "
+            f"L1 hits {c['l1tex__t_sector_hit_rate.pct']:.1f}%, shared wavefronts x128 "
+            f"{c['l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum'] * 128 / float(amount):.2f}x, "  # noqa: E501
+            f"conflicts {c['l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum']:.0f}, "
+            f"SM clock {c['sm__cycles_elapsed.avg.per_second'] / 1e9:.2f} GHz",
+            flush=True,
+        )
+    meta = {"date": dt.date.today().isoformat(), "metrics": list(PROBE_METRICS),
+            "source": f"measured: {' '.join(sys.argv)} (ncu --clock-control none)"}  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "h200-probe-counters.json"
+    path.write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--out", default="benches/results", help="output folder")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--child", nargs=5, metavar=("FAMILY", "DTYPE", "M", "N", "K"))
+    ap.add_argument("--probes", action="store_true", help="profile the calibration probes")
+    ap.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.probe_child:
+        probe_child()
+        return 0
+    if args.probes:
+        probes(args.ncu, Path(args.out))
+        return 0
     if args.child:
         f, d, *mnk = args.child
         child(f, d, *map(int, mnk))

@@ -281,3 +281,27 @@ def test_cpu_levels_name_what_binds_the_compiled_kernels():
     assert bound["numba-cpu", "register", 2048] == "compute"
     assert bound["opencl", "naive", 1024] == "latency"  # aliased past L2: misses in flight
     assert bound["numba-cpu", "naive", 512] != "latency"  # 512 column lines fit the L2's sets
+
+
+def test_modelcheck_checks_a_calibration_before_it_is_copied(tmp_path, capsys):
+    """``--calibration FILE`` prints the H200 record as H200_MEASURED (the one edit that
+    updates the reference) and checks the rows on those ceilings: a shared-memory ceiling
+    twice the reference's predicts the tiled rows twice as fast."""
+    from tiledmm import modelcheck
+    from tiledmm.device import H200_MEASURED
+
+    shared = 2 * H200.clocked("shared memory", H200.level("shared memory"))
+    rec = {"peak_flops": {"float32": 5e13}, "bandwidth": 4e12, "date": "2026-12-01",
+           "backend": "cupy", "levels": {"shared memory": shared, "DRAM": 4.2e12},
+           "fma_peaks": {"float32": 5.9e13}}  # fmt: skip
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"NVIDIA H200": rec}))
+    res = RESULTS / "h200-cupy.json"
+    assert modelcheck.main(["--calibration", str(cal), str(res)]) == 0
+    out = capsys.readouterr().out
+    head = json.loads(out.split("=", 1)[1].split("\n\n", 1)[0])
+    assert set(head) == set(H200_MEASURED) and head["levels"]["DRAM"] == 4.2e12
+    tiled = [ln for ln in out.splitlines() if "| tiled | float32 | 4096x4096x4096" in ln]
+    assert tiled and float(tiled[0].split("|")[8]) > 1.8  # measured / predicted doubled
+    (tmp_path / "bad.json").write_text("{}")
+    assert modelcheck.main(["--calibration", str(tmp_path / "bad.json")]) == 2

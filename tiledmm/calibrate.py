@@ -28,6 +28,8 @@ __all__ = [
     "measure_bandwidth",
     "measure_cpu_levels",
     "measure_gpu_levels",
+    "probe_runs",
+    "stream_layout",
     "writable_cache",
 ]
 
@@ -159,49 +161,58 @@ def stream_layout(nbytes: int, groups: int, threads: int = PROBE_THREADS,
     return per * step, groups
 
 
-def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
-    """Per-level ceilings of a GPU from ``backends/kernels/probes.cl`` through the backend's
-    optional ``compile_probe``: DRAM and L2 (16-byte streaming reads of a buffer beyond /
-    inside the L2, rotated over the groups so L1 serves nothing), shared memory (16-byte
-    conflict-free reads), FMA peak per dtype. Returns ``{"levels": {...}, "fma_peaks":
-    {...}}``, empty when the backend has no probe hook."""
+def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any, float]]:
+    """The level probes of ``backends/kernels/probes.cl`` on ``be`` (through its optional
+    ``compile_probe``), one at a time: ``(table, name, run, amount)`` where ``run()`` launches
+    the probe once and ``amount`` is what one launch moves: bytes read for ``("levels",
+    "DRAM" | "L2" | "shared memory")``, FLOPs for ``("fma_peaks", dtype)``. DRAM and L2:
+    16-byte streaming reads of a buffer beyond / inside the L2, rotated over the groups so L1
+    serves nothing; shared memory: 16-byte conflict-free reads; FMA: 8 chains per item.
+    Nothing when the backend has no probe hook. ``benches/ncu_counters.py --probes`` profiles
+    the same runs."""
     source = _probe_source()
     if source is None:
-        return {}
+        return
     dev = be.device()
     threads, groups = PROBE_THREADS, max(1, dev.compute_units) * PROBE_GROUPS_PER_UNIT
-    repeat, warmup = _repeats(quick)
-    out: dict[str, Any] = {"levels": {}, "fma_peaks": {}}
     f32 = np.dtype("float32")
-    sink = be.asarray(np.zeros(groups * threads, np.float32), f32)
-
-    def timed(launch, args) -> float:
-        return statistics.median(be.timings(lambda: launch(groups, args), repeat=repeat,
-                                            warmup=warmup))  # fmt: skip
-
     defs = {"REAL_BYTES": 4, "THREADS": threads, "PROBE_UNROLL": PROBE_UNROLL}
     stream = be.compile_probe(source, "stream_probe", defs)
     if stream is None:
-        return {}
+        return
+    sink = be.asarray(np.zeros(groups * threads, np.float32), f32)
     l2 = dev.cache("L2") or 32 << 20
     for level, (full, short) in STREAM_L2_MULTIPLE.items():
         chunk, chunks = stream_layout(int(l2 * (short if quick else full)), groups)
         reps = STREAM_REPS[level] // (4 if quick else 1) or 1
         src = be.asarray(np.ones(chunk * chunks * 4, np.float32), f32)
-        t = timed(stream, (np.int32(chunk), np.int32(chunks), np.int32(reps), src, sink))
-        out["levels"][level] = reps * chunks * chunk * 16 / t
-        del src
+        args = (np.int32(chunk), np.int32(chunks), np.int32(reps), src, sink)
+        yield "levels", level, lambda a=args: stream(groups, a), reps * chunks * chunk * 16
+        del src, args
     shared = be.compile_probe(source, "shared_probe", defs)
-    t = timed(shared, (np.int32(SHARED_REPS), sink))
-    out["levels"]["shared memory"] = groups * threads * SHARED_REPS * PROBE_UNROLL * 16 / t
+    items = groups * threads
+    yield ("levels", "shared memory", lambda: shared(groups, (np.int32(SHARED_REPS), sink)),
+           items * SHARED_REPS * PROBE_UNROLL * 16)  # fmt: skip
     for dtype, rb in (("float32", 4), ("float64", 8)):
         if dtype not in be.dtypes:
             continue
         fma = be.compile_probe(source, "fma_probe", defs | {"REAL_BYTES": rb})
         dt = np.dtype(dtype)
-        sink_d = be.asarray(np.zeros(groups * threads, dt), dt)
-        t = timed(fma, (np.int32(FMA_REPS), dt.type(0.999), sink_d))
-        out["fma_peaks"][dtype] = groups * threads * FMA_REPS * 16 / t
+        args = (np.int32(FMA_REPS), dt.type(0.999), be.asarray(np.zeros(items, dt), dt))
+        yield "fma_peaks", dtype, lambda f=fma, a=args: f(groups, a), items * FMA_REPS * 16
+
+
+def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
+    """Per-level ceilings of a GPU: each of :func:`probe_runs` timed (median of device-event
+    timings after warm-up), its amount over its time. Returns ``{"levels": {...},
+    "fma_peaks": {...}}``, empty when the backend has no probe hook."""
+    repeat, warmup = _repeats(quick)
+    out: dict[str, Any] = {}
+    for table, name, run, amount in probe_runs(be, quick):
+        t = statistics.median(be.timings(run, repeat=repeat, warmup=warmup))
+        out.setdefault(table, {})[name] = amount / t
+    if out:
+        out.setdefault("fma_peaks", {})
     return out
 
 

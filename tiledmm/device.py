@@ -35,6 +35,8 @@ __all__ = [
     "load_calibration",
     "save_calibration",
     "reference_h200",
+    "H200_MEASURED",
+    "measured_from_record",
 ]
 
 
@@ -409,13 +411,16 @@ H200_MEASURED: dict[str, Any] = {
 }
 
 
-def reference_h200() -> DeviceSpec:
+def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
     """The measured-reference NVIDIA H200 (GPU.md, 2026-11-29/30): what the offline model
     checker rebuilds committed GPU results against. The ceilings in :data:`H200_MEASURED` as
     measured; the others datasheet/derived SM-side ceilings at the 1.98 GHz boost clock,
     scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67 TFLOP/s datasheet FP32
     peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk), and an L2 of 6.6 TB/s,
-    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute)."""
+    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute).
+    ``measured``: another set in H200_MEASURED's form (``python -m tiledmm.modelcheck
+    --calibration FILE`` checks a new calibration this way before it is copied in)."""
+    measured = H200_MEASURED if measured is None else measured
     sms, clock = 132, 1.98e9
     estimates = {
         "shared memory": sms * 128 * clock,
@@ -424,9 +429,9 @@ def reference_h200() -> DeviceSpec:
         "DRAM": 4.1e12,
     }
     fma = {"float32": sms * 128 * 2 * clock, "float64": sms * 64 * 2 * clock}
-    levels = estimates | H200_MEASURED["levels"]
-    fma |= H200_MEASURED["fma_peaks"]
-    loaded = set(H200_MEASURED["levels"]) | ({"compute"} if H200_MEASURED["fma_peaks"] else set())
+    levels = estimates | measured.get("levels", {})
+    fma |= measured.get("fma_peaks", {})
+    loaded = set(measured.get("levels", {})) | ({"compute"} if measured.get("fma_peaks") else set())
     return DeviceSpec(
         name="NVIDIA H200",
         kind="gpu",
@@ -452,7 +457,17 @@ def reference_h200() -> DeviceSpec:
         loaded=tuple(sorted(loaded)),
         ceilings_source=(
             "measured reference (GPU.md, 2026-11-29/30; tiledmm.device.reference_h200; "
-            f"{H200_MEASURED['source']})"
+            f"{measured.get('source', 'measured')})"
         ),
         extra=(("compute capability", "9.0"),),
     )
+
+
+def measured_from_record(record: dict) -> dict[str, Any]:
+    """A calibration record (``tiledmm calibrate``) in :data:`H200_MEASURED`'s form."""
+    return {
+        "source": f"tiledmm calibrate --backend {record.get('backend', '?')}, "
+        f"{record.get('date', '?')} (probes.cl)",
+        "levels": {k: float(f"{v:.5g}") for k, v in sorted(record.get("levels", {}).items())},
+        "fma_peaks": {k: float(f"{v:.5g}") for k, v in sorted(record.get("fma_peaks", {}).items())},
+    }

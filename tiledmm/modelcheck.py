@@ -16,7 +16,14 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .backend import Geometry
-from .device import CPU_DRAM_LATENCY, DeviceSpec, cpu_levels, reference_h200
+from .device import (
+    CPU_DRAM_LATENCY,
+    DeviceSpec,
+    cpu_levels,
+    measured_from_record,
+    read_calibration,
+    reference_h200,
+)
 from .planner import Plan, make_plan
 
 __all__ = [
@@ -168,8 +175,11 @@ def _cpu_device(info: dict) -> DeviceSpec:
     )
 
 
-def check_rows(path: Path, db: list[dict] | None = None) -> tuple[list[Row], bool]:
-    """(rows, is_gpu) of one results file, each rebuilt and predicted."""
+def check_rows(
+    path: Path, db: list[dict] | None = None, reference: DeviceSpec | None = None
+) -> tuple[list[Row], bool]:
+    """(rows, is_gpu) of one results file, each rebuilt and predicted (GPU rows on
+    ``reference``, default :func:`reference_h200`)."""
     data = json.loads(Path(path).read_text())
     if db is None:
         db = json.loads(GEOMETRY_DB.read_text())["entries"]
@@ -180,7 +190,8 @@ def check_rows(path: Path, db: list[dict] | None = None) -> tuple[list[Row], boo
         info = devices.get(e["backend"], {})
         if e.get("device_kind") == "gpu":
             gpu = True
-            dev = replace(reference_h200(), launch_overhead=info.get("launch_overhead", 5e-6))
+            ref = reference or reference_h200()
+            dev = replace(ref, launch_overhead=info.get("launch_overhead", 5e-6))
         else:
             dev = _cpu_device(info)
         plan = plan_for_row(e, dev, db)
@@ -201,11 +212,13 @@ def check_rows(path: Path, db: list[dict] | None = None) -> tuple[list[Row], boo
     return out, gpu
 
 
-def check_files(paths: list[Path]) -> list[tuple[Row, tuple[float, float] | None]]:
+def check_files(
+    paths: list[Path], reference: DeviceSpec | None = None
+) -> list[tuple[Row, tuple[float, float] | None]]:
     """Every row of ``paths`` with the band it is held to."""
     rows = []
     for p in paths:
-        found, gpu = check_rows(p)
+        found, gpu = check_rows(p, reference=reference)
         rows += [(r, band(r, gpu)) for r in found]
     return rows
 
@@ -248,7 +261,23 @@ def _log(x: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
+    """``python -m tiledmm.modelcheck [--calibration FILE] [files]``: the table; with a
+    calibration file, on its H200 record's ceilings, printing them as H200_MEASURED first."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    reference = None
+    if "--calibration" in args:
+        i = args.index("--calibration")
+        cal_path = Path(args[i + 1])
+        del args[i : i + 2]
+        records, problems = read_calibration(cal_path)
+        record = records.get("NVIDIA H200")
+        if record is None:
+            why = "; ".join(problems) or "no 'NVIDIA H200' record"
+            print(f"modelcheck: {cal_path}: {why}", file=sys.stderr)
+            return 2
+        measured = measured_from_record(record)
+        print("H200_MEASURED: dict[str, Any] = " + json.dumps(measured, indent=4) + "\n")
+        reference = reference_h200(measured)
     base = ROOT / "benches" / "results"
     paths = [Path(a) for a in args] or [
         base / n
@@ -261,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             "xeon-2c-cpu.json",
         )
     ]
-    print(format_table(check_files(paths)))
+    print(format_table(check_files(paths, reference)))
     return 0
 
 
