@@ -148,7 +148,7 @@ PROBE_THREADS, PROBE_GROUPS_PER_UNIT, PROBE_UNROLL = 256, 8, 4
 #: capacity that data read by every SM sees (about half the L2: docs/model.md), far above L1.
 STREAM_L2_MULTIPLE = {"DRAM": (4.0, 2.0), "L2": (0.25, 0.25)}  # (full run, --quick)
 #: Passes over each buffer (DRAM: each pass from DRAM; L2: enough to run ~0.3 ms on an H200).
-STREAM_REPS = {"DRAM": 4, "L2": 256}
+STREAM_REPS = {"DRAM": 8, "L2": 256}
 SHARED_REPS = FMA_REPS = 4096
 
 
