@@ -278,3 +278,24 @@ def test_engine_choice_and_mlir_source():
     text = source(KernelSpec("naive", "float32", 4, 8), "numba-cuda-mlir")
     assert "from numba_cuda_mlir import cuda" in text and "from numba " not in text
     compile(text, "k.py", "exec")
+
+
+def test_small_grid_warning_silenced_only_for_tiledmm_launches():
+    import warnings
+
+    pytest.importorskip("numba.cuda")
+    from tiledmm_backends.numba_cuda import engine as nb
+
+    if nb.SIMULATOR:
+        pytest.skip("the simulator does not warn")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        nb._copy2d[(1, 1), (16, 16)]  # the user's own small launch: numba warns
+        with nb.small_grids_on_purpose():  # tiledmm's: silent; other warnings still show
+            nb._copy2d[(2, 1), (16, 16)]
+            warnings.warn(nb._PERF("Host array used (another warning)"), stacklevel=1)
+        nb._copy2d[(3, 1), (16, 16)]  # the filter ends with the launch
+    msgs = [str(w.message) for w in seen]
+    assert sum("Grid size 1 " in m for m in msgs) == 1 and sum("Grid size 3 " in m for m in msgs)
+    assert not any("Grid size 2 " in m for m in msgs)
+    assert any("another warning" in m for m in msgs)

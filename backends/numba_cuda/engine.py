@@ -10,11 +10,13 @@ numba-cuda, else numba-cuda-mlir where it is installed (see :func:`choose_engine
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,33 @@ else:
 
     SIMULATOR = bool(_config.ENABLE_CUDASIM)
 _U32 = np.uint32
+
+
+def _perf_warning() -> type[Warning]:
+    """The engine's NumbaPerformanceWarning class (Warning where it cannot be found)."""
+    for mod in ("numba.cuda.core.errors", "numba.core.errors", "numba_cuda_mlir.core.errors"):
+        try:
+            return importlib.import_module(mod).NumbaPerformanceWarning
+        except (ImportError, AttributeError):
+            continue
+    return Warning
+
+
+_PERF = _perf_warning()
+#: numba's low-occupancy warning, raised when a launch is configured with under 128 blocks
+SMALL_GRID = r"Grid size \d+ will likely result in GPU under-utilization"
+
+
+@contextlib.contextmanager
+def small_grids_on_purpose():
+    """Silence numba's low-occupancy warning for the launches configured inside (tiledmm's
+    small products and copies are small on purpose); every other warning, and the same
+    warning for the user's own launches outside, still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=SMALL_GRID, category=_PERF)
+        yield
+
+
 #: The batch descriptor of one product: (grid z, nb1, sa0, sa1, sb0, sb1, sc0, sc1).
 NOBATCH = (1, 1, 0, 0, 0, 0, 0, 0)
 
@@ -113,6 +142,21 @@ def _ptr(x: Any) -> int:
     return x.__cuda_array_interface__["data"][0]
 
 
+def _cupy_ndarray() -> type | None:
+    cp = sys.modules.get("cupy")
+    return getattr(cp, "ndarray", None)
+
+
+#: cupy.ndarray when CuPy was imported before this module (its ``data.ptr`` is cheaper than
+#: building ``__cuda_array_interface__`` on every call); ``refresh_cupy`` updates it
+_CUPY_ND: list[type | None] = [_cupy_ndarray()]
+
+
+def refresh_cupy() -> None:
+    """Pick up cupy.ndarray when CuPy was imported after this module."""
+    _CUPY_ND[0] = _cupy_ndarray()
+
+
 class Launcher:
     """One kernel bound to one launch configuration; call it with 2-D C-contiguous arrays.
 
@@ -138,7 +182,11 @@ class Launcher:
         # The simulator's ``dispatcher[grid, block]`` configures and returns the dispatcher
         # itself (one object per kernel), so a kept configuration is overwritten by the next
         # launcher of the same kernel: configure per call there.
-        self._configured = None if SIMULATOR else self.dispatcher[self.grid, self.block]
+        self._configured = None if SIMULATOR else self._configure(self.grid)
+
+    def _configure(self, grid: tuple):
+        with small_grids_on_purpose():
+            return self.dispatcher[grid, self.block]
 
     @property
     def fast(self) -> bool:
@@ -170,13 +218,14 @@ class Launcher:
             args = []
             for x in (a, b, c):
                 size = x.size
-                args += (0, 0, size, s, _ptr(x), size, s)
+                ptr = x.data.ptr if type(x) is _CUPY_ND[0] else _ptr(x)
+                args += (0, 0, size, s, ptr, size, s)
             args += [ctypes.c_uint32(v) for v in (m, n, k) + tuple(bt[1:])]
             launch(stream, cfg, fn, *args)
             return
         launch = self._configured
         if launch is None or bt is not NOBATCH:
-            launch = self.dispatcher[(self.grid[0], self.grid[1], bt[0]), self.block]
+            launch = self._configure((self.grid[0], self.grid[1], bt[0]))
         launch(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size),
                *(_U32(v) for v in (m, n, k) + tuple(bt[1:])))  # fmt: skip
 
@@ -191,7 +240,9 @@ def _config_z(grid: tuple, block: tuple, z: int):
 def bare_launch(spec: KernelSpec, grid, a, b, c, m: int, n: int, k: int) -> None:
     """The same compiled kernel through Numba's ordinary launch syntax (for overhead figures)."""
     rest = (_U32(v) for v in NOBATCH[1:])
-    load(spec)[grid, spec.threads](a, b, c, _U32(m), _U32(n), _U32(k), *rest)
+    with small_grids_on_purpose():
+        launch = load(spec)[grid, spec.threads]
+    launch(a, b, c, _U32(m), _U32(n), _U32(k), *rest)
 
 
 def kernel_report(spec: KernelSpec) -> dict:
@@ -220,7 +271,9 @@ def _copy2d(src, dst):  # strided or dtype-converting copy, one element per thre
 def copy2d(src: Any, dst: Any) -> None:
     rows, cols = dst.shape
     if rows and cols:
-        _copy2d[((rows + 15) // 16, (cols + 15) // 16), (16, 16)](src, dst)
+        with small_grids_on_purpose():
+            launch = _copy2d[((rows + 15) // 16, (cols + 15) // 16), (16, 16)]
+        launch(src, dst)
 
 
 def is_numba_array(x: Any) -> bool:
