@@ -43,7 +43,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import cupy as cp
     from numba import cuda
-
     from tiledmm_backends.numba_cuda import engine as nb
 
     sync = cp.cuda.Device().synchronize
