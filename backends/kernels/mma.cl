@@ -192,36 +192,36 @@ INLINE void copy_piece(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const in
 #endif
 }
 
-/* This thread's copy plan, fixed for the whole K walk: piece l of the A tile starts at tile row
- * a_r(l), column a_c(l) (global offset a_off from A's tile origin), likewise for B; rows of A
- * past M and columns of B past N are known once. Per stage only the K bounds change. */
-#define A_ROW(e) ((e) / (BK / VA))
-#define A_COL(e) (((e) % (BK / VA)) * VA)
-#define B_ROW(e) ((e) / (BN / VB))
-#define B_COL(e) (((e) % (BN / VB)) * VB)
+/* This thread's copy plan, fixed for the whole K walk: its A pieces are rows ar + l * A_RSTEP
+ * of the tile at column ac (pointer ga at k = 0, ga_step between pieces, a_rows rows left in
+ * the matrix below ar), its B pieces rows br + l * B_RSTEP at column bc (gb, gb_step; b_n
+ * elements of a piece inside N). A handful of registers, whatever the piece count. */
+#define A_RSTEP (THREADS / (BK / VA))
+#define B_RSTEP (THREADS / (BN / VB))
+#if THREADS % (BK / VA) || THREADS % (BN / VB)
+  #error "mma.cl: THREADS must be a multiple of the pieces per tile row (BK/VA and BN/VB)"
+#endif
 
-/* Stage k0 of A (BM x BK at row0) and B (BK x BN at col0) into as / bs. ``full``: the block's
- * tile is inside the matrices for this stage (no bounds to check). */
+/* Stage k0 of A and B into as / bs; ``full``: the tile is inside the matrices (no checks). */
 INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL elem_t *RESTRICT A,
-                       const GLOBAL elem_t *RESTRICT B, const int a_off[A_ITERS],
-                       const int a_ok[A_ITERS], const int b_off[B_ITERS], const int b_n[B_ITERS],
-                       const int ldb, const int K, const int k0, const int full, const int tid)
+                       const GLOBAL elem_t *RESTRICT B, const GLOBAL elem_t *ga, const int ga_step,
+                       const int a_rows, const GLOBAL elem_t *gb, const int gb_step,
+                       const int b_n, const int ldb, const int K, const int k0, const int full,
+                       const int ar, const int ac, const int br, const int bc)
 {
-  UNROLL for (int l = 0; l < A_ITERS; ++l) {
-    const int e = tid + l * THREADS;
-    if (A_PIECES % THREADS == 0 || e < A_PIECES) {
-      int n = K - k0 - A_COL(e);
-      n = full ? VA : (a_ok[l] ? (n < 0 ? 0 : (n > VA ? VA : n)) : 0);
-      copy_piece(as + A_ROW(e) * SA_LD + A_COL(e), n ? A + a_off[l] + k0 : A, n, VA);
+  int n = K - k0 - ac;
+  const int a_n = full ? VA : (n < 0 ? 0 : (n > VA ? VA : n));
+  UNROLL for (int l = 0; l < A_ITERS; ++l)
+    if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM) {
+      n = (full || l * A_RSTEP < a_rows) ? a_n : 0;
+      copy_piece(as + (ar + l * A_RSTEP) * SA_LD + ac, n ? ga + l * ga_step + k0 : A, n, VA);
     }
-  }
-  UNROLL for (int l = 0; l < B_ITERS; ++l) {
-    const int e = tid + l * THREADS;
-    if (B_PIECES % THREADS == 0 || e < B_PIECES) {
-      const int n = full ? VB : (k0 + B_ROW(e) < K ? b_n[l] : 0);
-      copy_piece(bs + B_ROW(e) * SB_LD + B_COL(e), n ? B + b_off[l] + k0 * ldb : B, n, VB);
+  UNROLL for (int l = 0; l < B_ITERS; ++l)
+    if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK) {
+      n = (full || k0 + br + l * B_RSTEP < K) ? (full ? VB : b_n) : 0;
+      copy_piece(bs + (br + l * B_RSTEP) * SB_LD + bc, n ? gb + l * gb_step + k0 * ldb : B, n,
+                 VB);
     }
-  }
 }
 
 /* ---------------------------------------------------------------- the micro-kernel */
@@ -431,24 +431,19 @@ KERNEL MMA_SIGNATURE
     UNROLL for (int j = 0; j < NI; ++j)
       UNROLL for (int e = 0; e < CF; ++e) acc[i][j][e] = (acc_t)0;
 
-  int a_off[A_ITERS], a_ok[A_ITERS], b_off[B_ITERS], b_n[B_ITERS];
-  UNROLL for (int l = 0; l < A_ITERS; ++l) {
-    const int e = tid + l * THREADS, r = row0 + A_ROW(e);
-    a_ok[l] = r < M;
-    a_off[l] = a_ok[l] ? r * lda + A_COL(e) : 0;
-  }
-  UNROLL for (int l = 0; l < B_ITERS; ++l) {
-    const int e = tid + l * THREADS, c = col0 + B_COL(e), n = N - c;
-    b_off[l] = B_ROW(e) * ldb + (n > 0 ? c : 0);
-    b_n[l] = n < 0 ? 0 : (n > VB ? VB : n);
-  }
+  const int ar = tid / (BK / VA), ac = (tid % (BK / VA)) * VA;
+  const int br = tid / (BN / VB), bc = (tid % (BN / VB)) * VB;
+  const int a_rows = M - row0 - ar, ga_step = A_RSTEP * lda, gb_step = B_RSTEP * ldb;
+  const GLOBAL elem_t *ga = A + (a_rows > 0 ? (row0 + ar) * lda + ac : 0);
+  const int b_left = N - col0 - bc, b_n = b_left < 0 ? 0 : (b_left > VB ? VB : b_left);
+  const GLOBAL elem_t *gb = B + br * ldb + (b_left > 0 ? col0 + bc : 0);
   const int inside = row0 + BM <= M && col0 + BN <= N;
 
   const int kt_n = (K + BK - 1) / BK;
   UNROLL for (int s = 0; s < STAGES - 1; ++s) {
     if (s < kt_n)
-      load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, a_off, a_ok, b_off, b_n, ldb, K,
-                 s * BK, inside && (s + 1) * BK <= K, tid);
+      load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, ga, ga_step, a_rows, gb, gb_step,
+                 b_n, ldb, K, s * BK, inside && (s + 1) * BK <= K, ar, ac, br, bc);
     CP_COMMIT();
   }
   int rd = 0, wt = STAGES - 1; /* stage read now, stage written next */
@@ -457,8 +452,8 @@ KERNEL MMA_SIGNATURE
     BARRIER(); /* ... everyone's, and everyone is done with the stage overwritten next */
     const int nxt = kt + STAGES - 1;
     if (nxt < kt_n)
-      load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, a_off, a_ok, b_off, b_n, ldb,
-                 K, nxt * BK, inside && (nxt + 1) * BK <= K, tid);
+      load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
+                 gb_step, b_n, ldb, K, nxt * BK, inside && (nxt + 1) * BK <= K, ar, ac, br, bc);
     CP_COMMIT();
     compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane);
     rd = rd + 1 == STAGES ? 0 : rd + 1;

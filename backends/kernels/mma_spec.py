@@ -90,6 +90,12 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     if bad:
         raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): " + "; ".join(bad))
     fm, fn, fk = shape
+    threads, ch = 32 * warps_m * warps_n, 16 // ELEM_BYTES[kind]
+    va, vb = ch if aligned_a else 1, ch if aligned_b else 1
+    if threads % (bk // va) or threads % (bn // vb):
+        raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): {threads} threads must be a "
+                         f"multiple of the copies per tile row ({bk // va} of A, {bn // vb} of B; "
+                         "unaligned rows copy one element at a time)")  # fmt: skip
     sa, sb = _leading_dims(kind, bk, bn, fk)
     es = ELEM_BYTES[kind]
     extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
