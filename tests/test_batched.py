@@ -92,3 +92,54 @@ def test_shape_class_geometry_and_candidates():
     assert not dict(K.load_geometry("naive", "float32", gpu, backend="cupy").options)
     for cls in tiledmm.tuning.SHAPE_CLASSES:  # every class has candidates for the sweep
         assert any(shapes.candidates(f, "float32", cls) for f in tiledmm.KERNEL_FAMILIES), cls
+
+
+GEMV_WIDE = [
+    ((1, 16, 1), (1, 1), dict(gemv=1, ks=32)),
+    ((2, 8, 1), (1, 1), dict(gemv=1, ks=16, split_k=2)),
+]
+
+
+@opencl
+@pytest.mark.parametrize("geo", GEMV_WIDE, ids=["ks32", "ks16-split2"])
+def test_gemv_vector_loads_and_tails(geo):
+    """gemv.cl's 16-byte loop (4 loads in flight) and its tails in both orientations: K long
+    enough for the vector loop, aligned and odd leading dimensions, x contiguous (N = 1) or
+    not, batched with a broadcast vector; NaN-poisoned outputs."""
+    be = tiledmm.get_backend("opencl")
+    rng = np.random.default_rng()
+    g = tiledmm.Geometry(geo[0], geo[1], tuple(geo[2].items()))
+    cases = [((), (), 1, 37, 1024), ((), (), 1, 40, 1027), ((), (), 70, 1, 1024),
+             ((), (), 33, 1, 1030), ((), (), 9, 3, 1536), ((), (), 3, 21, 515),
+             ((5,), (), 1, 24, 520), ((4,), (4,), 19, 1, 516),
+             ((2, 3), (3,), 2, 13, 261)]  # fmt: skip
+    for ba, bb, m, n, k in cases:
+        a = rng.standard_normal(ba + (m, k)).astype("float32")
+        b = rng.standard_normal(bb + (k, n)).astype("float32")
+        ref = np.matmul(a.astype(np.float64), b)
+        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
+                                 geometry=g, backend="opencl")  # fmt: skip
+        out = be.asarray(np.full(ref.shape, np.nan, "float32"), np.dtype("float32"))
+        A, B = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
+        assert be.run_batched(plan, A, B, out) if ba else be.run(plan, A, B, out) is None
+        c = be.to_numpy(out)
+        assert np.isfinite(c).all() and rel_error(c, ref) < 1e-5, (geo, ba, bb, m, n, k)
+
+
+@opencl
+def test_batched_views_with_offsets():
+    """run_batched reads each operand's layout from the whole array: a batch that starts
+    inside its buffer (an offset view) and a batch stride of two matrices."""
+    be = tiledmm.get_backend("opencl")
+    rng = np.random.default_rng()
+    a = rng.standard_normal((7, 12, 20)).astype("float32")
+    b = rng.standard_normal((20, 9)).astype("float32")
+    A, B = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
+    g = tiledmm.Geometry(*GPU_REG[:2], tuple(GPU_REG[2].items()))
+    plan = tiledmm.make_plan(12, 9, 20, dtype="float32", kernel="register", device=be.device(),
+                             geometry=g, backend="opencl")  # fmt: skip
+    for view, sl in ((A[3:], slice(3, None)), (A[1:6], slice(1, 6))):
+        ref = np.matmul(a[sl].astype(np.float64), b)
+        out = be.asarray(np.full(ref.shape, np.nan, "float32"), np.dtype("float32"))
+        assert be.run_batched(plan, view, B, out)
+        assert rel_error(be.to_numpy(out), ref) < 1e-5, sl
