@@ -289,10 +289,34 @@ def test_torch_fast_path_falls_back_for_what_it_does_not_handle(torch, rng, brid
     assert got.grad_fn is not None and bridge.calls == calls + 1
     got.sum().backward()
     assert torch.allclose(g.grad, y.sum(1).expand(9, 9), rtol=1e-5, atol=1e-5)
+    one = [torch.from_numpy(rand(rng, (1, 1))) for _ in range(3)]
+    tiledmm.matmul(one[0], one[1])  # learnt; then a 1x1 negated view, contiguous, same key
+    neg = torch.complex(one[0], one[2]).conj().imag
+    assert neg.is_neg() and neg.is_contiguous()
+    got = tiledmm.matmul(neg, one[1])
+    assert torch.allclose(got, -one[2] @ one[1]) and bridge.calls == calls + 3
     ints = [torch.from_numpy(rng.integers(-9, 9, (9, 9))) for _ in range(2)]
     for _ in range(2):  # int64: learnt as not handled, torch's result exactly both times
         assert torch.equal(tiledmm.matmul(*ints), torch.matmul(*ints))
     assert isinstance(torchpath.entry(*ints, "auto", "auto"), torchpath.Skip)
+
+
+def test_torch_fast_path_learnt_from_any_first_call(torch, rng, bridge):
+    """A key first seen with operands the fast path would not take (autograd, a negated view)
+    is still learnt: the next plain call with that key takes the fast path."""
+    x, y = (torch.from_numpy(rand(rng, (5, 5))) for _ in range(2))
+    firsts = [
+        (x.clone().requires_grad_(), y),
+        (torch.complex(x, y).conj().imag, y),  # a negated, strided view
+    ]
+    for i, (a, b) in enumerate(firsts):
+        torchpath.enable(True)
+        want = torch.matmul(a.detach().resolve_neg(), b)
+        assert torch.allclose(tiledmm.matmul(a, b), want, rtol=1e-5, atol=1e-5), i
+        calls = bridge.calls
+        got = tiledmm.matmul(x, y)
+        assert bridge.calls == calls, i  # the fast path
+        assert torch.allclose(got, x @ y, rtol=1e-5, atol=1e-5), i
 
 
 @pytest.mark.parametrize("sa, sb", [((2, 3, 4), (4, 5)), ((5,), (5, 3)), ((4, 5), (5,))])

@@ -35,6 +35,8 @@ import sys
 import threading
 from typing import Any
 
+import numpy as np
+
 from .dispatch import cache_token, choose_backend, plan_for
 from .kinds import RUN_DTYPES, Kind, optional_module, torch_dtype
 
@@ -123,8 +125,8 @@ def _make(torch: Any, a: Any, b: Any, backend: str, kernel: str) -> Any:
     try:
         if a.is_cuda and b.is_cuda and a.get_device() == b.get_device():
             return _cuda_entry(torch, a, b, dt, backend, kernel)
-        if a.is_cpu and b.is_cpu and not (a.requires_grad or b.requires_grad):
-            return _host_entry(torch, a, b, dt, backend, kernel)
+        if a.is_cpu and b.is_cpu:
+            return _host_entry(torch, dt, m, n, k, backend, kernel)
     except (ValueError, RuntimeError, TypeError):  # the general path decides (and says why)
         return None
     return None
@@ -257,11 +259,10 @@ def raw_stream_getter(torch: Any) -> Any:
 # ------------------------------------------------------------------------------- host
 
 
-def _host_entry(torch: Any, a: Any, b: Any, dt: Any, backend: str, kernel: str) -> Any:
-    (m, k), n = a.shape, b.shape[1]
-    A, B = a.numpy(), b.numpy()
+def _host_entry(torch: Any, dt: Any, m: int, n: int, k: int, backend: str, kernel: str) -> Any:
     token = cache_token()
-    be = choose_backend(backend, A, B, m, n, k, dt.name, kernel)
+    sample = np.empty((1, 1), dt)  # (the operands' NumPy views: this call's may be unreadable)
+    be = choose_backend(backend, sample, sample, m, n, k, dt.name, kernel)
     if dt.name not in be.dtypes:
         return None
     plan = plan_for(be, m, n, k, dt.name, kernel)
