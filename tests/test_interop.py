@@ -462,6 +462,27 @@ def test_cuda_entry_launches_on_the_torch_stream(launch_stream):
     assert cp.log == [("run", 0, 0x1000, 0x2000, r.ptr)] and cp.stack[-1].ptr == 0x55
 
 
+def test_cuda_entry_writes_a_fitting_out():
+    from types import SimpleNamespace
+
+    cp = _FakeCupy()
+    e, be = _cuda_entry(cp, [0])  # its result: (4, 2) "f32" on device index 0
+    a, b = _FakeTensor(0x1000), _FakeTensor(0x2000)
+
+    def tensor(ptr, shape=(4, 2), dtype="f32", index=0, contiguous=True, grad=False):
+        t = _FakeTensor(ptr, grad)
+        t.shape, t.dtype, t.device = shape, dtype, SimpleNamespace(index=index)
+        t.is_contiguous, t.is_neg = (lambda: contiguous), (lambda: False)
+        return t
+
+    out = tensor(0x5000)
+    assert e(a, b, out) is out and cp.log == [("run", 0, 0x1000, 0x2000, 0x5000)]
+    bad = [{"shape": (2, 4)}, {"dtype": "f64"}, {"index": 1}, {"contiguous": False}]
+    for kw in bad:  # not the result's layout: the general path decides
+        assert e(a, b, tensor(0x6000, **kw)) is None, kw
+    assert len(cp.log) == 1
+
+
 def test_cuda_entry_views_are_cached_per_pointer_and_checks_hold():
     cp, stream = _FakeCupy(), [0]
     e, be = _cuda_entry(cp, stream)
@@ -693,9 +714,9 @@ def test_gpu_torch_fast_path_falls_back(torch_cuda, rng, bridge, backend):
     tiledmm.matmul(x, y, backend=backend)
     calls = bridge.calls
 
-    def check(a, b, name):
+    def check(a, b, name, out=None):
         nonlocal calls
-        got = tiledmm.matmul(a, b, backend=backend)
+        got = tiledmm.matmul(a, b, backend=backend, out=out)
         assert bridge.calls == calls + 1, name
         calls += 1
         return got
@@ -719,6 +740,12 @@ def test_gpu_torch_fast_path_falls_back(torch_cuda, rng, bridge, backend):
     ints = [torch.from_numpy(rng.integers(-9, 9, (33, 33))).cuda() for _ in range(2)]
     for _ in range(2):
         assert torch.equal(tiledmm.matmul(*ints, backend=backend), torch.matmul(*ints))
+    calls = bridge.calls
     out = torch.full((33, 33), float("nan"), device="cuda")
-    assert tiledmm.matmul(x, y, backend=backend, out=out) is out  # out=: the general path
-    assert torch.allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+    assert tiledmm.matmul(x, y, backend=backend, out=out) is out  # the fast path writes out=
+    assert bridge.calls == calls and torch.allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+    o64 = torch.full((33, 33), float("nan"), device="cuda", dtype=torch.float64)
+    for o in (out.T, o64):  # not the result's layout or dtype: the general path's rules
+        o.fill_(float("nan"))
+        assert check(x, y, "out=", out=o) is o
+        assert torch.allclose(o.float(), x @ y, rtol=1e-4, atol=1e-4)

@@ -121,12 +121,11 @@ def matmul(
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
-    plain = out is None and not ufunc_kwargs
-    if plain:  # first: 2-D products seen before (native types, or torch tensors)
+    if not ufunc_kwargs:  # first: 2-D products seen before (native types, or torch tensors)
         if type(a) in torchpath.TYPES:
-            hit = torchpath.matmul(a, b, backend, kernel)
+            hit = torchpath.matmul(a, b, backend, kernel, out)
         else:
-            hit = _hot_path(backend, kernel, a, b)
+            hit = _hot_path(backend, kernel, a, b) if out is None else None
         if hit is not None:
             return hit
     kind = arrays.foreign(a, b, out, backend)  # None for NumPy, CuPy, lists, Dask: cheap
@@ -134,7 +133,7 @@ def matmul(
         res = arrays.matmul_foreign(
             kind, a, b, out, _native, backend=backend, kernel=kernel, **ufunc_kwargs
         )
-        if plain and kind.lib == "torch":  # the next such call takes torchpath.matmul
+        if not ufunc_kwargs and kind.lib == "torch":  # the next such call: torchpath.matmul
             torchpath.learn(a, b, backend, kernel)
         return res
     return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)

@@ -23,10 +23,11 @@ backend and the plan) and afterwards does only what each call must:
 - CPU tensors: NumPy views (``Tensor.numpy()``) through the backend's array hooks, the result
   wrapped by ``torch.from_numpy`` (zero-copy).
 
-Anything else (``out=``, batched or 1-D operands, non-contiguous or mixed operands, dtypes
-other than float32/float64, tensor subclasses, grad) takes the general path. Entries are made
-by :func:`learn` after a general call succeeded with the same arguments, so every error and
-every delegation stays the general path's.
+``out=`` takes the fast path on CUDA when it is a contiguous tensor of the result's shape, dtype
+and device. Anything else (other ``out=``, batched or 1-D operands, non-contiguous or mixed
+operands, dtypes other than float32/float64, tensor subclasses, grad) takes the general path.
+Entries are made by :func:`learn` after a general call succeeded with the same arguments, so
+every error and every delegation stays the general path's.
 """
 
 from __future__ import annotations
@@ -72,17 +73,18 @@ def entry(a: Any, b: Any, backend: str, kernel: str) -> Any:
     return e if e is not None and e.token == cache_token() else None
 
 
-def matmul(a: Any, b: Any, backend: str, kernel: str) -> Any:
-    """``a @ b`` for two torch tensors seen before with this key, or ``None`` (then the caller
-    takes the general path)."""
-    if type(b) is not type(a):
+def matmul(a: Any, b: Any, backend: str, kernel: str, out: Any = None) -> Any:
+    """``a @ b`` for two torch tensors seen before with this key (into ``out``, a CUDA tensor
+    of the result's shape, dtype and device, when given), or ``None`` (then the caller takes
+    the general path)."""
+    if type(b) is not type(a) or (out is not None and type(out) is not type(a)):
         return None
     e = _entries.get((backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
     if e is None or e.token != cache_token():
         return None
     if not (a.is_contiguous() and b.is_contiguous()) or a.is_neg() or b.is_neg():
         return None
-    return e(a, b)
+    return e(a, b, out)
 
 
 def learn(a: Any, b: Any, backend: str, kernel: str) -> None:
@@ -111,7 +113,7 @@ class Skip:
     def __init__(self, token: tuple) -> None:
         self.token = token
 
-    def __call__(self, a: Any, b: Any) -> None:
+    def __call__(self, a: Any, b: Any, out: Any = None) -> None:
         return None
 
 
@@ -187,14 +189,19 @@ class CudaEntry:
             v = d[ptr] = view(self.cp, ptr, shape, self.dt, nbytes, self.idx)
         return v
 
-    def __call__(self, a: Any, b: Any) -> Any:
+    def __call__(self, a: Any, b: Any, out: Any = None) -> Any:
         if (a.requires_grad or b.requires_grad) and self.grad():
             return None
         be, idx = self.be, self.idx
         if be.device_key() != idx:
             return None
+        if out is None:
+            r = self.empty(self.shapes[2][0], dtype=self.tdt, device=self.dev)
+        elif self.takes(out):
+            r = out
+        else:
+            return None
         h = self.raw(idx)
-        r = self.empty(self.shapes[2][0], dtype=self.tdt, device=self.dev)
         view = self.view
         va, vb, vr = view(0, a.data_ptr()), view(1, b.data_ptr()), view(2, r.data_ptr())
         if self.current().ptr == h and (not h or self.on_cupy):
@@ -202,6 +209,18 @@ class CudaEntry:
         else:
             self.ordered(h, va, vb, vr)
         return r
+
+    def takes(self, out: Any) -> bool:
+        """Whether ``out=`` is written as it is: the result's shape, dtype and device,
+        contiguous, no negative bit, no autograd (else the general path's rules apply)."""
+        return (
+            out.shape == self.shapes[2][0]
+            and out.dtype == self.tdt
+            and out.device == self.dev
+            and out.is_contiguous()
+            and not out.is_neg()
+            and not (out.requires_grad and self.grad())
+        )
 
     def ordered(self, h: int, va: Any, vb: Any, vr: Any) -> None:
         """The launch with torch's stream ``h`` made CuPy's current one, and (on a side stream,
@@ -278,9 +297,9 @@ class HostEntry:
         self.be, self.plan, self.token, self.dt, self.dkey = be, plan, token, dt, dkey
         self.wrap = torch.from_numpy
 
-    def __call__(self, a: Any, b: Any) -> Any:
+    def __call__(self, a: Any, b: Any, out: Any = None) -> Any:
         be, dt = self.be, self.dt
-        if a.requires_grad or b.requires_grad or be.device_key() != self.dkey:
+        if out is not None or a.requires_grad or b.requires_grad or be.device_key() != self.dkey:
             return None
         A, B = be.asarray(a.numpy(), dt), be.asarray(b.numpy(), dt)
         R = be.empty((self.plan.m, self.plan.n), dt, like=A)
