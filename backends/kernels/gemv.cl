@@ -34,9 +34,8 @@ KERNEL GEMM_SIGNATURE
 {
   LOCAL real ALIGN16 red[RED];
   BATCH_PROLOGUE();
-  const int tid = LOCAL_ID();
 #if GEMV_T == 0
-  const int cv = tid % CV, kl = tid / CV;
+  const int tid = LOCAL_ID(), cv = tid % CV, kl = tid / CV;
   const int row0 = GROUP_Y() * BM, c0 = GROUP_X() * BN + cv * GV;
   real acc[BM][GV];
   UNROLL for (int r = 0; r < BM; ++r)
@@ -82,7 +81,8 @@ KERNEL GEMM_SIGNATURE
   if (kl == 0)
     UNROLL for (int r = 0; r < BM; ++r)
       UNROLL for (int q = 0; q < GV; ++q)
-        if (row0 + r < M && c0 + q < N) C[offC + (row0 + r) * ldc + c0 + q] = red[r * BN + cv * GV + q];
+        if (row0 + r < M && c0 + q < N)
+          C[offC + (row0 + r) * ldc + c0 + q] = red[r * BN + cv * GV + q];
 #else
   const int tx = LOCAL_X(), ty = LOCAL_Y();
   const int row = GROUP_Y() * BN + ty, col0 = GROUP_X() * BM;
@@ -130,7 +130,8 @@ KERNEL GEMM_SIGNATURE
   BARRIER();
   for (int s = KS / 2; s > 0; s /= 2) {
     if (tx < s)
-      UNROLL for (int c = 0; c < BM; ++c) red[(c * BN + ty) * KS + tx] += red[(c * BN + ty) * KS + tx + s];
+      UNROLL for (int c = 0; c < BM; ++c)
+        red[(c * BN + ty) * KS + tx] += red[(c * BN + ty) * KS + tx + s];
     BARRIER();
   }
   if (tx == 0 && row < M)
