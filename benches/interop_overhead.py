@@ -8,7 +8,7 @@ CuPy inputs, torch inputs through the fast path (``tiledmm.torchpath``: ``torch_
 with the fast path off (the general bridge: ``torch_general_us``), both on a non-default torch
 stream, and Numba and JAX inputs. ``breakdown_us`` times the fast path's pieces on the cupy
 backend (key and checks, torch.empty against cupy.empty, a cached and a new CuPy view, the
-stream queries, the backend's run alone, ExternalStream and the event pair) and ``profile``
+stream queries, the backend's run alone, a CuPy stream switch and the event pair) and ``profile``
 holds a cProfile of fast-path calls. Wall time over many calls with one synchronize per round
 (what an application pays), median of five rounds, microseconds. Prints JSON.
 """
@@ -75,7 +75,7 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
             cp, ta.data_ptr(), (n, n), np.dtype(np.float32), n * n * 4, 0
         ),
         "backend.run alone": lambda: e.be.run(e.plan, va, vb, vr),
-        "ExternalStream enter+exit": entered,
+        "CuPy stream enter+exit (external_stream)": entered,
         "event pair (side stream, backend not on CuPy's stream)": events,
     }
     out = {k: round(per_call_us(f, sync, calls=5000), 3) for k, f in pieces.items()}

@@ -380,7 +380,7 @@ class _FakeEvent:
 
 
 class _FakeCupy:
-    """Just what a CudaEntry touches: views, ExternalStream, the current stream, events."""
+    """Just what a CudaEntry touches: views, Stream.from_external, the current stream, events."""
 
     def __init__(self, current=0):
         from types import SimpleNamespace
@@ -389,7 +389,9 @@ class _FakeCupy:
         self.cuda = SimpleNamespace(
             UnownedMemory=lambda ptr, size, owner, dev: SimpleNamespace(ptr=ptr, dev=dev),
             MemoryPointer=lambda mem, off: SimpleNamespace(ptr=mem.ptr + off, dev=mem.dev),
-            ExternalStream=lambda h, dev: _FakeStream(self, h),
+            Stream=SimpleNamespace(
+                from_external=lambda obj: _FakeStream(self, obj.__cuda_stream__()[1])
+            ),
             get_current_stream=lambda: self.stack[-1],
             Event=lambda disable_timing: _FakeEvent(self),
         )

@@ -15,8 +15,8 @@ backend and the plan) and afterwards does only what each call must:
   (``cupy.cuda.UnownedMemory``, no owner) and kept per pointer: a view is a pure function of
   (pointer, shape, dtype, device), all fixed by the key but the pointer, so a loop over the same
   tensors, or over results the caching allocator hands out again, builds none;
-- the launch goes to torch's current stream: when CuPy's current stream is another one, the
-  stream handle's cached ``cupy.cuda.ExternalStream`` is made current around the launch. A
+- the launch goes to torch's current stream: when CuPy's current stream is another one, a
+  cached CuPy stream over torch's handle (:func:`external_stream`) is made current around it. A
   backend that does not declare ``launch_stream = "cupy"`` (it launches on CuPy's current
   stream) is, on a non-default torch stream, also ordered with two reused CUDA events (legacy
   default stream waits for the torch stream before, the torch stream for it after);
@@ -243,13 +243,28 @@ class CudaEntry:
 _external: dict[tuple[Any, int, int], Any] = {}
 
 
+class Handle:
+    """A raw ``cudaStream_t`` speaking the CUDA stream protocol (``__cuda_stream__``)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
+
+
 def external_stream(cp: Any, handle: int, index: int) -> Any:
-    """The cached ``cupy.cuda.ExternalStream`` of a raw stream handle on device ``index``."""
+    """A cached CuPy stream object for a raw stream handle on device ``index`` (CuPy 14's
+    ``Stream.from_external``; ``ExternalStream``, deprecated there, on older CuPy)."""
     ext = _external.get((cp, handle, index))
     if ext is None:
         if len(_external) > 64:
             _external.clear()
-        ext = _external[(cp, handle, index)] = cp.cuda.ExternalStream(handle, index)
+        wrap = getattr(cp.cuda.Stream, "from_external", None)
+        ext = wrap(Handle(handle)) if wrap else cp.cuda.ExternalStream(handle, index)
+        _external[(cp, handle, index)] = ext
     return ext
 
 
@@ -312,7 +327,7 @@ class HostEntry:
 
 def stream_for(kind: Kind, x: Any = None) -> int | None:
     """The raw ``cudaStream_t`` the caller's library is using on ``kind``'s device, for a
-    backend to launch on (``cupy.cuda.ExternalStream(handle)``); None where the library does
+    backend to launch on (:func:`external_stream`); None where the library does
     its own stream ordering (DLPack consumers pass their stream) or for host kinds."""
     if kind.lib == "torch" and kind.device == "cuda":
         return raw_stream_getter(sys.modules["torch"])(kind.index)
@@ -324,7 +339,8 @@ class TorchStream:
 
     On entry the legacy default stream waits for ``s`` (events, no host sync), so a backend
     launching on the default stream (Numba) starts after the producer; CuPy's current stream
-    becomes ``s`` itself (``ExternalStream``), so CuPy launches and pool allocations are on it.
+    becomes ``s`` itself (:func:`external_stream`), so CuPy launches and pool allocations are on
+    it.
     On exit ``s`` waits for the default stream, so a torch consumer sees the finished result.
     """
 
