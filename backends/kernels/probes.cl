@@ -46,7 +46,7 @@ KERNEL stream_probe(const int chunk, const int chunks, const int reps,
   real acc[PROBE_ACC];
   UNROLL for (int i = 0; i < PROBE_ACC; ++i) acc[i] = ZERO;
   for (int r = 0; r < reps; ++r) {
-    const GLOBAL real *base = src + (size_t)((GROUP_X() + r) % chunks) * chunk * VW;
+    const GLOBAL real *base = src + ((GROUP_X() + r) % chunks) * chunk * VW; /* < 2^31 reals */
     for (int i = tid; i < chunk; i += THREADS * PROBE_UNROLL) {
       UNROLL for (int q = 0; q < PROBE_UNROLL; ++q) {
         const realV v = VLOADG(base + (i + q * THREADS) * VW);
