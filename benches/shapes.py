@@ -217,9 +217,11 @@ def sweep(names, dtype, entries_path, save) -> None:
                 A = be.asarray(a.reshape(bshape + (m, k)), a.dtype)
                 B = be.asarray(b.reshape(bshape + (k, n)), b.dtype)
                 ref = ref.reshape(bshape + (m, n))
+                nb = math.prod(bshape or (1,))
                 for fam in tiledmm.KERNEL_FAMILIES:
                     for geo in cand.candidates(fam, dtype, cls):
-                        try:
+                        try:  # split_k="auto" resolved per shape; scores keyed by the candidate
+                            run_geo = tuning.resolve_split(geo, m, n, k, dev.compute_units, nb)
                             plan = tiledmm.make_plan(
                                 m,
                                 n,
@@ -227,7 +229,7 @@ def sweep(names, dtype, entries_path, save) -> None:
                                 dtype=dtype,
                                 kernel=fam,
                                 device=dev,
-                                geometry=geo,
+                                geometry=run_geo,
                                 backend=name,
                             )
                             out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))

@@ -57,6 +57,8 @@ def main(argv=None) -> int:
                     label = f"{name} {fam} {geo.block_tile} {dict(geo.options)}"
                     try:
                         dev = be.device()
+                        geo = tuning.resolve_split(geo, m, n, k, dev.compute_units)
+                        label += f" (split {dict(geo.options).get('split_k', 1)})"
                         plan = make_plan(m, n, k, dtype="float32", kernel=fam, device=dev,
                                          geometry=geo, backend=name)  # fmt: skip
 

@@ -143,3 +143,31 @@ def test_batched_views_with_offsets():
         out = be.asarray(np.full(ref.shape, np.nan, "float32"), np.dtype("float32"))
         assert be.run_batched(plan, view, B, out)
         assert rel_error(be.to_numpy(out), ref) < 1e-5, sl
+
+
+@opencl
+def test_split_k_auto_through_matmul(tmp_path, monkeypatch):
+    """A class entry with split_k="auto": kernel="auto"'s dispatch resolves the slices from
+    the grid and the device's compute units, and the product is right (PoCL)."""
+    from tiledmm import dispatch, tuning
+
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    be = tiledmm.get_backend("opencl")
+    dev = be.device()
+    tuning.save_entries([dict(
+        device=dev.name, backend="opencl", dtype="float32", family="register",
+        shape_class="skinny_mn", block_tile=[16, 16, 4], thread_tile=[4, 4],
+        options=dict(use_local=1, vm=4, vn=4, split_k="auto"),
+        measured=dict(gflops=1.0, date="2026-11-30"))])  # fmt: skip
+    dispatch.clear_caches()
+    try:
+        rng = np.random.default_rng()
+        a = rng.standard_normal((8, 1500)).astype("float32")
+        b = rng.standard_normal((1500, 7)).astype("float32")
+        plan = tiledmm.plan(8, 7, 1500, backend="opencl", kernel="register")
+        want = tuning.auto_split(8, 7, 1500, (16, 16, 4), dev.compute_units)
+        assert plan.options["split_k"] == want > 1
+        got = tiledmm.matmul(a, b, backend="opencl", kernel="register")
+        assert rel_error(got, a.astype(np.float64) @ b) < 1e-5
+    finally:
+        dispatch.clear_caches()

@@ -208,3 +208,43 @@ def test_auto_picks_the_measured_fastest_family_per_class(tmp_path, monkeypatch)
     assert dispatch.auto_kernel(be, 1, 4096, 4096, "float32") == "register"
     monkeypatch.setenv(tuning.IGNORE_SHIPPED, "1")  # shipped numbers hidden: user layer only
     assert tuning.measured_families(be.name, "float32", dev, "vector", be) == {"register": 5000.0}
+
+
+def test_auto_split_from_blocks_and_sms():
+    from tiledmm.tuning import auto_split, resolve_split
+
+    assert auto_split(64, 4096, 4096, (64, 64, 16), 132) == 8  # 64 blocks -> 512
+    assert auto_split(16, 8192, 8192, (64, 64, 16), 132) == 4
+    assert auto_split(1024, 1024, 1024, (128, 128, 16), 132) == 4  # slices keep 256 of K
+    assert auto_split(4096, 4096, 4096, (128, 128, 16), 132) == 1  # the grid is full
+    assert auto_split(64, 64, 100000, (64, 64, 16), 132) == 16  # at most 16
+    assert auto_split(8, 8, 300, (64, 64, 16), 132) == 1  # K too short to split
+    assert auto_split(512, 512, 512, (128, 64, 16), 132, batch=32) == 1
+    g = Geometry((64, 64, 16), (4, 4), (("split_k", "auto"), ("use_local", 1)))
+    assert dict(resolve_split(g, 64, 4096, 4096, 132).options)["split_k"] == 8
+    plain = Geometry((64, 64, 16), (4, 4), (("use_local", 1),))
+    assert resolve_split(plain, 64, 4096, 4096, 132) is plain
+
+
+def test_every_shape_candidate_compiles_once_resolved():
+    from types import SimpleNamespace
+
+    from tiledmm_backends.kernels import shapes
+
+    from tiledmm.tuning import resolve_split
+
+    probe = {"vector": (1, 4096, 4096), "skinny_mn": (64, 4096, 4096)}
+    for cls in tiledmm.tuning.SHAPE_CLASSES:
+        m, n, k = probe.get(cls, (1024, 1024, 1024))
+        for fam in tiledmm.KERNEL_FAMILIES:
+            for dt in ("float32", "float64"):
+                for g in shapes.candidates(fam, dt, cls):
+                    g = resolve_split(g, m, n, k, 132)
+                    (bm, bn, _), (tm, tn) = g.block_tile, g.thread_tile
+                    o = dict(g.options)
+                    threads = bn * o["ks"] if o.get("gemv") else (bm // tm) * (bn // tn)
+                    plan = SimpleNamespace(kernel=fam, dtype=dt, block_tile=g.block_tile,
+                                           thread_tile=g.thread_tile, options=o, m=m, n=n,
+                                           threads_per_block=threads)  # fmt: skip
+                    d = K.defines(plan, True)
+                    assert d["SPLIT_K"] >= 1 and d["THREADS"] <= 1024, (cls, g)

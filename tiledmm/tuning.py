@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
     "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
-    "device_arch", "select", "measured_families", "export",
+    "device_arch", "select", "measured_families", "export", "auto_split", "resolve_split",
 ]  # fmt: skip
 
 #: The shape classes, most specific first (issue 11's per-class geometry uses the same names).
@@ -314,6 +314,32 @@ def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str,
         if isinstance(g, int | float) and math.isfinite(g) and g > 0:
             out[fam] = float(g)
     return out
+
+
+#: K elements per slice at least, and slices at most, for ``split_k="auto"``
+MIN_SLICE, MAX_SPLIT = 256, 16
+
+
+def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int = 1) -> int:
+    """K slices for ``split_k="auto"``: double them while the grid (blocks x slices) is under
+    two blocks per SM, each slice keeps at least ``MIN_SLICE`` of K, and at most ``MAX_SPLIT``
+    (64x4096x4096 with 64x64 tiles on 132 SMs: 64 blocks, 8 slices; 16x8192x8192: 4)."""
+    bm, bn = block_tile[0], block_tile[1]
+    blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
+    s = 1
+    while blocks * s < 2 * max(1, sms) and k // (2 * s) >= MIN_SLICE and s < MAX_SPLIT:
+        s *= 2
+    return s
+
+
+def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 1) -> Geometry:
+    """``geo`` with ``split_k="auto"`` replaced by :func:`auto_split` for this product (a
+    geometry without it is returned as it is)."""
+    opts = dict(geo.options)
+    if opts.get("split_k") != "auto":
+        return geo
+    opts["split_k"] = auto_split(m, n, k, geo.block_tile, sms, batch)
+    return replace(geo, options=tuple(sorted(opts.items())))
 
 
 # --------------------------------------------------------------------------- writing

@@ -5,7 +5,9 @@ Classes are ``tiledmm.tuning.SHAPE_CLASSES``. Small grids (few blocks for the de
 smaller block tiles and/or split-K (``split_k``: K slices into a workspace, then a reduction);
 skinny and vector products get the naive family's gemv path (``gemv``: K split over ``ks``
 work-items per output) and small register tiles; batched products keep the square tiles and
-fill the device through the batch (grid z). Every candidate passes ``kernels.defines``.
+fill the device through the batch (grid z). ``split_k="auto"`` picks the K slices per product
+from the grid and the SM count (``tiledmm.tuning.auto_split``; ``kernel="auto"`` and the sweep
+resolve it before planning). Every resolved candidate passes ``kernels.defines``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiledmm import DeviceSpec, Geometry
+from tiledmm.tuning import auto_split, resolve_split
 
 from .. import kernels as K
 
-__all__ = ["CANDIDATES", "candidates", "shipped_gflops"]
+__all__ = ["CANDIDATES", "candidates", "shipped_gflops", "auto_split", "resolve_split"]
 
 
 def _g(bt, tt=(1, 1), **opts) -> dict:
@@ -39,6 +42,8 @@ _SMALL_GRID = [
 # 128x64 (8x4) at 3 resident blocks per SM: NVRTC gives it 87 registers (2 blocks), 80 with
 # __launch_bounds__(256, 3) (16-20 bytes of spills): measure which wins (docs/kernels.md)
 _MB3 = _g((128, 64, 16), (8, 4), **_REG, stages=2, min_blocks=3)
+# K slices from the grid: split-K only where the block tiles leave SMs idle (``auto_split``)
+_AUTO128 = _g((128, 128, 16), (8, 8), **_REG, stages=2, split_k="auto")
 # M or N <= 64: tiles that are 32 or 64 wide on the short side, and enough K slices that
 # blocks x slices is 2-8 per SM (64x4096x4096 with 64x64 tiles: 64 blocks; 4096x32: 64 or 128)
 _SKINNY = [
@@ -53,6 +58,9 @@ _SKINNY = [
     _g((32, 128, 16), (4, 8), **_REG, stages=2, split_k=4),
     _g((64, 128, 16), (8, 8), **_REG, stages=2, split_k=8),
     _g((128, 64, 16), (8, 8), **_REG, stages=2, split_k=8),
+    _g((64, 64, 16), (4, 4), **_REG, stages=2, split_k="auto"),
+    _g((32, 64, 16), (4, 4), **_REG, stages=2, split_k="auto"),
+    _g((64, 32, 16), (4, 4), **_REG, stages=2, split_k="auto"),
 ]
 # the gemv path (gemv.cl): (short-side outputs per group, long-side outputs per group, 1) and
 # ks; THREADS = BN * ks. Vectors want many groups (>= 2 per SM) of 256-512 items and 16-byte
@@ -82,8 +90,8 @@ _GEMV_SKINNY = [
 
 #: float32 GPU candidates: shape class -> family -> geometry dicts (float64 halves TM/TN).
 CANDIDATES: dict[str, dict[str, list[dict]]] = {
-    "square": {"register": _SQUARE + _SMALL_GRID[1:4] + [_MB3]},
-    "odd": {"register": _SQUARE + _SMALL_GRID[1:3] + [_MB3]},
+    "square": {"register": _SQUARE + _SMALL_GRID[1:4] + [_MB3, _AUTO128]},
+    "odd": {"register": _SQUARE + _SMALL_GRID[1:3] + [_MB3, _AUTO128]},
     "skinny_k": {"register": _SQUARE[:2] + [_SMALL_GRID[0], _SMALL_GRID[4], _MB3]},
     "skinny_mn": {"register": _SKINNY, "naive": _GEMV_SKINNY},
     "batched": {
