@@ -5,8 +5,9 @@ a ``distributed`` cluster whose worker processes each see one GPU through CUDA_V
 CPU mode: ``distributed.LocalCluster`` with worker processes and NumPy chunks.
 
 1. One device, in this process, device-resident inputs (the baseline; its rate is the measured
-   one-device rate the cluster planner is given). Inputs: float32 straight from a seeded
-   generator on the device (no float64 detour); copied once to the host.
+   one-device rate the cluster planner is given, on CPUs shared among the worker processes).
+   Inputs: float32 straight from a seeded generator on the device (no float64 detour), copied
+   once to the host.
 2. The cluster, measured: the worker link (one 256 MiB chunk through dask's comms), the host
    link (every worker staging a 256 MiB shared-memory file with the staged path's own code)
    and the call overhead (``persist`` + ``wait`` of one tiny task per worker).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import time
 
@@ -218,8 +220,10 @@ def bench_dask(args: argparse.Namespace) -> int:
             a_h, b_h, r, ref = hosts.pop((m, n, k))
             single = singles[(m, n, k)]
             pb_ = _plan_backend(gpu, backend)
+            rate = 2 * m * n * k / single  # one GPU per worker; CPU workers share the cores
+            rate = rate if gpu else rate * min(1.0, workers / (os.cpu_count() or 1)) / workers
             plan = cluster_plan(m, n, k, dtype=dtype, cluster=cl, backend=pb_, kernel=kernel,
-                                flops_per_worker=2 * m * n * k / single)  # fmt: skip
+                                flops_per_worker=rate)  # fmt: skip
             print(plan, flush=True)
             d = shared_dir(a_h.nbytes + b_h.nbytes)
             t0 = time.perf_counter()
