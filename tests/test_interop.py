@@ -440,6 +440,69 @@ def _cuda_entry(cp, stream, launch_stream="", grad=False):
     return torchpath.CudaEntry(cp, torch, be, None, None, "f32", dev, dt, shapes), be
 
 
+def test_cuda_entry_end_to_end_with_host_memory_as_the_device(torch):
+    """cuda_entry and CudaEntry with the real dispatch and planner: "CUDA tensors" are CPU
+    tensors that say they are on cuda:0, CuPy views are NumPy arrays over the same pointers,
+    and a registered backend computes with NumPy (a subprocess: the registry stays clean)."""
+    code = """
+import ctypes, numpy as np, torch, tiledmm
+from types import SimpleNamespace as NS
+from tiledmm import torchpath
+
+class FakeCuda(tiledmm.Backend):
+    name, kernels = "fakecuda", ("naive",)
+    def accepts(self, x): return isinstance(x, np.ndarray)
+    def device_key(self): return 0
+    def run(self, plan, a, b, out):
+        self.seen = (a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        np.matmul(a, b, out=out)
+
+tiledmm.register_backend(FakeCuda())
+
+class T:  # a "CUDA tensor": a CPU tensor that says it is on cuda:0
+    def __init__(self, t): self.t = t
+    shape = property(lambda s: s.t.shape)
+    dtype = property(lambda s: s.t.dtype)
+    device = torch.device("cuda", 0)
+    requires_grad = False
+    def data_ptr(self): return self.t.data_ptr()
+    def get_device(self): return 0
+    def is_contiguous(self): return self.t.is_contiguous()
+    def is_neg(self): return False
+
+def ndarray(shape, dt, memptr):
+    buf = (ctypes.c_char * memptr.size).from_address(memptr.ptr)
+    return np.ndarray(shape, dt, buffer=buf)
+
+cp = NS(ndarray=ndarray, cuda=NS(
+    UnownedMemory=lambda ptr, size, owner, dev: NS(ptr=ptr, size=size),
+    MemoryPointer=lambda mem, off: NS(ptr=mem.ptr + off, size=mem.size - off),
+    get_current_stream=lambda: NS(ptr=0)))
+torchpath.optional_module = lambda name: cp if name == "cupy" else None
+fake_torch = NS(empty=lambda shape, dtype, device: T(torch.full(shape, float("nan"), dtype=dtype)),
+                is_grad_enabled=torch.is_grad_enabled,
+                _C=NS(_cuda_getCurrentRawStream=lambda i: 0))
+rng = np.random.default_rng()
+for dt, (m, k, n) in (("float32", (13, 7, 5)), ("float64", (4, 9, 6))):
+    a, b = (T(torch.from_numpy(rng.standard_normal(s).astype(dt))) for s in ((m, k), (k, n)))
+    e = torchpath.cuda_entry(fake_torch, a, b, np.dtype(dt), "fakecuda", "auto")
+    assert isinstance(e, torchpath.CudaEntry) and e.be.name == "fakecuda", e
+    assert (e.plan.m, e.plan.n, e.plan.k, e.plan.dtype) == (m, n, k, dt)
+    for _ in range(2):
+        r = e(a, b)
+        assert isinstance(r, T) and r.t.dtype == a.t.dtype and tuple(r.shape) == (m, n)
+        assert e.be.seen == (a.data_ptr(), b.data_ptr(), r.data_ptr())
+        want = a.t.numpy().astype(float) @ b.t.numpy()
+        assert np.abs(r.t.numpy() - want).max() < 1e-5 * np.abs(want).max()
+    out = T(torch.full((m, n), float("nan"), dtype=a.t.dtype))
+    assert e(a, b, out) is out and e.be.seen[2] == out.data_ptr()
+    assert np.abs(out.t.numpy() - want).max() < 1e-5 * np.abs(want).max()
+    assert torchpath.cuda_entry(fake_torch, a, b, np.dtype(dt), "numpy", "auto") is None
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("launch_stream", ["", "cupy"])
 def test_cuda_entry_launches_on_the_torch_stream(launch_stream):
     cp, stream = _FakeCupy(), [0]

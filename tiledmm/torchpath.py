@@ -126,7 +126,7 @@ def _make(torch: Any, a: Any, b: Any, backend: str, kernel: str) -> Any:
         return None
     try:
         if a.is_cuda and b.is_cuda and a.get_device() == b.get_device():
-            return _cuda_entry(torch, a, b, dt, backend, kernel)
+            return cuda_entry(torch, a, b, dt, backend, kernel)
         if a.is_cpu and b.is_cpu:
             return _host_entry(torch, dt, m, n, k, backend, kernel)
     except (ValueError, RuntimeError, TypeError):  # the general path decides (and says why)
@@ -145,7 +145,9 @@ def view(cp: Any, ptr: int, shape: tuple[int, ...], dt: Any, nbytes: int, index:
     return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0))
 
 
-def _cuda_entry(torch: Any, a: Any, b: Any, dt: Any, backend: str, kernel: str) -> Any:
+def cuda_entry(torch: Any, a: Any, b: Any, dt: Any, backend: str, kernel: str) -> Any:
+    """The entry for CUDA tensors ``a``, ``b`` of NumPy dtype ``dt`` (None: not handled): the
+    backend and plan the general path chooses for CuPy views of them (tests use stand-ins)."""
     cp = optional_module("cupy")
     if cp is None:
         return None
