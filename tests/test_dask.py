@@ -290,6 +290,7 @@ def test_plan_from_cli_arguments():
         (67, 45, 91, (20, 30), (30, 17), False),  # odd chunks kept: 3 K chunks streamed
         (67, 45, 91, (67, 91), (91, 45), (23, 11, 13)),  # odd chunks chosen
         (33, 1, 40, (10, 7), (7, 1), "auto"),  # the planner's chunks
+        (40, 30, 2100, (40, 1024), (1024, 30), False),  # K chunks led by 128, 256, 512
     ],
 )
 def test_from_host_staged_on_local_cluster(client, tmp_path, m, n, k, ca, cb, rechunk):
@@ -339,7 +340,8 @@ def test_staged_time_terms():
     p = cluster_plan(32768, 32768, 32768, cluster=cl, chunks=(32768, 16384, 2048),
                      flops_per_worker=40e12, backend="numpy")  # fmt: skip
     assert p.tasks == 2 and p.link_seconds == pytest.approx(4 * 32768 * (32768 + 16384) / 15e9)
-    first = 4 * 2048 * (32768 + 16384) / 15e9
+    first = 4 * 256 * (32768 + 16384) / 15e9  # the K chunks are led by ck/8, ck/4, ck/2
+    assert [b - a for a, b in td.k_bounds(32768, 2048)][:4] == [256, 512, 1024, 2048]
     assert p.overhead_seconds == pytest.approx(2e-3 + 0.02)
     assert p.predicted_seconds == pytest.approx(
         max(p.compute_seconds, p.link_seconds) + first + p.overhead_seconds

@@ -31,6 +31,7 @@ __all__ = [
     "Cluster",
     "ClusterPlan",
     "cluster_plan",
+    "k_bounds",
     "local_cluster",
     "plan_from_args",
     "parse_size",
@@ -218,11 +219,13 @@ def _evaluate(
         source = f"tiledmm planner, {backend}/{kernel}" + (
             "" if modelled == dtype else f", modelled as {modelled}"
         )
+    bounds = k_bounds(k, ck) if place == "staged" else [(0, ck)] * gk  # products per block
     t_sum = 0.0
-    if gk > 1:  # each partial product is read and added once more at device bandwidth
+    if len(bounds) > 1:  # each partial product is read and added once more at device bandwidth
         bw = _device_bandwidth(modelled, backend, kernel)
-        t_sum = blocks_per_worker * (gk - 1) * 3 * cm * cn * s / bw if bw else 0.0
-    t_compute = blocks_per_worker * gk * (t_chunk + _CALL) + t_sum
+        t_sum = blocks_per_worker * (len(bounds) - 1) * 3 * cm * cn * s / bw if bw else 0.0
+    per_block = (k / ck if place == "staged" else gk) * t_chunk + len(bounds) * _CALL
+    t_compute = blocks_per_worker * per_block + t_sum
     threads = max(1, cluster.threads_per_worker)
     if place == "staged":
         # each block streams its A row panel and B column panel over the worker's host link,
@@ -230,7 +233,7 @@ def _evaluate(
         # first chunk's load; no reuse between blocks (a panel is loaded by every block using it)
         per_worker_in = blocks_per_worker * s * k * (cm + cn)
         t_link = per_worker_in / cluster.host_bandwidth
-        t_first = s * (cm * ck + ck * cn) / cluster.host_bandwidth
+        t_first = s * (cm + cn) * (bounds[0][1] - bounds[0][0]) / cluster.host_bandwidth
         n_tasks = batch * gm * gn
         t_over = n_tasks * cluster.task_overhead + cluster.call_overhead
         predicted = max(t_compute, t_link) + blocks_per_worker * t_first + t_over
@@ -283,6 +286,23 @@ def _evaluate(
         chunk_source=source, cluster=cluster, placement=place, replication=replication,
         result_seconds=to_host,
     )  # fmt: skip
+
+
+def k_bounds(k: int, ck: int) -> list[tuple[int, int]]:
+    """The K chunks a staged block streams: ``ck`` each, led by ck/8, ck/4 and ck/2 when there
+    are two full chunks or more and ck/8 >= 128. Each load is then hidden behind the previous
+    product (when a product takes at least twice its load), so the pipeline's fill -- the one
+    load nothing hides -- is an eighth of a chunk's."""
+    ck = max(1, int(ck))
+    lead = [ck // d for d in (8, 4, 2)] if ck // 8 >= _MIN_CHUNK and k >= 2 * ck else []
+    out, k0 = [], 0
+    for size in lead:
+        out.append((k0, k0 + size))
+        k0 += size
+    while k0 < k:
+        out.append((k0, min(k, k0 + ck)))
+        k0 += ck
+    return out
 
 
 def _sizes(d: int, grid: tuple[int, ...] = _GRID) -> list[int]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import Cluster, ClusterPlan, cluster_plan, local_cluster
+from .cluster import Cluster, ClusterPlan, cluster_plan, k_bounds, local_cluster
 from .dask_host import RUN_LOCK, from_host, host_source, release, staged_matmul
 from .semantics import check_like_numpy
 
@@ -39,6 +39,7 @@ __all__ = [
     "Cluster",
     "ClusterPlan",
     "cluster_plan",
+    "k_bounds",
     "from_host",
     "release",
 ]

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from .cluster import k_bounds
+
 __all__ = [
     "RUN_LOCK", "HostSource", "from_host", "host_source", "mapped", "release", "shared_dir",
     "stage", "staged_matmul", "take_trace",
@@ -231,8 +233,7 @@ def _staged_block(
     start, t_start = time.time(), time.perf_counter()
     (r0, r1), (c0, c1) = block_info[None]["array-location"]
     fa, fb, gpu = mapped(a.path), mapped(b.path), a.gpu
-    k = fa.shape[1]
-    bounds = [(k0, min(k, k0 + ck)) for k0 in range(0, k, ck)]
+    bounds = k_bounds(fa.shape[1], ck)  # led by smaller chunks: a short pipeline fill
     rec = dict(pid=os.getpid(), block=(r0, c0), start=start, chunks=len(bounds), load=0.0,
                wait=0.0, product=0.0, sum=0.0, bytes=0)  # fmt: skip
 
