@@ -88,7 +88,13 @@ def test_core_import_graph_is_acyclic():
 def test_planner_is_pure():
     """The planner imports no registry, dispatch, API or device library."""
     graph = _core_graph()
-    assert graph["tiledmm.planner"] <= {"tiledmm.backend", "tiledmm.device", "tiledmm.hierarchy"}
+    assert graph["tiledmm.planner"] <= {
+        "tiledmm.backend",
+        "tiledmm.device",
+        "tiledmm.hierarchy",
+        "tiledmm.tensorcore",
+    }
+    assert graph["tiledmm.tensorcore"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.hierarchy"}
     assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram"}
     assert graph["tiledmm.dram"] <= {"tiledmm.device"}
 

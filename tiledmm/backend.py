@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Backend", "Geometry", "KERNEL_FAMILIES"]
 
-KERNEL_FAMILIES = ("naive", "tiled", "register")
+KERNEL_FAMILIES = ("naive", "tiled", "register", "mma")
 
 
 @dataclass(frozen=True)

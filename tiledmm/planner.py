@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from . import tensorcore as tc
 from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
 from .hierarchy import Level, cpu_levels, engine_of, gpu_levels
@@ -116,12 +117,14 @@ class Plan:
         tm, tn = self.thread_tile
         mp, np_, kp = self.padded_shape
         dev = self.device
-        s = _ITEMSIZE.get(self.dtype, 4)
+        s = _ITEMSIZE.get(self.dtype, tc.ITEMSIZE.get(self.dtype, 4))
         lines = [
             f"{self.kernel} kernel on {dev.name} ({self.backend}), {self.dtype}: "
             f"C[{self.m}x{self.n}] = A[{self.m}x{self.k}] @ B[{self.k}x{self.n}]",
         ]
-        if self.kernel == "naive":
+        if self.kernel == "mma":
+            lines.append(_mma_words(self))
+        elif self.kernel == "naive":
             lines.append(
                 f"  each of {self.threads_per_block} threads per {bm}x{bn} block computes one "
                 f"output from a row of A and a column of B read from global memory"
@@ -260,6 +263,8 @@ def make_plan(
             raise PlanError(f"{label} must be a non-negative integer, got {v!r}")
     if kernel not in KERNEL_FAMILIES:
         raise PlanError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNEL_FAMILIES)}")
+    if kernel == "mma":
+        return _plan_mma(m, n, k, dtype, device, geometry, backend)
     if dtype not in _ITEMSIZE:
         raise PlanError(f"the planner models float16/float32/float64, not {dtype!r}")
     s = _ITEMSIZE[dtype]
@@ -368,6 +373,109 @@ def make_plan(
         geometry_source=geo.source,
         levels=levels,
     )
+
+
+def _mma_words(p: Plan) -> str:
+    bm, bn, bk = p.block_tile
+    wm, wn = p.thread_tile
+    o = p.options
+    frag = (int(o.get("fm", 16)), int(o.get("fn", 8)), int(o.get("fk", 8)))
+    k = tc.kind(p.dtype, o.get("precision")) or "?"
+    warps = p.threads_per_block // 32
+    return (
+        f"  block tile {bm}x{bn}x{bk} on tensor cores: {o.get('stages', 3)} cp.async stages of A "
+        f"{bm}x{bk} and B {bk}x{bn} in shared memory ({_kib(p.shared_bytes)} per block, rows "
+        f"padded against bank conflicts); each of {warps} warps computes a {wm}x{wn} warp tile "
+        f"as {wm // frag[0]}x{wn // frag[1]} fragments of {tc.describe(k, frag)}"
+    )
+
+
+def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None = None) -> Geometry:
+    """Tiles of the mma family before tuning (the H200 screen of benches/mma.py): f64 128x128x16
+    with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x128x32."""
+    k = tc.kind(dtype, precision) or "f64"
+    fm, fn, fk = tc.default_fragment(k, tc.compute_capability(device))
+    opts: dict[str, Any] = {"fm": fm, "fn": fn, "fk": fk, "stages": 3, "group_m": 8}
+    if precision:
+        opts["precision"] = precision
+    if k == "f64":
+        bt, wt = (128, 128, 16), (32, 64)
+    elif k in ("f16", "bf16"):
+        bt, wt = (128, 256, 32), (64, 64)
+    else:
+        bt, wt = (128, 128, 32), (64, 32)
+    return Geometry(bt, wt, tuple(sorted(opts.items())), source=f"mma default for {k}")
+
+
+def _plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geometry | None,
+              backend: str) -> Plan:  # fmt: skip
+    """An mma plan: ``thread_tile`` is the warp tile (WM, WN); options carry the fragment
+    (fm, fn, fk), stages, group_m and precision ("tf32" lets float32 in)."""
+    precision = dict(geo.options).get("precision") if geo else None
+    why = tc.supported(device, dtype, precision)
+    if why:
+        raise PlanError(why)
+    geo = geo or default_mma_geometry(dtype, device, precision)
+    opts = dict(geo.options)
+    kind = tc.kind(dtype, precision) or ""
+    d_frag = tc.default_fragment(kind, tc.compute_capability(device))
+    frag = tuple(int(opts.get(x, d)) for x, d in zip(("fm", "fn", "fk"), d_frag, strict=True))
+    why = tc.supported(device, dtype, precision, frag)
+    if why:
+        raise PlanError(why)
+    (bm, bn, bk), (wm, wn) = (int(x) for x in geo.block_tile), (int(x) for x in geo.thread_tile)
+    fm, fn, fk = frag
+    s, stages = tc.ITEMSIZE[dtype], int(opts.get("stages", 3))
+    bad = []
+    if min(bm, bn, bk, wm, wn) < 1 or bm % wm or bn % wn or wm % fm or wn % fn:
+        bad.append(f"block {bm}x{bn} must split into warp tiles {wm}x{wn} of {fm}x{fn} fragments")
+    elif kind in ("f16", "bf16") and (wn // fn) % 2:
+        bad.append("16-bit warp tiles need an even number of 8-wide fragments (ldmatrix.x4)")
+    if bk % fk or (bk * s) % 16 or (bn * s) % 16:
+        bad.append(f"BK must be a multiple of {fk} and BK, BN of 16 bytes")
+    if stages < 2:
+        bad.append("the cp.async pipeline needs at least 2 stages")
+    if bad:
+        raise PlanError(f"mma tiles {bm}x{bn}x{bk}/{wm}x{wn}: " + "; ".join(bad))
+    threads = 32 * (bm // wm) * (bn // wn)
+    if threads > device.max_threads_per_block:
+        raise PlanError(f"{threads} threads per block, over {device.name}'s "
+                        f"{device.max_threads_per_block}; use larger warp tiles")  # fmt: skip
+    lda, ldb = tc.padded_lds(kind, bk, bn, fk)
+    shared = stages * (bm * lda + bk * ldb) * s
+    if shared > tc.optin_shared(device):
+        raise PlanError(f"{stages} stages of {bm}x{bn}x{bk} need {_kib(shared)} of shared memory, "
+                        f"over the {_kib(tc.optin_shared(device))} a block may opt into on "
+                        f"{device.name}; use fewer stages or smaller tiles")  # fmt: skip
+    acc = tc.accumulator_bytes(kind)
+    steps = 1 if kind == "f64" else bk // fk  # f64 walks one FK step at a time (KK_UNROLL)
+    regs = geo.registers or int(wm * wn / 32 * acc / 4 + steps * (wm + wn) * fk / 32 * s / 4 + 48)
+    if regs > device.max_registers_per_thread:
+        raise PlanError(f"a {wm}x{wn} {dtype} warp tile needs about {regs} registers per "
+                        f"thread, over {device.max_registers_per_thread}; use a smaller warp "
+                        "tile")  # fmt: skip
+    gx, gy = math.ceil(n / bn) if n else 0, math.ceil(m / bm) if m else 0
+    mp, np_, kp = gy * bm, gx * bn, math.ceil(k / bk) * bk
+    flops, executed = 2 * m * n * k, 2 * mp * np_ * kp
+    global_bytes = (s * kp * (bm + bn) * mp * np_) // (bm * bn)
+    occ = _occupancy(device, "mma", threads, shared, regs, gx * gy)
+    out_s = tc.ITEMSIZE[tc.INPUTS[dtype][2]]
+    g = dict(m=m, n=n, k=k, mp=mp, np=np_, kp=kp, bm=bm, bn=bn, gx=gx, gy=gy, wm=wm, wn=wn,
+             fragment=frag, global_bytes=global_bytes, group=int(opts.get("group_m", 1)),
+             resident=occ.blocks_per_unit * device.compute_units)  # fmt: skip
+    levels = tuple(tc.mma_levels(g, kind, s, out_s, device, precision, dtype,
+                                 occ.wave_efficiency)) if flops else ()  # fmt: skip
+    top = max(levels, key=lambda lv: lv.seconds) if levels else None
+    return Plan(
+        backend=backend, kernel="mma", dtype=dtype, m=m, n=n, k=k, block_tile=(bm, bn, bk),
+        thread_tile=(wm, wn), threads_per_block=threads, grid=(gx, gy),
+        padded_shape=(mp, np_, kp), padding_waste=1 - flops / executed if executed else 0.0,
+        flops=flops, global_bytes=global_bytes,
+        intensity=flops / global_bytes if global_bytes else 0.0, shared_bytes=shared,
+        registers_per_thread=regs, bound=top.name if top else "compute",
+        predicted_seconds=device.launch_overhead + (top.seconds if top else 0.0),
+        occupancy=occ, device=device, options=opts, geometry_source=geo.source, levels=levels,
+    )  # fmt: skip
 
 
 def _occupancy(

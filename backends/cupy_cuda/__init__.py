@@ -250,6 +250,12 @@ _ZERO = np.int32(0)
 _NOBATCH = tuple(np.int32(v) for v in launch.NOBATCH[1:])
 
 
+# the tensor-core family (issue 14): kernels/mma.cl through backends/cupy_cuda/mma.py
+from .mma import install as _install_mma  # noqa: E402
+
+_install_mma(CupyBackend)
+
+
 @hookimpl
 def register_backends(register):
     register(CupyBackend())

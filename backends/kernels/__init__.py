@@ -1,12 +1,13 @@
 """The GEMM kernel sources shared by the CuPy (CUDA) and OpenCL backends, and their knobs.
 
-One source per family (``naive.cl``, ``tiled.cl``, ``register.cl``) is written in the small C
-dialect of ``gemm_common.h``; :func:`source` inlines the header and prepends the ``#define``s
-a plan asks for, so the same text compiles as OpenCL C and as CUDA C. :func:`defines` turns a
-plan (tiles + ``plan.options``) into those defines and checks the constraints the sources rely
-on. :func:`load_geometry` reads the one geometry database (``geometry.json``: tuned tiles by
-device name, defaults by device kind, for these sources and for numba-cuda's). ``launch`` runs
-the sources: the launch steps CuPy and OpenCL share.
+One source per family (``naive.cl``, ``tiled.cl``, ``register.cl``, and ``mma.cl`` for the
+tensor-core family, see ``mma_spec``) is written in the small C dialect of ``gemm_common.h``;
+:func:`source` inlines the header and prepends the ``#define``s a plan asks for, so the same
+text compiles as OpenCL C and as CUDA C (mma: PTX under CUDA, a scalar fallback elsewhere).
+:func:`defines` turns a plan (tiles + ``plan.options``) into those defines and checks the
+constraints the sources rely on. :func:`load_geometry` reads the one geometry database
+(``geometry.json``: tuned tiles by device name, defaults by device kind, for these sources and
+for numba-cuda's). ``launch`` runs the sources: the launch steps CuPy and OpenCL share.
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tiledmm import KERNEL_FAMILIES, DeviceSpec, Geometry
+from tiledmm import DeviceSpec, Geometry
+
+from . import mma_spec
 
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
-    "REDUCE_THREADS",
+    "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
 DATABASE = HERE / "geometry.json"
-FAMILIES = KERNEL_FAMILIES
+#: the families every C-dialect backend runs (CuPy, OpenCL); ``mma`` is CUDA's alone (PTX)
+FAMILIES = ("naive", "tiled", "register")
+MMA = "mma"
 INT_MAX = 2**31 - 1  # the kernels index with 32-bit ints
 
 
@@ -37,8 +42,9 @@ def _read(name: str) -> str:
 
 
 def itemsize(dtype: str) -> int:
-    """Bytes per element of the kernels' two dtypes (REAL_BYTES)."""
-    return 8 if dtype == "float64" else 4
+    """Bytes per element: REAL_BYTES of the float32/float64 families; 2 for the 16-bit inputs
+    of the mma family."""
+    return 8 if dtype == "float64" else 2 if dtype in ("float16", "bfloat16") else 4
 
 
 def vector_width(itemsize: int) -> int:
@@ -49,7 +55,7 @@ def vector_width(itemsize: int) -> int:
 def source(family: str, defs: dict[str, int]) -> str:
     """The complete kernel text for ``family`` with ``defs`` as ``#define``s (header inlined);
     the naive family with ``GEMV_T`` defined is ``gemv.cl`` (its memory-bound skinny path)."""
-    if family not in FAMILIES and family != "reduce":
+    if family not in FAMILIES and family not in ("reduce", MMA):
         raise ValueError(f"unknown kernel family {family!r}")
     name = "gemv" if family == "naive" and "GEMV_T" in defs else family
     body = _read(f"{name}.cl").replace('#include "gemm_common.h"', _read("gemm_common.h"))
@@ -57,8 +63,34 @@ def source(family: str, defs: dict[str, int]) -> str:
     return head + body
 
 
+def mma_defines(plan: Any, aligned_a: bool = True, aligned_b: bool = True) -> dict[str, int]:
+    """``mma.cl``'s defines for an mma plan (``thread_tile`` is the warp tile; options fm, fn,
+    fk, stages, group_m, precision, kk_unroll, min_blocks)."""
+    (bm, bn, bk), (wm, wn), o = plan.block_tile, plan.thread_tile, plan.options
+    kind = mma_spec.DTYPE_KIND.get(plan.dtype)
+    if plan.dtype == "float32" and o.get("precision") != "tf32":
+        raise ValueError("float32 runs on the tensor cores only with precision='tf32'")
+    if kind is None or bm % wm or bn % wn:
+        raise ValueError(f"mma: no kernel for {plan.dtype} with tiles {bm}x{bn}/{wm}x{wn}")
+    dflt = mma_spec.SHAPES[kind][0]
+    shape = tuple(int(o.get(x, d)) for x, d in zip(("fm", "fn", "fk"), dflt, strict=True))
+    mb = o.get("min_blocks")
+    return mma_spec.mma_defines(
+        kind, bm, bn, bk, bm // wm, bn // wn, int(o.get("stages", 3)), shape,
+        aligned_a=aligned_a, aligned_b=aligned_b, group_m=int(o.get("group_m", 1)),
+        kk_unroll=o.get("kk_unroll"), min_blocks=int(mb) if mb else None,
+    )  # fmt: skip
+
+
+def mma_smem_bytes(defs: dict[str, int]) -> int:
+    """Dynamic shared memory of one mma block (bytes)."""
+    return mma_spec.smem_bytes(defs)
+
+
 def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     """Compile-time parameters for ``plan``; raises ValueError for tiles the source can't run."""
+    if plan.kernel == MMA:
+        return mma_defines(plan, aligned, aligned)
     s = itemsize(plan.dtype)
     vw = vector_width(s)
     bm, bn, bk = plan.block_tile

@@ -12,7 +12,10 @@ Fragment shapes (``mma.sync`` M x N x K per warp instruction): f64 8x8x4 (sm_80)
 
 from __future__ import annotations
 
-__all__ = ["KINDS", "SHAPES", "DTYPE_KIND", "ELEM_BYTES", "mma_defines", "smem_bytes", "check"]
+__all__ = [
+    "KINDS", "SHAPES", "DTYPE_KIND", "ELEM_BYTES", "mma_defines", "smem_bytes", "check",
+    "leading_dims",
+]  # fmt: skip
 
 KINDS = {"f64": 1, "f16": 2, "bf16": 3, "tf32": 4}
 ELEM_BYTES = {"f64": 8, "f16": 2, "bf16": 2, "tf32": 4}
@@ -32,7 +35,7 @@ def _pad_to(x: int, residue: int, modulus: int) -> int:
     return x + (residue - x) % modulus
 
 
-def _leading_dims(kind: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
+def leading_dims(kind: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
     """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles, chosen so
     the fragment loads of ``mma.cl`` hit distinct banks (and rows stay 16-byte aligned):
     f64 k4: scalar (g, t) / (t, g) loads in half-warp phases -> both 4 mod 16 doubles;
@@ -96,7 +99,7 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): {threads} threads must be a "
                          f"multiple of the copies per tile row ({bk // va} of A, {bn // vb} of B; "
                          "unaligned rows copy one element at a time)")  # fmt: skip
-    sa, sb = _leading_dims(kind, bk, bn, fk)
+    sa, sb = leading_dims(kind, bk, bn, fk)
     es = ELEM_BYTES[kind]
     extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
     if kk_unroll is None:

@@ -1,0 +1,142 @@
+"""The ``mma`` family (tensor cores) on CuPy: ``kernels/mma.cl`` compiled by NVRTC.
+
+What differs from the other families: the stage tiles live in dynamic shared memory (up to the
+227 KiB a block may opt into on sm_90, set on the compiled kernel), so a launch passes
+``shared_mem``; and 16-bit inputs (float16, bfloat16) need rows that start 16-byte aligned
+(there is no 2-byte ``cp.async``), so such operands are copied into padded rows first.
+float32 runs here only as TF32, when the plan asks (``options["precision"] == "tf32"``; the
+planner refuses plain float32). :func:`install` adds the family to a backend class: its
+``kernels`` gain ``"mma"`` and its ``_build``/``run``/``run_batched`` hand mma plans here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tiledmm.cache import LRUCache
+
+from .. import kernels as K
+from ..kernels import launch
+
+__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "install"]
+
+#: input dtypes of the family (float32 only with precision="tf32")
+MMA_DTYPES = ("float64", "float16", "bfloat16", "float32")
+_MODULES: LRUCache[Any] = LRUCache(64)
+STATIC_LIMIT = 48 * 1024
+
+
+class Launch:
+    """A compiled mma kernel called the way ``CupyArrays.enqueue`` calls a function, plus its
+    dynamic shared memory."""
+
+    __slots__ = ("fn", "smem")
+
+    def __init__(self, fn: Any, smem: int) -> None:
+        self.fn, self.smem = fn, smem
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple) -> None:
+        self.fn(grid, block, args, shared_mem=self.smem)
+
+
+def _compile(cp: Any, src: str, smem: int) -> Any:
+    fn = cp.RawKernel(src, "gemm")
+    fn.compile()
+    if smem > STATIC_LIMIT:
+        fn.max_dynamic_shared_size_bytes = smem
+    return fn
+
+
+def build(cp: Any, plan: Any, aligned: bool) -> tuple[Launch, tuple, tuple]:
+    """(launch, grid, block) for ``plan``; compiled once per source and device."""
+    defs = K.mma_defines(plan, aligned, aligned)
+    smem = K.mma_smem_bytes(defs)
+    src = K.source(K.MMA, defs)
+    key = (src, cp.cuda.runtime.getDevice())
+    fn = _MODULES.get_or_make(key, lambda: _compile(cp, src, smem))
+    return Launch(fn, smem), tuple(plan.grid), (defs["THREADS"], 1)
+
+
+def _rows16(cp: Any, x: Any) -> tuple[Any, int]:
+    """``x`` (2-D, 2-byte elements) and its leading dimension, as rows that start 16-byte
+    aligned with unit column stride: ``x`` itself when it is laid out so, else a padded copy."""
+    rows, cols = x.shape
+    s0, s1 = x.strides
+    if (s1 == 2 or cols <= 1) and s0 > 0 and s0 % 16 == 0 and x.data.ptr % 16 == 0:
+        return x, s0 // 2
+    ld = max(8, -(-cols // 8) * 8)
+    launch.check_extent("operand", rows, cols, 0, ld)
+    y = cp.empty((rows, ld), x.dtype)[:, :cols]
+    y[...] = x
+    return y, ld
+
+
+def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
+    """``out[...] = a @ b`` with an mma plan. 4- and 8-byte inputs take the shared launch path
+    (``kernels.launch.run``); 16-bit inputs are brought to aligned rows here."""
+    if K.itemsize(plan.dtype) >= 4:
+        launch.run(arrays, launches, plan, a, b, out)
+        return
+    m, k = a.shape
+    n = b.shape[1]
+    if not m or not n:
+        return
+    a2, lda = _rows16(cp, a)
+    b2, ldb = _rows16(cp, b)
+    c = out
+    s0, s1 = out.strides
+    plain = (s1 == 2 or n == 1) and s0 >= 2 * n and s0 % 2 == 0
+    if not plain or cp.may_share_memory(out, a) or cp.may_share_memory(out, b):
+        c = cp.empty((m, n), out.dtype)
+    ldc = c.strides[0] // 2 if m > 1 else n
+    launch.check_extent("A", m, k, 0, lda)
+    launch.check_extent("B", k, n, 0, ldb)
+    launch.check_extent("out", m, n, 0, ldc)
+    call = launches.get(plan, arrays.device_id(), True)
+    arrays.enqueue(call, m, n, k, a2, 0, lda, b2, 0, ldb, c, 0, ldc)
+    if c is not out:
+        out[...] = c
+
+
+def run_batched(arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any) -> bool:
+    """The batch in one launch for 4- and 8-byte inputs; 16-bit batches go matrix by matrix."""
+    if K.itemsize(plan.dtype) < 4:
+        return False
+    return launch.run_batched(arrays, launches, plan, a, b, out)
+
+
+def install(cls: type) -> type:
+    """Give a CuPy backend class the mma family (see the module docstring)."""
+    base_build, base_run, base_batched = cls._build, cls.run, cls.run_batched
+    cls.kernels = tuple(cls.kernels) + (K.MMA,)
+
+    def _build(self, plan, aligned: bool):
+        if plan.kernel == K.MMA:
+            return build(_cupy(self), plan, aligned)
+        return base_build(self, plan, aligned)
+
+    def run_(self, plan, a, b, out) -> None:
+        if plan.kernel == K.MMA:
+            return run(_cupy(self), _arrays(), self.launches, plan, a, b, out)
+        return base_run(self, plan, a, b, out)
+
+    def run_batched_(self, plan, a, b, out) -> bool:
+        if plan.kernel == K.MMA:
+            return run_batched(_arrays(), self.launches, plan, a, b, out)
+        return base_batched(self, plan, a, b, out)
+
+    cls._build, cls.run, cls.run_batched = _build, run_, run_batched_
+    cls.run.__doc__, cls.run_batched.__doc__ = base_run.__doc__, base_batched.__doc__
+    return cls
+
+
+def _cupy(backend: Any) -> Any:
+    import cupy
+
+    return cupy
+
+
+def _arrays() -> Any:
+    from . import ARRAYS
+
+    return ARRAYS

@@ -1,0 +1,271 @@
+"""The tensor-core family: mma.cl's tile walk on PoCL (the scalar micro-kernel: same stages,
+padded layout, copy plan and C-fragment ownership as the PTX path), the CUDA side through nvcc,
+the planner's mma plans, and the CuPy backend's mma runs on a GPU (marked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from tiledmm_backends import kernels as K
+from tiledmm_backends.kernels import mma_spec
+
+import tiledmm
+from tiledmm import tensorcore as tc
+from tiledmm.device import host_cpu, reference_h200
+from tiledmm.planner import PlanError, default_mma_geometry, make_plan
+
+from .conftest import requires_backend
+
+H200 = reference_h200()
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (round to nearest even), as uint16."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _from_bf16(x: np.ndarray) -> np.ndarray:
+    return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+# ------------------------------------------------------------------ the scalar path on PoCL
+
+# (kind, BM, BN, BK, warps_m, warps_n, stages, fragment, aligned A, aligned B)
+SCALAR = [
+    ("f64", 32, 16, 8, 2, 1, 2, (16, 8, 8), 0, 0),
+    ("f64", 32, 16, 8, 2, 1, 3, (16, 8, 8), 1, 1),
+    ("f64", 16, 16, 4, 1, 2, 2, (8, 8, 4), 0, 1),
+    ("f64", 32, 16, 16, 1, 1, 3, (16, 8, 16), 1, 0),
+    ("f16", 32, 32, 16, 1, 2, 2, None, 1, 1),
+    ("f16", 32, 32, 16, 2, 2, 3, None, 0, 0),
+    ("bf16", 32, 32, 16, 1, 2, 2, None, 1, 1),
+    ("tf32", 32, 16, 8, 2, 1, 2, None, 0, 0),
+]
+
+
+@pytest.fixture(scope="module")
+def pocl():
+    cl = pytest.importorskip("pyopencl")
+    for p in cl.get_platforms():
+        if "portable" in p.name.lower() or "pocl" in p.name.lower():
+            dev = p.get_devices()[0]
+            ctx = cl.Context([dev])
+            return cl, ctx, cl.CommandQueue(ctx)
+    pytest.skip("no PoCL platform")
+
+
+def _operands(kind: str, rng, shape: tuple[int, ...]):
+    """(storage array, float64 values the kernel multiplies) for one operand."""
+    x = rng.standard_normal(shape)
+    if kind == "f64":
+        return x, x
+    if kind == "f16":
+        h = x.astype(np.float16)
+        return h, h.astype(np.float64)
+    if kind == "bf16":
+        b = _bf16(x)
+        return b, _from_bf16(b)
+    f = x.astype(np.float32)
+    return f, _tf32(f)
+
+
+@pytest.mark.parametrize("cfg", SCALAR, ids=lambda c: "-".join(map(str, c[:7])))
+def test_scalar_tile_walk_on_pocl(pocl, cfg):
+    """Odd shapes (edges in M, N and K: K not a multiple of BK), a batch of 2 with element
+    strides and offsets, NaN-poisoned output, against a float64 product of the same values."""
+    cl, ctx, queue = pocl
+    kind, bm, bn, bk, wm, wn, st, shape, al_a, al_b = cfg
+    defs = mma_spec.mma_defines(kind, bm, bn, bk, wm, wn, st, shape, aligned_a=bool(al_a),
+                                aligned_b=bool(al_b), group_m=2)  # fmt: skip
+    gemm = cl.Kernel(cl.Program(ctx, K.source(K.MMA, defs)).build(), "gemm")
+    rng = np.random.default_rng(7)
+    ch = 16 // mma_spec.ELEM_BYTES[kind]
+    for m, n, k in ((37, 29 if al_b == 0 else 24, 45), (5, 8, 3), (40, 32, 2 * bk)):
+        if al_a and k % ch or al_b and n % ch:  # aligned variants need 16-byte rows
+            k, n = -(-k // ch) * ch, -(-n // ch) * ch
+        a, a64 = _operands(kind, rng, (2, m, k))
+        b, b64 = _operands(kind, rng, (2, k, n))
+        out_dt = {"f64": np.float64, "tf32": np.float32, "f16": np.float16}.get(kind, np.uint16)
+        c = np.full((2, m, n), 0x7FC1 if kind == "bf16" else np.nan).astype(out_dt)
+        mf = cl.mem_flags
+        bufs = [cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x) for x in (a, b, c)]
+        i = np.int32
+        gx, gy = -(-n // bn), -(-m // bm)
+        gemm(queue, (gx * defs["THREADS"], gy, 2), (defs["THREADS"], 1, 1), i(m), i(n),
+                 i(k), bufs[0], i(0), i(k), bufs[1], i(0), i(n), bufs[2], i(0), i(n), i(1),
+                 i(m * k), i(0), i(k * n), i(0), i(m * n), i(0), i(0))  # fmt: skip
+        cl.enqueue_copy(queue, c, bufs[2])
+        queue.finish()
+        got = _from_bf16(c) if kind == "bf16" else c.astype(np.float64)
+        ref = a64 @ b64
+        assert np.isfinite(got).all(), (cfg, m, n, k)
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        tol = {"f64": 1e-14, "tf32": 1e-6, "f16": 2e-3, "bf16": 1e-2}[kind]
+        assert err < tol, (cfg, m, n, k, err)
+
+
+def test_zero_k_writes_zeros(pocl):
+    cl, ctx, queue = pocl
+    defs = mma_spec.mma_defines("f64", 32, 16, 8, 2, 1, 2, (16, 8, 8), aligned_a=False,
+                                aligned_b=False)  # fmt: skip
+    prg = cl.Program(ctx, K.source(K.MMA, defs)).build()
+    c = np.full((5, 7), np.nan)
+    one = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 64)
+    cb = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=c)
+    i = np.int32
+    prg.gemm(queue, (64, 1, 1), (64, 1, 1), i(5), i(7), i(0), one, i(0), i(1), one, i(0), i(7),
+             cb, i(0), i(7), i(1), *(i(0),) * 7)  # fmt: skip
+    cl.enqueue_copy(queue, c, cb)
+    queue.finish()
+    assert (c == 0).all()
+
+
+# ------------------------------------------------------------------ layout and defines
+
+
+@pytest.mark.parametrize("kind", list(mma_spec.KINDS))
+def test_padding_rule_is_one_rule(kind):
+    """The planner's shared-memory size uses the same padded rows as the kernel's defines."""
+    for bk, bn in ((16, 64), (32, 128), (8, 256)):
+        for fk in {s[2] for s in mma_spec.SHAPES[kind]}:
+            assert tc.padded_lds(kind, bk, bn, fk) == mma_spec.leading_dims(kind, bk, bn, fk)
+
+
+def test_defines_reject_bad_tiles():
+    with pytest.raises(ValueError, match="warp tiles"):
+        mma_spec.mma_defines("f64", 100, 64, 16, 2, 2, 3)
+    with pytest.raises(ValueError, match="even number"):
+        mma_spec.mma_defines("f16", 64, 48, 32, 2, 2, 3)
+    with pytest.raises(ValueError, match="stages"):
+        mma_spec.mma_defines("f64", 64, 64, 16, 2, 2, 1)
+    with pytest.raises(ValueError, match="copies per tile row"):
+        mma_spec.mma_defines("tf32", 64, 256, 16, 1, 1, 3, aligned_b=False)
+
+
+def test_plan_defines_match_the_spec():
+    plan = make_plan(1000, 3000, 777, dtype="float64", kernel="mma", device=H200)
+    d = K.defines(plan, aligned=False)
+    assert (d["BM"], d["BN"], d["BK"], d["THREADS"]) == (*plan.block_tile, plan.threads_per_block)
+    assert (d["FM"], d["FN"], d["FK"]) == (16, 8, 8) and d["ALIGNED_A"] == 0
+    assert K.mma_smem_bytes(d) == plan.shared_bytes
+    assert "#include" not in K.source(K.MMA, d)
+    with pytest.raises(ValueError, match="tf32"):
+        K.mma_defines(SimpleNamespace(block_tile=(64, 64, 16), thread_tile=(32, 32),
+                                      options={}, dtype="float32"))  # fmt: skip
+
+
+# ------------------------------------------------------------------ the planner
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_mma_plans_on_h200(dtype):
+    p = make_plan(4095, 4095, 4095, dtype=dtype, kernel="mma", device=H200, backend="cupy")
+    text = str(p)
+    assert "mma.sync" in text and "warp tile" in text and p.kernel == "mma"
+    assert p.level("tensor cores") is not None and p.predicted_seconds > 0
+    assert p.padded_shape[0] % p.block_tile[0] == 0 and 0 < p.padding_waste < 0.1
+    assert p.threads_per_block == 32 * (p.block_tile[0] // p.thread_tile[0]) * (
+        p.block_tile[1] // p.thread_tile[1]
+    )
+    peak, _ = tc.peak(H200, dtype)
+    assert p.flops / p.predicted_seconds <= peak  # never faster than the tensor roof
+
+
+def test_float32_needs_the_tf32_request():
+    with pytest.raises(PlanError, match="precision='tf32'"):
+        make_plan(256, 256, 256, dtype="float32", kernel="mma", device=H200)
+    geo = default_mma_geometry("float32", H200, "tf32")
+    p = make_plan(256, 256, 256, dtype="float32", kernel="mma", device=H200, geometry=geo)
+    assert "tf32" in str(p) and p.options["precision"] == "tf32"
+
+
+def test_mma_plan_errors():
+    with pytest.raises(PlanError, match="tensor cores"):
+        make_plan(64, 64, 64, dtype="float64", kernel="mma", device=host_cpu())
+    geo = tiledmm.Geometry((128, 128, 16), (32, 64), (("fm", 16), ("fk", 16), ("stages", 8)))
+    with pytest.raises(PlanError, match="shared memory"):
+        make_plan(512, 512, 512, dtype="float64", kernel="mma", device=H200, geometry=geo)
+    geo = tiledmm.Geometry((128, 128, 16), (32, 64), (("fm", 16), ("fk", 2)))
+    with pytest.raises(PlanError, match="no 16x8x2"):
+        make_plan(512, 512, 512, dtype="float64", kernel="mma", device=H200, geometry=geo)
+
+
+def test_tensor_roof_above_the_fma_roof():
+    for dtype in ("float16", "bfloat16"):
+        assert tc.peak(H200, dtype)[0] > 5 * H200.fma_peak("float32")
+    assert tc.peak(H200, "float64")[0] == H200.peak("float64")  # measured: cuBLAS DGEMM
+
+
+# ------------------------------------------------------------------ CUDA side
+
+
+NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
+    ("f64", (128, 128, 16), (4, 2), 3, (16, 8, 8), True),
+    ("f64", (128, 64, 16), (4, 2), 3, (8, 8, 4), False),
+    ("f16", (128, 256, 32), (2, 4), 3, None, True),
+    ("bf16", (128, 128, 32), (2, 2), 4, None, True),
+    ("tf32", (128, 128, 32), (2, 4), 3, None, False),
+]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("cfg", NVCC, ids=lambda c: f"{c[0]}-{c[1][0]}x{c[1][1]}")
+def test_cuda_mma_compiles(cfg, tmp_path):
+    """The PTX path as NVRTC gets it (no host headers), sm_90, no warnings, no spills."""
+    kind, (bm, bn, bk), (wm, wn), st, shape, al = cfg
+    d = mma_spec.mma_defines(kind, bm, bn, bk, wm, wn, st, shape, aligned_a=al, aligned_b=al,
+                             group_m=8)  # fmt: skip
+    src = tmp_path / "k.cu"
+    src.write_text(K.source(K.MMA, d))
+    res = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
+         "-o", str(tmp_path / "k.cubin"), str(src)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
+
+
+def test_cupy_declares_mma():
+    spec = importlib.util.find_spec("tiledmm_backends.cupy_cuda")
+    assert spec is not None
+    from tiledmm_backends.cupy_cuda import CupyBackend
+
+    assert "mma" in CupyBackend.kernels and "mma" in tiledmm.KERNEL_FAMILIES
+    assert "mma" not in tiledmm.get_backend("numpy").kernels
+
+
+# ------------------------------------------------------------------ GPU (CuPy)
+
+
+gpu = requires_backend("cupy")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_gpu_mma(dtype):
+    import cupy as cp
+
+    be = tiledmm.get_backend("cupy")
+    rng = np.random.default_rng()
+    for m, n, k in ((37, 53, 29), (130, 65, 131), (257, 129, 1000), (1, 7, 3)):
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        plan = make_plan(m, n, k, dtype=dtype, kernel="mma", device=be.device(), backend="cupy")
+        out = cp.full((m, n), np.nan, dtype=dtype)
+        be.run(plan, cp.asarray(a), cp.asarray(b), out)
+        got, ref = cp.asnumpy(out).astype(np.float64), a.astype(np.float64) @ b.astype(np.float64)
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert np.isfinite(got).all() and err < (1e-13 if dtype == "float64" else 2e-3), err
