@@ -347,6 +347,12 @@ def test_staged_time_terms():
         max(p.compute_seconds, p.link_seconds) + first + p.overhead_seconds
     )
     assert p.result_seconds == pytest.approx(4 * 32768 * 16384 / 15e9)
+    slow = cluster_plan(32768, 32768, 32768, cluster=cl, chunks=(32768, 16384, 2048),
+                        flops_per_worker=40e12, backend="numpy", host_bandwidth=1e9)  # fmt: skip
+    assert slow.bound == "link" and slow.link_seconds > slow.compute_seconds
+    chunk = slow.compute_seconds * 2048 / 32768  # one product: the loads show, products hide
+    base = slow.link_seconds + slow.overhead_seconds
+    assert base < slow.predicted_seconds < base + 2 * chunk
     assert "to the host: +" in str(p) and p.to_dict()["result_seconds"] == p.result_seconds
 
 

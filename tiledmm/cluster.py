@@ -229,14 +229,15 @@ def _evaluate(
     threads = max(1, cluster.threads_per_worker)
     if place == "staged":
         # each block streams its A row panel and B column panel over the worker's host link,
-        # loading K chunk k+1 while chunk k multiplies: per block max(compute, load) + the
-        # first chunk's load; no reuse between blocks (a panel is loaded by every block using it)
+        # loading K chunk i+1 while chunk i multiplies (a two-stage pipeline); no reuse between
+        # blocks (a panel is loaded by every block using it)
         per_worker_in = blocks_per_worker * s * k * (cm + cn)
         t_link = per_worker_in / cluster.host_bandwidth
-        t_first = s * (cm + cn) * (bounds[0][1] - bounds[0][0]) / cluster.host_bandwidth
         n_tasks = batch * gm * gn
         t_over = n_tasks * cluster.task_overhead + cluster.call_overhead
-        predicted = max(t_compute, t_link) + blocks_per_worker * t_first + t_over
+        pipe = _pipeline(bounds, s * (cm + cn) / cluster.host_bandwidth,
+                         (t_compute / blocks_per_worker - len(bounds) * _CALL) / k)  # fmt: skip
+        predicted = blocks_per_worker * pipe + t_over
         working = threads * s * (2 * (cm * ck + ck * cn) + 2 * cm * cn)
         replication = (
             "B replicated: every worker loads all of B" if gn == 1 and gm > 1 and w > 1
@@ -286,6 +287,14 @@ def _evaluate(
         chunk_source=source, cluster=cluster, placement=place, replication=replication,
         result_seconds=to_host,
     )  # fmt: skip
+
+
+def _pipeline(bounds: list[tuple[int, int]], load_per_k: float, compute_per_k: float) -> float:
+    """Seconds of a load-ahead pipeline over K chunks: the first load, then per chunk the
+    longer of its product (and sum) and the next chunk's load, then the last product."""
+    loads = [load_per_k * (b - a) for a, b in bounds]
+    work = [compute_per_k * (b - a) + _CALL for a, b in bounds]
+    return loads[0] + sum(max(c, nxt) for c, nxt in zip(work, loads[1:] + [0.0], strict=True))
 
 
 def k_bounds(k: int, ck: int) -> list[tuple[int, int]]:
