@@ -135,16 +135,10 @@ class ClusterPlan:
         return self.flops / self.predicted_seconds / 1e9 if self.predicted_seconds else 0.0
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d["cluster"] = dict(self.cluster.__dict__)
-        d["alternatives"] = [
-            {"name": name, "chunks": p.chunks, "placement": p.placement,
-             "predicted_seconds": p.predicted_seconds}
-            for name, p in self.alternatives
-        ]  # fmt: skip
-        d["placement_text"] = self.placement_text
-        d["predicted_gflops"] = self.predicted_gflops
-        return d
+        """Every field, the cluster and the alternatives as plain data (for JSON)."""
+        from .cluster_text import as_dict
+
+        return as_dict(self)
 
     def __str__(self) -> str:
         from .cluster_text import describe

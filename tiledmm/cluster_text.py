@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["describe", "parse_size", "plan_from_args"]
+__all__ = ["as_dict", "describe", "parse_size", "plan_from_args"]
 
 
 def _bytes(x: float) -> str:
@@ -28,6 +28,20 @@ def _rate(x: float, what: str) -> str:
 
 def _time(t: float) -> str:
     return f"{t:.3g} s" if t >= 1 else f"{t * 1e3:.3g} ms"
+
+
+def as_dict(plan: Any) -> dict:
+    """``ClusterPlan.to_dict()``: every field, the cluster and the alternatives as plain data."""
+    d = {k: getattr(plan, k) for k in plan.__dataclass_fields__}
+    d["cluster"] = dict(plan.cluster.__dict__)
+    d["alternatives"] = [
+        {"name": name, "chunks": p.chunks, "placement": p.placement,
+         "predicted_seconds": p.predicted_seconds}
+        for name, p in plan.alternatives
+    ]  # fmt: skip
+    d["placement_text"] = plan.placement_text
+    d["predicted_gflops"] = plan.predicted_gflops
+    return d
 
 
 def describe(plan: Any) -> str:
