@@ -95,7 +95,8 @@ def test_planner_is_pure():
         "tiledmm.tensorcore",
     }
     assert graph["tiledmm.tensorcore"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.hierarchy"}
-    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram"}
+    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.warps"}
+    assert not graph["tiledmm.warps"]
     assert graph["tiledmm.dram"] <= {"tiledmm.device"}
 
 
