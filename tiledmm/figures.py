@@ -213,10 +213,10 @@ def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> l
     if not pts:
         return []
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    peak = dev.fma_peak(dtype) * dev.sustained
+    peak = dev.clocked("compute", dev.fma_peak(dtype))
     xs = [2.0**e for e in range(-6, 11)]
     for name, bw in dev.levels:
-        bw = bw * (dev.sustained if name in ("shared memory", "L1") else 1.0)
+        bw = dev.clocked(name, bw) if name in ("shared memory", "L1") else bw
         ax.plot(xs, [min(peak, x * bw) / 1e12 for x in xs], lw=1, color="0.5",
                 ls="--" if name in ("L2", "DRAM") else "-")  # fmt: skip
         ax.annotate(name, (xs[0], xs[0] * bw / 1e12), fontsize=7, color="0.3")
