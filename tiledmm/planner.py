@@ -215,6 +215,8 @@ def _time(t: float) -> str:
 
 def default_geometry(kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
     """Textbook tiles for a device class; backends override with tuned ones."""
+    if kernel == "mma":
+        return default_mma_geometry(dtype, device)
     s = _ITEMSIZE.get(dtype, 4)
     if kernel == "naive":
         return Geometry((16, 16, 1), (1, 1))
