@@ -21,6 +21,7 @@ import tiledmm
 from tests.conftest import requires_backend
 from tiledmm.accuracy import matmul_error
 
+NUMBA_FAMILIES = ("naive", "tiled", "register")  # the numba-cuda backend's kernels
 _SIM_SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -39,7 +40,7 @@ _SIM_SCRIPT = textwrap.dedent(
         out["cases"].append(dict(tag=tag, fam=fam, dt=dt, shape=[m, n, k], err=err,
                                  nan=bool(np.isnan(c).any()), dtype=str(c.dtype)))
 
-    for fam in tiledmm.KERNEL_FAMILIES:
+    for fam in be.kernels:
         for dt in ("float32", "float64"):
             for m, n, k in shapes:
                 a = rng.standard_normal((m, k)).astype(dt)
@@ -79,7 +80,7 @@ _SIM_SCRIPT = textwrap.dedent(
     case("double-buffered", "register", "float32", 21, 18, 19, c.copy_to_host(), a, b)
     # the same kernel at shapes 9x7, 6x7, 9x7 in a row (the simulator mutates a configured
     # kernel: a kept launcher ran the second grid for the third call), plain and transposed
-    for fam in tiledmm.KERNEL_FAMILIES:
+    for fam in be.kernels:
         for i, (m, n, k) in enumerate([(9, 7, 5), (6, 7, 5), (9, 7, 5)]):
             a = rng.standard_normal((m, k)).astype("float32")
             b = rng.standard_normal((k, n)).astype("float32")
@@ -108,7 +109,7 @@ _SIM_SCRIPT = textwrap.dedent(
     # broadcast batches in one launch (grid z), rank 2 and K = 0/1, into poisoned outputs
     batches = [((3, 5, 7), (3, 7, 6)), ((4, 1, 5, 3), (1, 2, 3, 9)), ((5, 9, 1), (1, 6)),
                ((2, 3, 4, 0), (3, 0, 5))]
-    for fam in tiledmm.KERNEL_FAMILIES:
+    for fam in be.kernels:
         for sa, sb in batches:
             a = rng.standard_normal(sa).astype("float32")
             b = rng.standard_normal(sb).astype("float32")
@@ -147,7 +148,7 @@ def test_simulator_backend_available(sim):
     assert sim["available"], sim["reason"]
 
 
-@pytest.mark.parametrize("fam", tiledmm.KERNEL_FAMILIES)
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
 def test_simulator_family_correct(sim, fam):
     cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"] in ("host", "poisoned-out")]
     assert len(cases) == 24
@@ -164,7 +165,7 @@ def test_simulator_strided_and_default_geometry(sim):
         assert not c["nan"] and c["err"] < 1e-5, c
 
 
-@pytest.mark.parametrize("fam", tiledmm.KERNEL_FAMILIES)
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
 def test_simulator_launch_sequence(sim, fam):
     """Issue 16.6: 9x7, 6x7, 9x7 in a row (and transposed) compute every row each time."""
     cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"].startswith("sequence")]
@@ -220,7 +221,7 @@ SIMULATING = os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0")
 @pytest.mark.gpu
 @requires_backend("numba-cuda")
 @pytest.mark.skipif(SIMULATING, reason="real GPU shapes are too slow for the simulator")
-@pytest.mark.parametrize("fam", tiledmm.KERNEL_FAMILIES)
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_gpu_family_correct(fam, dt):
     rng = np.random.default_rng()
@@ -251,7 +252,7 @@ def test_device_spec_from_driver_attribute_names():
     assert 60e12 < spec.peak("float32") < 70e12
 
 
-@pytest.mark.parametrize("fam", tiledmm.KERNEL_FAMILIES)
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
 def test_simulator_batched_one_launch(sim, fam):
     """Broadcast batches (rank 2, K = 0 and 1) through run_batched: one launch, all written."""
     cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"].startswith("batched")]
