@@ -6,7 +6,9 @@ What differs from the other families: the stage tiles live in dynamic shared mem
 (there is no 2-byte ``cp.async``), so such operands are copied into padded rows first.
 float32 runs here only as TF32, when the plan asks (``options["precision"] == "tf32"``; the
 planner refuses plain float32). :func:`install` adds the family to a backend class: its
-``kernels`` gain ``"mma"`` and its ``_build``/``run``/``run_batched`` hand mma plans here.
+``kernels`` gain ``"mma"``, ``mma_dtypes`` lists the inputs the family takes (beyond the
+backend's ``dtypes``: float16, bfloat16), and ``_build``/``run``/``run_batched`` hand mma plans
+here.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def install(cls: type) -> type:
     """Give a CuPy backend class the mma family (see the module docstring)."""
     base_build, base_run, base_batched = cls._build, cls.run, cls.run_batched
     cls.kernels = tuple(cls.kernels) + (K.MMA,)
+    cls.mma_dtypes = MMA_DTYPES  # what the API may route to kernel="mma" (float32: TF32 only)
 
     def _build(self, plan, aligned: bool):
         if plan.kernel == K.MMA:
@@ -131,6 +134,7 @@ def install(cls: type) -> type:
 
 
 def _cupy(backend: Any) -> Any:
+    """The cupy module (imported by the backend before any run reaches here)."""
     import cupy
 
     return cupy
