@@ -16,7 +16,6 @@ from tests.conftest import backend_reason
 from tiledmm.accuracy import matmul_error
 
 from ._gemm_checks import (
-    FAMILIES,
     STAGES2,
     check_geometry,
     check_layouts,
@@ -28,6 +27,7 @@ from ._probe_checks import check_fma, check_levels, check_shared, check_stream, 
 if backend_reason("opencl"):  # every test here needs the device (requires_backend's reason)
     pytest.skip(f"opencl unavailable: {backend_reason('opencl')}", allow_module_level=True)
 BE = tiledmm.get_backend("opencl")
+FAMILIES = BE.kernels  # the families this backend declares
 DTYPES = [d for d in ("float32", "float64") if d in BE.dtypes]
 
 
