@@ -184,9 +184,9 @@ def vendor(cp, kind: str, a, b):
     if kind != "bf16":
         return (lambda: cp.matmul(a, b)), "cupy.matmul"
     try:
-        import ml_dtypes  # noqa: F401
+        import ml_dtypes
 
-        bt = np.dtype("bfloat16")
+        bt = np.dtype(ml_dtypes.bfloat16)
         av, bv = a.view(bt), b.view(bt)
         cp.matmul(av[:2, :2], bv[:2, :2])
         return (lambda: cp.matmul(av, bv)), "cupy.matmul (bfloat16)"
