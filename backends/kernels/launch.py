@@ -22,6 +22,7 @@ aligned)`` whose misses call the backend's ``build(plan, aligned)`` (compile: th
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, Protocol
@@ -245,14 +246,55 @@ def batch_dims(shape: tuple[int, ...], strides: list[list[int]]) -> list[tuple[i
     return dims
 
 
-def _batch_strides(x: Any, nd: int, size: int) -> list[int] | None:
-    """Element strides of ``x``'s batch dimensions aligned to ``nd`` result batch dimensions
-    (0 where ``x`` broadcasts); None when a stride is negative or not whole elements."""
-    sh, st = x.shape[:-2], x.strides[:-2]
+def _batch_strides(shape: tuple, strides: tuple, nd: int, size: int) -> list[int] | None:
+    """Element strides of an operand's batch dimensions aligned to ``nd`` result batch
+    dimensions (0 where it broadcasts); None when a stride is negative or not whole elements."""
+    sh, st = shape[:-2], strides[:-2]
     out = [0] * (nd - len(sh)) + [0 if d == 1 else t for d, t in zip(sh, st, strict=True)]
     if any(t < 0 or t % size for t in out):
         return None
     return [t // size for t in out]
+
+
+@functools.lru_cache(maxsize=512)
+def _batch_layout(sa: tuple, ta: tuple, sb: tuple, tb: tuple, so: tuple, to: tuple, s: int,
+                  sk: int) -> tuple | None:  # fmt: skip
+    """What a batch's shapes and byte strides alone decide (cached: a loop over one batch
+    shape pays for it once): (lda, ldb, ldc, element ends of A, B, out past their first
+    element, whether leading dimensions and batch strides keep 16-byte rows, and the launches
+    as (element offsets of A, B, out; batch descriptor)); None when only the per-matrix loop
+    can run it."""
+    m, k = sa[-2:]
+    n = sb[-1]
+    batch = so[:-2]
+    lda, ldb, ldc = leading_dim(m, k, ta[-2], ta[-1], s), leading_dim(k, n, tb[-2], tb[-1], s), \
+        leading_dim(m, n, to[-2], to[-1], s)  # fmt: skip
+    if not k:  # nothing is read: any leading dimension will do
+        lda, ldb = lda or 1, ldb or max(n, 1)
+    strides = [_batch_strides(x, t, len(batch), s) for x, t in ((sa, ta), (sb, tb), (so, to))]
+    if lda is None or ldb is None or ldc is None or None in strides:
+        return None
+    # spans (in elements past each operand's first element) for the extent and overlap checks
+    span = [sum((d - 1) * t for d, t in zip(batch, st, strict=True)) for st in strides]
+    ends = (span[0] + (m - 1) * lda + k, span[1] + (k - 1) * ldb + n, span[2] + (m - 1) * ldc + n)
+    vw = 16 // s
+    vec = not (lda % vw or ldb % vw) and not any(t % vw for st in strides[:2] for t in st)
+    dims = batch_dims(batch, strides)
+    inner, outer = dims[-2:], dims[:-2]
+    if len(inner) < 2:
+        inner = [(1, [0, 0, 0])] * (2 - len(inner)) + inner
+    (n0, st0), (n1, st1) = inner
+    if n1 * sk > MAX_Z:
+        return None
+    rows = max(1, MAX_Z // (n1 * sk))  # z0 rows per launch under the grid-z limit
+    calls = []
+    for idx in itertools.product(*(range(d) for d, _ in outer)):
+        off = [sum(i * st[j] for i, (_, st) in zip(idx, outer, strict=True)) for j in range(3)]
+        for r0 in range(0, n0, rows):
+            o = tuple(off[j] + r0 * st0[j] for j in range(3))
+            nz = min(rows, n0 - r0) * n1
+            calls.append((o, (nz, n1, st0[0], st1[0], st0[1], st1[1], st0[2], st1[2], 0)))
+    return lda, ldb, ldc, ends, vec, tuple(calls)
 
 
 def run_batched(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) -> bool:
@@ -262,50 +304,28 @@ def run_batched(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out:
     fractional batch strides, out overlapping an input, 32-bit extents exceeded)."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    batch = tuple(out.shape[:-2])
-    if not m or not n or 0 in batch:
+    if not m or not n or 0 in out.shape[:-2]:
         return True
     s = itemsize(plan.dtype)
+    meta = _batch_layout(tuple(a.shape), tuple(a.strides), tuple(b.shape), tuple(b.strides),
+                         tuple(out.shape), tuple(out.strides), s, K.split_k(plan))  # fmt: skip
+    if meta is None:
+        return False
+    lda, ldb, ldc, ends, vec, calls = meta
     # layouts of the whole arrays: their first element is the first matrix's (no indexing,
     # which costs a CuPy call per operand: host time that CUDA events around a call include)
     la, lb, lc = ad.layout(a), ad.layout(b), ad.layout(out)
-    lda, ldb, ldc = leading_dim(m, k, la[3], la[4], s), leading_dim(k, n, lb[3], lb[4], s), \
-        leading_dim(m, n, lc[3], lc[4], s)  # fmt: skip
-    if not k:  # nothing is read: any leading dimension will do
-        lda, ldb = lda or 1, ldb or max(n, 1)
-    strides = [_batch_strides(x, len(batch), s) for x in (a, b, out)]
-    if lda is None or ldb is None or ldc is None or None in strides:
-        return False
-    # spans (in elements past each operand's first element) for the extent and overlap checks
-    span = [sum((d - 1) * t for d, t in zip(batch, st, strict=True)) for st in strides]
-    ends = [span[0] + (m - 1) * lda + k, span[1] + (k - 1) * ldb + n, span[2] + (m - 1) * ldc + n]
-    if any(lx[5] + e > INT_MAX for lx, e in zip((la, lb, lc), ends, strict=True)):
+    if la[5] + ends[0] > INT_MAX or lb[5] + ends[1] > INT_MAX or lc[5] + ends[2] > INT_MAX:
         return False
     for lx, e in ((la, ends[0]), (lb, ends[1])):
         if k and lx[1] == lc[1] and lx[2] < lc[2] + ends[2] * s and lc[2] < lx[2] + e * s:
             return False
-    vw = 16 // s
-    aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16) and not any(
-        t % vw for st in strides[:2] for t in st
-    )
-    dims = batch_dims(batch, strides)
-    inner, outer = dims[-2:], dims[:-2]
-    if len(inner) < 2:
-        inner = [(1, [0, 0, 0])] * (2 - len(inner)) + inner
-    (n0, st0), (n1, st1) = inner
-    sk = K.split_k(plan)
-    if n1 * sk > MAX_Z:
-        return False
-    rows = max(1, MAX_Z // (n1 * sk))  # z0 rows per launch under the grid-z limit
-    for idx in itertools.product(*(range(d) for d, _ in outer)):
-        off = [sum(i * st[j] for i, (_, st) in zip(idx, outer, strict=True)) for j in range(3)]
-        for r0 in range(0, n0, rows):
-            o = [off[j] + r0 * st0[j] for j in range(3)]
-            nz = min(rows, n0 - r0) * n1
-            bt = (nz, n1, st0[0], st1[0], st0[1], st1[1], st0[2], st1[2], 0)
+    aligned = vec and not (la[2] % 16 or lb[2] % 16)
+    for o, bt in calls:
+        if any(o):
             xa, xb, xc = ((lx[0], lx[1], lx[2], lx[3], lx[4], lx[5] + oj)
                           for lx, oj in zip((la, lb, lc), o, strict=True))  # fmt: skip
-            if not any(o):
-                xa, xb, xc = la, lb, lc
-            _launch(ad, launches, plan, aligned, (m, n, k), xa, lda, xb, ldb, xc, ldc, bt)
+        else:
+            xa, xb, xc = la, lb, lc
+        _launch(ad, launches, plan, aligned, (m, n, k), xa, lda, xb, ldb, xc, ldc, bt)
     return True
