@@ -274,8 +274,17 @@ def sweep(names, dtype, entries_path, save) -> None:
 
 
 def _entry(dev, name, dtype, fam, cls, bt, tt, opts, g, probs, bshape) -> dict:
-    """A tuning-database entry for one measured candidate."""
+    """A tuning-database entry for one measured candidate; with ``kernels`` and ``source`` it
+    is also a ``backends/kernels/geometry.json`` entry as it stands (device + backend + class +
+    measured.gflops: what ``kernel="auto"`` compares between families)."""
+    where = f"{cls} shapes {[list(p) for p in probs]}"
+    where += f" x batch {list(bshape)}" if bshape else ""
+        f" x batch {list(bshape)}" if bshape else ""
+    )
     return dict(
+        kernels="gemm-c",
+        source=f"benches/shapes.py --sweep on {dev.name}, {dt.date.today().isoformat()}: "
+        f"{g:.0f} GFLOP/s geomean over {where}",
         device=dev.name, backend=name, dtype=dtype, family=fam, shape_class=cls,
         block_tile=list(bt), thread_tile=list(tt), options=dict(opts),
         measured=dict(gflops=round(g, 1), date=dt.date.today().isoformat(),
