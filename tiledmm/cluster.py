@@ -27,15 +27,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-__all__ = [
-    "Cluster",
-    "ClusterPlan",
-    "cluster_plan",
-    "k_bounds",
-    "local_cluster",
-    "plan_from_args",
-    "parse_size",
-]
+from .cluster_text import cli_cluster_fields, cli_plan_fields, parse_size
+
+__all__ = ["Cluster", "ClusterPlan", "cluster_plan", "k_bounds", "local_cluster",
+           "plan_from_args", "parse_size"]  # fmt: skip
 
 _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
 _GRID_K = (1, 2, 4, 8, 16, 32)
@@ -398,4 +393,9 @@ def _modelled(dt) -> str:
     return dt.name if dt.name in ("float32", "float64") else _MODELLED.get(dt.itemsize, "float32")
 
 
-from .cluster_text import parse_size, plan_from_args  # noqa: E402 - re-exported (CLI)
+def plan_from_args(args: Any) -> ClusterPlan:
+    """``tiledmm plan M N K --workers W [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``
+    (the defaults: :func:`tiledmm.cluster_text.cli_cluster_fields`)."""
+    base = local_cluster()
+    cl = Cluster(**cli_cluster_fields(args, base.worker_memory, base.name))
+    return cluster_plan(args.m, args.n, args.k, cluster=cl, **cli_plan_fields(args))

@@ -1,7 +1,7 @@
-"""The cluster plan in words (``str(ClusterPlan)``) and from the command line
+"""The cluster plan in words (``str(ClusterPlan)``, ``to_dict()``) and from the command line
 (``tiledmm plan M N K --workers W ...``): the text side of :mod:`tiledmm.cluster`.
 
-Imports :mod:`tiledmm.cluster` only inside functions (that module re-exports the CLI helpers).
+A leaf: imports nothing of tiledmm (:mod:`tiledmm.cluster` imports it).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["as_dict", "describe", "parse_size", "plan_from_args"]
+__all__ = ["as_dict", "cli_cluster_fields", "cli_plan_fields", "describe", "parse_size"]
 
 
 def _bytes(x: float) -> str:
@@ -108,29 +108,29 @@ def parse_size(text: str | float | None) -> float | None:
         raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}") from None
 
 
-def plan_from_args(args: Any):
-    """``tiledmm plan M N K --workers W [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``.
-
-    Without --link-bandwidth a multi-worker cluster gets 10 GB/s (a PCIe-class link), which
-    ``str(plan)`` shows; without --worker-memory, this host's memory (16 GiB for GPU workers
-    is a safer guess: pass it)."""
-    from .cluster import Cluster, cluster_plan, local_cluster
-
+def cli_cluster_fields(args: Any, host_memory: float, host_name: str) -> dict:
+    """The :class:`~tiledmm.cluster.Cluster` fields of ``tiledmm plan M N K --workers W
+    [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``. Without --link-bandwidth a multi-worker
+    cluster gets 10 GB/s (a PCIe-class link), which ``str(plan)`` shows; without
+    --worker-memory, this host's memory (16 GiB for GPU workers is a safer guess: pass it)."""
     workers = int(getattr(args, "workers", None) or 1)
     link = parse_size(getattr(args, "link_bandwidth", None))
     mem = parse_size(getattr(args, "worker_memory", None))
-    base = local_cluster()
-    cl = Cluster(
+    return dict(
         workers=workers,
-        worker_memory=mem or base.worker_memory,
+        worker_memory=mem or host_memory,
         link_bandwidth=link or (math.inf if workers == 1 else 10e9),
         task_overhead=1e-4 if workers == 1 else 1e-3,
         call_overhead=0.0 if workers == 1 else 0.01,
-        name="as described" if workers > 1 else base.name,
+        name="as described" if workers > 1 else host_name,
     )
-    return cluster_plan(
-        args.m, args.n, args.k, dtype=getattr(args, "dtype", "float32") or "float32",
-        batch=getattr(args, "batch", 1) or 1, cluster=cl,
+
+
+def cli_plan_fields(args: Any) -> dict:
+    """The keyword arguments of ``cluster_plan`` from ``tiledmm plan``'s arguments."""
+    return dict(
+        dtype=getattr(args, "dtype", "float32") or "float32",
+        batch=getattr(args, "batch", 1) or 1,
         backend=getattr(args, "backend", "auto") or "auto",
         kernel=getattr(args, "kernel", "auto") or "auto",
-    )  # fmt: skip
+    )

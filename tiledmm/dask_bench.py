@@ -201,6 +201,7 @@ def bench_dask(args: argparse.Namespace) -> int:
     base = {"backend": backend, "kernel": kernel, "dtype": dtype}
     seed = int(getattr(args, "seed", 0) or 0)
     singles, hosts = _one_device(out, sizes, base, gpu, reps, seed)
+    failed = 0
 
     out.log(f"starting {workers} workers")
     cluster, label = dm.start_cluster(workers, gpu)
@@ -238,12 +239,16 @@ def bench_dask(args: argparse.Namespace) -> int:
                 if time.perf_counter() - out.t0 > budget:
                     out.log(f"budget {budget:.0f} s spent: skipping {case[2]} {case[0]}")
                     continue
-                _run_case(client, out, case, ctx)
+                try:
+                    _run_case(client, out, case, ctx)
+                except Exception as exc:  # noqa: BLE001 - one failed case keeps the others
+                    out.log(f"{case[2]} {case[0]} failed: {type(exc).__name__}: {exc}")
+                    failed += 1
             for path in paths:
                 release(path)
 
     print_table(out.table, singles)
-    return 0
+    return 1 if failed else 0
 
 
 def _plan_backend(gpu: bool, backend: str) -> str:
