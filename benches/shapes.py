@@ -279,8 +279,6 @@ def _entry(dev, name, dtype, fam, cls, bt, tt, opts, g, probs, bshape) -> dict:
     measured.gflops: what ``kernel="auto"`` compares between families)."""
     where = f"{cls} shapes {[list(p) for p in probs]}"
     where += f" x batch {list(bshape)}" if bshape else ""
-        f" x batch {list(bshape)}" if bshape else ""
-    )
     return dict(
         kernels="gemm-c",
         source=f"benches/shapes.py --sweep on {dev.name}, {dt.date.today().isoformat()}: "
