@@ -386,6 +386,7 @@ def test_bench_writes_rows_as_it_goes(tmp_path, monkeypatch):
     assert max(r["rel_error"] for r in cluster_rows) < 1e-5
     staged = [r for r in ours if r["placement"] == "staged"]
     assert staged and all(r["phases"]["outside_tasks"] >= 0 for r in staged)
+    assert all(0 < r["phases"]["graph"] < r["seconds"] for r in cluster_rows)
     for r in staged:  # every output block was computed once, by some worker, and timed
         work = [w for k, w in r["phases"].items() if k.startswith("w") and w["tasks"]]
         assert sum(w["tasks"] for w in work) == math.prod(

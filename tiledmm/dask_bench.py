@@ -17,9 +17,10 @@ CPU mode: ``distributed.LocalCluster`` with worker processes and NumPy chunks.
    whole-K row panels, dask's best layout, no partial sums; "plan": the planner's chunks).
    Placement "staged": inputs start on the host (``from_host`` files in /dev/shm) and the timed
    call includes the staging (``extra_info.inputs = "host"``); placement "workers": chunks are
-   loaded onto the workers and persisted before the clock (``inputs = "workers"``). Staged
-   tiledmm rows carry ``phases``: per worker its tasks, busy time, load / wait / product /
-   K-sum seconds, and the call's time outside the tasks.
+   loaded onto the workers and persisted before the clock (``inputs = "workers"``). Every
+   cluster row's ``phases`` has the graph's construction time; staged tiledmm rows add, per
+   worker, its tasks, busy time, load / wait / product / K-sum seconds, and the call's time
+   outside the tasks.
 
 The timed call is the whole product (graph built, ``persist`` + ``wait``); the result stays on
 the workers, as the baseline's stays on its device. rel_error is sampled (four rows of C against
@@ -144,13 +145,17 @@ def _run_case(client, out: Rows, case, ctx: dict) -> None:
 
     def call():
         holder["c"] = None
-        holder["c"] = make().persist()
+        t0 = time.perf_counter()
+        c = make()  # the graph (and the plan), on the client
+        holder["graph"] = time.perf_counter() - t0
+        holder["c"] = c.persist()
         wait(holder["c"])
 
     times, warm_only = dm.time_call(call, ctx["reps"], False, ctx["slow"],
                                     before=lambda: client.run(take_trace))  # fmt: skip
     med = statistics.median(times)
     phases, text = dm.phases(client, times[-1]) if staged and engine == "tiledmm" else ({}, "")
+    phases["graph"] = holder["graph"]  # of the last call; part of outside_tasks when staged
     r, ref = ctx["check"]
     rel = dm.rel(holder["c"][r].compute(), ref)
     ours = engine == "tiledmm"
@@ -176,7 +181,7 @@ def _run_case(client, out: Rows, case, ctx: dict) -> None:
     )  # fmt: skip
     out.add(info, times, (p.predicted_seconds, pmod.predicted_seconds) if ours else None)
     if text:
-        out.log(f"  phases: {text}")
+        out.log(f"  phases: {text} (graph {holder['graph'] * 1e3:.3g} ms)")
     holder.clear()
 
 
