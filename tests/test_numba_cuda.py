@@ -289,13 +289,19 @@ def test_small_grid_warning_silenced_only_for_tiledmm_launches():
 
     if nb.SIMULATOR:
         pytest.skip("the simulator does not warn")
+    from numba import cuda
+
+    @cuda.jit
+    def users_kernel(x):
+        x[0] = 1.0
+
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        nb._copy2d[(1, 1), (16, 16)]  # the user's own small launch: numba warns
+        users_kernel[1, 32]  # the user's own small launch: numba warns
         with nb.small_grids_on_purpose():  # tiledmm's: silent; other warnings still show
-            nb._copy2d[(2, 1), (16, 16)]
-            warnings.warn(nb._PERF("Host array used (another warning)"), stacklevel=1)
-        nb._copy2d[(3, 1), (16, 16)]  # the filter ends with the launch
+            users_kernel[2, 32]
+            warnings.warn(nb.PERF_WARNING("Host array used (another warning)"), stacklevel=1)
+        users_kernel[3, 32]  # the filter ends with the launch
     msgs = [str(w.message) for w in seen]
     assert sum("Grid size 1 " in m for m in msgs) == 1 and sum("Grid size 3 " in m for m in msgs)
     assert not any("Grid size 2 " in m for m in msgs)

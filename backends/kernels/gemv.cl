@@ -13,6 +13,9 @@
  * of two (the tree). Local memory: BM * BN * KS * GV elements (GEMV_T 0), BM * BN * KS (1). */
 #include "gemm_common.h"
 
+#if KS < 1 || (KS & (KS - 1)) != 0
+  #error "gemv: ks must be a power of two (the partial sums meet in a tree)"
+#endif
 #ifndef GEMV_U
   #define GEMV_U 4 /* loads in flight per item before their FMAs */
 #endif

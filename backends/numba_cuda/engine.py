@@ -80,7 +80,7 @@ def _perf_warning() -> type[Warning]:
     return Warning
 
 
-_PERF = _perf_warning()
+PERF_WARNING = _PERF = _perf_warning()
 #: numba's low-occupancy warning, raised when a launch is configured with under 128 blocks
 SMALL_GRID = r"Grid size \d+ will likely result in GPU under-utilization"
 
