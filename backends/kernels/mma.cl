@@ -132,13 +132,33 @@ INLINE float tf32_round(const float f)
   #define TO_OUT(x) (x)
 #elif MMA_KIND == 2
   #define TO_ACC(x) h2f(x)
-  #define TO_OUT(x) f2h(x)
+  #define TO_OUT(x) out16(x)
 #elif MMA_KIND == 3
   #define TO_ACC(x) bf2f(x)
-  #define TO_OUT(x) f2bf(x)
+  #define TO_OUT(x) out16(x)
 #else
   #define TO_ACC(x) tf32_round(x)
   #define TO_OUT(x) (x)
+#endif
+
+/* float -> f16/bf16 bits for the epilogue: one cvt under CUDA, the integer code elsewhere */
+#if MMA_KIND == 2 || MMA_KIND == 3
+INLINE unsigned short out16(const float f)
+{
+  #if defined(TILEDMM_CUDA) && !MMA_SCALAR
+  unsigned short h;
+    #if MMA_KIND == 2
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+    #else
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+    #endif
+  return h;
+  #elif MMA_KIND == 2
+  return f2h(f);
+  #else
+  return f2bf(f);
+  #endif
+}
 #endif
 
 /* ---------------------------------------------------------------- PTX building blocks */
@@ -460,8 +480,14 @@ KERNEL MMA_SIGNATURE
     wt = wt + 1 == STAGES ? 0 : wt + 1;
   }
 
-  /* C fragment (i, j), element e of this lane: row g (+8 for e >= 2), column 2t + (e & 1) */
+  /* C fragment (i, j), element e of this lane: row g (+8 for e >= 2), column 2t + (e & 1);
+   * the pair (2t, 2t+1) is one store where C's rows keep pairs aligned (PTX path) */
   const int g = lane >> 2, t = lane & 3;
+#if MMA_PTX && defined(TILEDMM_CUDA)
+  const int pairs = !(ldc & 1) && !(((size_t)C) & (2 * sizeof(out_t) - 1));
+#else
+  const int pairs = 0;
+#endif
   UNROLL for (int i = 0; i < MI; ++i)
     UNROLL for (int e2 = 0; e2 < CF / 2; ++e2) {
       const int row = row0 + wr + i * FM + g + 8 * e2;
@@ -469,10 +495,21 @@ KERNEL MMA_SIGNATURE
         continue;
       UNROLL for (int j = 0; j < NI; ++j) {
         const int col = col0 + wc + j * FN + 2 * t;
+        const out_t lo = TO_OUT(acc[i][j][2 * e2]), hi = TO_OUT(acc[i][j][2 * e2 + 1]);
+        if (pairs && col + 1 < N) {
+#if MMA_KIND == 1 && defined(TILEDMM_CUDA)
+          *(double2 *)(C + row * ldc + col) = make_double2(lo, hi);
+#elif MMA_KIND == 4 && defined(TILEDMM_CUDA)
+          *(float2 *)(C + row * ldc + col) = make_float2(lo, hi);
+#elif defined(TILEDMM_CUDA)
+          *(unsigned *)(C + row * ldc + col) = (unsigned)lo | ((unsigned)hi << 16);
+#endif
+          continue;
+        }
         if (col < N)
-          C[row * ldc + col] = TO_OUT(acc[i][j][2 * e2]);
+          C[row * ldc + col] = lo;
         if (col + 1 < N)
-          C[row * ldc + col + 1] = TO_OUT(acc[i][j][2 * e2 + 1]);
+          C[row * ldc + col + 1] = hi;
       }
     }
 }
