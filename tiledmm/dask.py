@@ -84,32 +84,7 @@ def _numpy_check(a: Any, b: Any, out: Any = None) -> None:
                 f"matmul: operand shape {x.shape} has unknown (NaN) sizes; call "
                 "compute_chunk_sizes() on it first"
             )
-    if not _accepted_by_numpy(a, b, out):
-        check_like_numpy(a, b, out)
-
-
-def _accepted_by_numpy(a: Any, b: Any, out: Any = None) -> bool:
-    """True when ``numpy.matmul`` would accept these operands, decided from shapes and dtypes.
-
-    Then the replay on stand-ins is skipped: numpy raises before its loop, but when it does not
-    raise the replay computes a product as large as the real one (at 32768^3, ~35 s of the
-    client's CPU inside every call). Anything unusual returns False, and the replay decides."""
-    if a.ndim < 1 or b.ndim < 1 or a.shape[-1] != b.shape[0 if b.ndim == 1 else -2]:
-        return False
-    try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        rdt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
-    except (TypeError, ValueError):
-        return False
-    if out is None:
-        return True
-    if not (hasattr(out, "shape") and hasattr(out, "dtype")):
-        return False
-    if isinstance(out, np.ndarray) and not out.flags.writeable:
-        return False
-    rows = (a.shape[-2],) if a.ndim > 1 else ()
-    cols = (b.shape[-1],) if b.ndim > 1 else ()
-    return tuple(out.shape) == batch + rows + cols and np.can_cast(rdt, out.dtype, "same_kind")
+    check_like_numpy(a, b, out)
 
 
 def current_cluster(client: Any = None, *, device_memory: float | None = None) -> Cluster:
