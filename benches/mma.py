@@ -8,8 +8,10 @@ each against a float64 host reference on sampled rows (NaN-poisoned output first
 with CUDA events (median after warm-up) beside cupy.matmul on the same data in the same run
 (bf16: cupy if it has the dtype, else torch; TF32: CUPY_TF32=1 / torch allow_tf32). Prints a
 table and writes pytest-benchmark JSON rows. Compile errors are printed (NVRTC log) and
-skipped; a time budget (--budget seconds) stops new work so the run always ends. Last, an
-attempt to build the same source through NVIDIA's OpenCL with inline PTX (recorded, not timed).
+skipped; each kind runs in its own process with a time budget (no new work after it) and a hard
+timeout, so a CUDA error or a hang in one kind cannot stop the others and the run always ends
+(about 3 minutes; --scale multiplies the budgets). Last, an attempt to build the same source
+through NVIDIA's OpenCL with inline PTX (recorded, not timed).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -77,8 +81,8 @@ CONFIGS = {
 }
 # (shape, screen): screen shapes run every config; the others the best 3 of the first shape
 SHAPES = {
-    "f64": [((4096, 4096, 4096), True), ((1024, 1024, 1024), True), ((4095, 4095, 4095), True),
-            ((1000, 3000, 777), True), ((8192, 8192, 8192), False)],
+    "f64": [((4096, 4096, 4096), True), ((8192, 8192, 8192), False), ((1024, 1024, 1024), True),
+            ((4095, 4095, 4095), True), ((1000, 3000, 777), True)],
     "f16": [((8192, 8192, 8192), True), ((4096, 4096, 4096), False)],
     "bf16": [((8192, 8192, 8192), True), ((4096, 4096, 4096), False)],
     "tf32": [((8192, 8192, 8192), True), ((4096, 4096, 4096), False)],
@@ -358,36 +362,78 @@ def opencl_attempt() -> dict:
 DEVICE = "unknown GPU"
 
 
+#: seconds of new work per kind (each kind runs in its own process: a CUDA error in one kind
+#: cannot take the others down, and a hard timeout ends a stuck one)
+BUDGET = {"f64": 70.0, "f16": 25.0, "bf16": 15.0, "tf32": 20.0}
+
+
+def worker(kind: str, out: str, budget: float, screen_all: bool) -> int:
+    """One kind in this process: rows (and failures) to ``out``."""
+    global DEVICE
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    DEVICE = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    log(f"{kind} on {DEVICE}, cc {props['major']}.{props['minor']}, cupy {cp.__version__}, "
+        f"CUPY_TF32={os.environ.get('CUPY_TF32')}")  # fmt: skip
+    R = Runner(cp, budget)
+    try:
+        run_kind(R, kind, SHAPES[kind], CONFIGS[kind], screen_all)
+    except Exception as exc:  # noqa: BLE001
+        log(f"{kind} aborted: {exc}")
+        traceback.print_exc()
+        R.failures.append(f"{kind}: {exc}")
+    Path(out).write_text(json.dumps({"device": DEVICE, "rows": R.rows, "failures": R.failures},
+                                    default=float))  # fmt: skip
+    return 0
+
+
+def _child(args: list[str], timeout: float) -> str | None:
+    """Run this script with ``args``; None when it finished, else why not."""
+    try:
+        res = subprocess.run([sys.executable, __file__, *args], timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"killed after {timeout:.0f}s"
+    return None if res.returncode == 0 else f"exit status {res.returncode}"
+
+
 def main(argv=None) -> int:
     global DEVICE
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="h200-mma.json")
     p.add_argument("--kinds", default="f64,f16,bf16,tf32")
-    p.add_argument("--budget", type=float, default=165.0, help="seconds before no new work")
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies every kind's budget")
     p.add_argument("--all", action="store_true", help="every config at every shape")
     p.add_argument("--no-opencl", action="store_true")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    import cupy as cp
-
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    DEVICE = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    log(f"{DEVICE}, cc {props['major']}.{props['minor']}, cupy {cp.__version__}, "
-        f"CUPY_TF32={os.environ.get('CUPY_TF32')}")  # fmt: skip
-    R = Runner(cp, args.budget)
-    shares = {"f64": 0.5, "f16": 0.2, "bf16": 0.12, "tf32": 0.18}
+    if args.worker == "opencl":
+        Path(args.out).write_text(json.dumps(opencl_attempt()))
+        return 0
+    if args.worker:
+        return worker(args.worker, args.out, args.budget, args.all)
+    R = Runner(None, 0.0)
+    tmp = Path(tempfile.mkdtemp(prefix="mma-bench-"))
     for kind in args.kinds.split(","):
-        start = time.monotonic()
-        try:
-            run_kind(R, kind, SHAPES[kind], CONFIGS[kind], args.all)
-        except Exception as exc:  # noqa: BLE001
-            log(f"{kind} aborted: {exc}")
-            traceback.print_exc()
-            R.failures.append(f"{kind}: {exc}")
-        log(f"{kind} done in {time.monotonic() - start:.1f}s (share {shares.get(kind)})")
+        budget = BUDGET.get(kind, 20.0) * args.scale
+        part = tmp / f"{kind}.json"
+        why = _child(["--worker", kind, "--out", str(part), "--budget", str(budget)]
+                     + (["--all"] if args.all else []), budget + 45)  # fmt: skip
+        if part.exists():
+            got = json.loads(part.read_text())
+            DEVICE = got["device"]
+            R.rows += got["rows"]
+            R.failures += got["failures"]
+        if why:
+            log(f"{kind}: worker {why}")
+            R.failures.append(f"{kind} worker: {why}")
         write(args.out, R, None)
     ocl = None
-    if not args.no_opencl and R.left() > 5:
-        ocl = opencl_attempt()
+    if not args.no_opencl:
+        part = tmp / "opencl.json"
+        why = _child(["--worker", "opencl", "--out", str(part)], 30)
+        ocl = json.loads(part.read_text()) if part.exists() else {"ok": False, "log": why}
         log(f"OpenCL inline-PTX attempt: {json.dumps(ocl)[:4000]}")
     write(args.out, R, ocl)
     print("\nkind  config                        shape              TFLOP/s  of cuBLAS  error")
