@@ -269,3 +269,29 @@ def test_gpu_mma(dtype):
         got, ref = cp.asnumpy(out).astype(np.float64), a.astype(np.float64) @ b.astype(np.float64)
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert np.isfinite(got).all() and err < (1e-13 if dtype == "float64" else 2e-3), err
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_mma_tf32_and_batched():
+    """TF32 only through a plan that asks for it; a broadcast float64 batch in one launch."""
+    import cupy as cp
+
+    be = tiledmm.get_backend("cupy")
+    rng = np.random.default_rng()
+    a = rng.standard_normal((130, 257)).astype(np.float32)
+    b = rng.standard_normal((257, 67)).astype(np.float32)
+    geo = default_mma_geometry("float32", be.device(), "tf32")
+    plan = make_plan(130, 67, 257, dtype="float32", kernel="mma", device=be.device(),
+                     geometry=geo, backend="cupy")  # fmt: skip
+    out = cp.full((130, 67), np.nan, dtype=np.float32)
+    be.run(plan, cp.asarray(a), cp.asarray(b), out)
+    err = np.linalg.norm(cp.asnumpy(out) - a.astype(np.float64) @ b) / np.linalg.norm(a @ b)
+    assert 1e-6 < err < 5e-3, err  # TF32: not IEEE float32, not garbage
+    x = rng.standard_normal((3, 45, 70))
+    y = rng.standard_normal((70, 33))
+    plan = make_plan(45, 33, 70, dtype="float64", kernel="mma", device=be.device(),
+                     backend="cupy")  # fmt: skip
+    out = cp.full((3, 45, 33), np.nan)
+    assert be.run_batched(plan, cp.asarray(x), cp.asarray(y), out)
+    assert np.abs(cp.asnumpy(out) - x @ y).max() < 1e-12
