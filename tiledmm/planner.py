@@ -11,7 +11,7 @@ level; the slowest binds) on devices that describe their levels, else the single
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -392,20 +392,28 @@ def _mma_words(p: Plan) -> str:
     )
 
 
-def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None = None) -> Geometry:
+def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None = None,
+                         small: bool = False, fit: bool = True) -> Geometry:  # fmt: skip
     """Tiles of the mma family before tuning (the H200 screen of benches/mma.py): f64 128x128x16
-    with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x128x32."""
+    with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x128x32 with 8 warps
+    of 64x32; ``small``: a quarter of the block (f64 64x64 with 4 warps of 32x32, 16-bit 128x128,
+    TF32 128x64) for products with too few large blocks to fill the device. ``fit``: the planner
+    plans both and keeps the one it predicts faster (option ``fit``; gone from the plan)."""
     k = tc.kind(dtype, precision) or "f64"
     fm, fn, fk = tc.default_fragment(k, tc.compute_capability(device))
     opts: dict[str, Any] = {"fm": fm, "fn": fn, "fk": fk, "stages": 3, "group_m": 8}
     if precision:
         opts["precision"] = precision
     if k == "f64":
-        bt, wt = (128, 128, 16), (32, 64)
+        bt, wt = ((64, 64, 16), (32, 32)) if small else ((128, 128, 16), (32, 64))
     elif k in ("f16", "bf16"):
-        bt, wt = (128, 256, 32), (64, 64)
+        bt, wt = ((128, 128, 32), (64, 64)) if small else ((128, 256, 32), (64, 64))
     else:
-        bt, wt = (128, 128, 32), (64, 32)
+        bt, wt = ((128, 64, 16), (64, 32)) if small else ((128, 128, 32), (64, 32))
+    if small:
+        opts["stages"] = 4
+    if fit:
+        opts["fit"] = 1
     return Geometry(bt, wt, tuple(sorted(opts.items())), source=f"mma default for {k}")
 
 
@@ -418,6 +426,18 @@ def _plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geome
     if why:
         raise PlanError(why)
     geo = geo or default_mma_geometry(dtype, device, precision)
+    if dict(geo.options).get("fit"):  # the model default: the faster of the two default sizes
+        plans = []
+        for small in (False, True):
+            g = default_mma_geometry(dtype, device, precision, small=small, fit=False)
+            try:
+                plans.append(_plan_mma(m, n, k, dtype, device, replace(g, source=geo.source),
+                                       backend))  # fmt: skip
+            except PlanError:
+                continue
+        if plans:
+            return min(plans, key=lambda p: p.predicted_seconds)
+        raise PlanError(f"no default mma tiles fit {device.name}")
     opts = dict(geo.options)
     kind = tc.kind(dtype, precision) or ""
     d_frag = tc.default_fragment(kind, tc.compute_capability(device))
@@ -463,10 +483,11 @@ def _plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geome
     occ = _occupancy(device, "mma", threads, shared, regs, gx * gy)
     out_s = tc.ITEMSIZE[tc.INPUTS[dtype][2]]
     g = dict(m=m, n=n, k=k, mp=mp, np=np_, kp=kp, bm=bm, bn=bn, gx=gx, gy=gy, wm=wm, wn=wn,
+             warps=threads // 32,
              fragment=frag, global_bytes=global_bytes, group=int(opts.get("group_m", 1)),
              resident=occ.blocks_per_unit * device.compute_units)  # fmt: skip
     levels = tuple(tc.mma_levels(g, kind, s, out_s, device, precision, dtype,
-                                 occ.wave_efficiency)) if flops else ()  # fmt: skip
+                                 occ.blocks_per_unit)) if flops else ()  # fmt: skip
     top = max(levels, key=lambda lv: lv.seconds) if levels else None
     return Plan(
         backend=backend, kernel="mma", dtype=dtype, m=m, n=n, k=k, block_tile=(bm, bn, bk),

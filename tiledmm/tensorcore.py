@@ -20,7 +20,7 @@ from .hierarchy import Level
 __all__ = [
     "INPUTS", "ITEMSIZE", "FRAGMENTS", "FLOP_PER_CLOCK", "MMA_SYNC_FRACTION", "compute_capability",
     "kind", "supported", "peak", "padded_lds", "accumulator_bytes", "describe", "optin_shared",
-    "default_fragment", "mma_levels", "OPTIN_SHARED_KIB",
+    "default_fragment", "mma_levels", "OPTIN_SHARED_KIB", "WARPS_FULL",
 ]  # fmt: skip
 
 #: input dtype -> (kind, accumulate dtype, result dtype)
@@ -171,19 +171,30 @@ def default_fragment(k: str, cc: tuple[int, int] | None) -> tuple[int, int, int]
     return (16, 8, 16) if k in ("f16", "bf16") else (16, 8, 8)
 
 
+#: warps per SM that keep its tensor pipes busy: one per scheduler, each with many independent
+#: MMAs in flight and its loads behind a cp.async pipeline (fewer: that share of the SM's rate)
+WARPS_FULL = 4
+
+
 def mma_levels(g: dict, k: str, s: int, out_s: int, device: DeviceSpec, precision: str | None,
-               dtype: str, wave_efficiency: float) -> list[Level]:  # fmt: skip
-    """The levels of an mma plan: tensor cores (executed FLOPs at the tensor peak, with wave
-    quantization), shared memory (stage writes plus each warp's fragment reads: K x (WM + WN)
-    elements per warp tile), L2 (the block-tile formula) and DRAM (``tiledmm.dram``: panels
-    re-read as the launch order evicts them). ``g`` needs m n k mp np kp bm bn gx gy wm wn
-    fragment global_bytes resident (blocks at a time) group (group_m)."""
+               dtype: str, blocks_per_unit: int) -> list[Level]:  # fmt: skip
+    """The levels of an mma plan: tensor cores (the busiest SM's blocks, ``blocks_per_unit`` at a
+    time, at its share of the tensor peak, less when fewer than WARPS_FULL warps are resident),
+    shared memory (stage writes plus each warp's fragment reads: K x (WM + WN) elements per warp
+    tile), L2 (the block-tile formula) and DRAM (``tiledmm.dram``: panels re-read as the launch
+    order evicts them). ``g`` needs m n k mp np kp bm bn gx gy wm wn warps fragment
+    global_bytes resident (blocks at a time) group (group_m)."""
     mp, np_, kp = g["mp"], g["np"], g["kp"]
     flops = 2 * mp * np_ * kp
     rate, src = peak(device, dtype, precision)
-    rate *= wave_efficiency
-    out = [Level("tensor cores", flops, rate, flops / rate if rate else 0.0,
-                 f"{describe(k, g['fragment'])}; {src}", "FLOP")]  # fmt: skip
+    sms, blocks = max(1, device.compute_units), g["gx"] * g["gy"]
+    on_sm = -(-blocks // sms)
+    together = max(1, min(on_sm, blocks_per_unit))
+    busy = min(1.0, together * g["warps"] / WARPS_FULL)
+    block_flops = 2 * g["bm"] * g["bn"] * kp
+    t = (-(-on_sm // together)) * together * block_flops / (rate / sms * busy) if rate else 0.0
+    note = f"{describe(k, g['fragment'])}; {src}; {on_sm} block(s) on the busiest SM"
+    out = [Level("tensor cores", flops, flops / t if t else rate, t, note, "FLOP")]
     tile = g["global_bytes"]
     reads = mp * np_ * kp * s * (1 / g["wm"] + 1 / g["wn"])
     shared = device.level("shared memory")
