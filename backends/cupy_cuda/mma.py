@@ -7,20 +7,21 @@ What differs from the other families: the stage tiles live in dynamic shared mem
 float32 runs here only as TF32, when the plan asks (``options["precision"] == "tf32"``; the
 planner refuses plain float32). :func:`install` adds the family to a backend class: its
 ``kernels`` gain ``"mma"``, ``mma_dtypes`` lists the inputs the family takes (beyond the
-backend's ``dtypes``: float16, bfloat16), and ``_build``/``run``/``run_batched`` hand mma plans
-here.
+backend's ``dtypes``: float16, bfloat16), ``_build``/``run``/``run_batched`` hand mma plans
+here and ``search_space`` answers for mma with :func:`search_space`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tiledmm import Geometry
 from tiledmm.cache import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
 
-__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "install"]
+__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "install", "search_space"]
 
 #: input dtypes of the family (float32 only with precision="tf32")
 MMA_DTYPES = ("float64", "float16", "bfloat16", "float32")
@@ -107,9 +108,33 @@ def run_batched(arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any)
     return launch.run_batched(arrays, launches, plan, a, b, out)
 
 
+#: (block tile, warp tile, fragment, stages) candidates per kind for ``tiledmm tune``
+_SPACE = {
+    "f64": [((128, 128, 16), (32, 64), (16, 8, 8), 3), ((128, 64, 16), (32, 32), (16, 8, 8), 3),
+            ((64, 64, 16), (32, 32), (16, 8, 8), 4), ((64, 64, 32), (32, 32), (16, 8, 8), 3),
+            ((128, 128, 16), (32, 64), (16, 8, 4), 3), ((128, 64, 16), (32, 32), (16, 8, 4), 3),
+            ((128, 128, 16), (32, 64), (8, 8, 4), 3), ((128, 128, 16), (32, 64), (16, 8, 16), 3)],
+    "f16": [((128, 256, 32), (64, 64), (16, 8, 16), 3), ((128, 256, 32), (64, 64), (16, 8, 16), 4),
+            ((256, 128, 32), (64, 64), (16, 8, 16), 3), ((128, 128, 32), (64, 64), (16, 8, 16), 4),
+            ((128, 128, 32), (64, 32), (16, 8, 16), 4), ((128, 256, 64), (64, 64), (16, 8, 16), 3)],
+}  # fmt: skip
+_SPACE["bf16"] = _SPACE["f16"]
+
+
+def search_space(kernel: str, dtype: str, device: Any) -> list[Geometry] | None:
+    """mma candidates for ``tiledmm tune`` (float32 is TF32 only on request: not tuned here)."""
+    kind = {"float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(dtype)
+    out = []
+    for bt, wt, (fm, fn, fk), st in _SPACE.get(kind or "", []):
+        opts = {"fm": fm, "fn": fn, "fk": fk, "stages": st, "group_m": 8}
+        out.append(Geometry(bt, wt, tuple(sorted(opts.items())), source="search space"))
+    return out
+
+
 def install(cls: type) -> type:
     """Give a CuPy backend class the mma family (see the module docstring)."""
     base_build, base_run, base_batched = cls._build, cls.run, cls.run_batched
+    base_space = cls.search_space
     cls.kernels = tuple(cls.kernels) + (K.MMA,)
     cls.mma_dtypes = MMA_DTYPES  # what the API may route to kernel="mma" (float32: TF32 only)
 
@@ -128,7 +153,13 @@ def install(cls: type) -> type:
             return run_batched(_arrays(), self.launches, plan, a, b, out)
         return base_batched(self, plan, a, b, out)
 
+    def search_space_(self, kernel: str, dtype: str, device: Any):
+        if kernel == K.MMA:
+            return search_space(kernel, dtype, device)
+        return base_space(self, kernel, dtype, device)
+
     cls._build, cls.run, cls.run_batched = _build, run_, run_batched_
+    cls.search_space = search_space_
     cls.run.__doc__, cls.run_batched.__doc__ = base_run.__doc__, base_batched.__doc__
     return cls
 
