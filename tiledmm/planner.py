@@ -470,7 +470,8 @@ def _plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geome
                         f"over the {_kib(tc.optin_shared(device))} a block may opt into on "
                         f"{device.name}; use fewer stages or smaller tiles")  # fmt: skip
     acc = tc.accumulator_bytes(kind)
-    steps = 1 if kind == "f64" else bk // fk  # f64 walks one FK step at a time (KK_UNROLL)
+    # fragments live at once: f64 walks one FK step at a time (KK_UNROLL); others ~2 steps
+    steps = 1 if kind == "f64" else min(2, bk // fk)
     regs = geo.registers or int(wm * wn / 32 * acc / 4 + steps * (wm + wn) * fk / 32 * s / 4 + 48)
     if regs > device.max_registers_per_thread:
         raise PlanError(f"a {wm}x{wn} {dtype} warp tile needs about {regs} registers per "
