@@ -204,8 +204,8 @@ def vendor(cp, kind: str, a, b):
     try:
         import torch
 
-        ta = torch.from_dlpack(a).view(torch.bfloat16)
-        tb = torch.from_dlpack(b).view(torch.bfloat16)
+        ta = torch.from_dlpack(a.view(cp.int16)).view(torch.bfloat16)
+        tb = torch.from_dlpack(b.view(cp.int16)).view(torch.bfloat16)
         return (lambda: torch.matmul(ta, tb)), "torch.matmul (bfloat16)"
     except Exception as exc:  # noqa: BLE001
         return None, f"no bf16 vendor GEMM: {exc}"
