@@ -36,6 +36,19 @@ def sync(gpu: bool) -> None:
         cupy.cuda.Device().synchronize()
 
 
+def sync_workers(client, gpu: bool) -> None:
+    """Wait for every worker's device to finish: a task returns when its kernels are queued
+    (CuPy launches asynchronously), so a timed call ends only when the workers' GPUs are idle."""
+    if gpu:
+        client.run(_sync_device)
+
+
+def _sync_device() -> None:
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()
+
+
 def start_cluster(workers: int, gpu: bool):
     """(cluster, label): one worker per GPU, or CPU worker processes (one thread each)."""
     import distributed
