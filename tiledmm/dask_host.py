@@ -165,12 +165,16 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
         j.result()
 
 
-def stage(view: np.ndarray, gpu: bool) -> Any:
+def stage(view: np.ndarray, gpu: bool, own_stream: bool = True) -> Any:
     """Copy a (mapped) host block out: a NumPy array, or a CuPy array on this worker's GPU.
 
     GPU: filled into a pinned buffer by a few threads, then copied on this thread's own
     non-blocking stream (so it overlaps kernels on other streams) and synchronized; the device
-    block is allocated on that stream's pool arena."""
+    block is allocated on that stream's pool arena. Only for blocks whose consumers finish
+    with them before they are freed (the staged tasks here): CuPy's pool hands a freed block
+    back to the stream it was allocated on, which does not wait for kernels queued on other
+    streams. Blocks handed to dask (``own_stream=False``) are allocated and copied on the
+    current stream, as the consumers' own arrays are."""
     if not gpu:
         out = np.empty(view.shape, view.dtype)
         _copy(out, view)
@@ -180,6 +184,11 @@ def stage(view: np.ndarray, gpu: bool) -> Any:
 
     host = cupyx.empty_pinned(view.shape, view.dtype)
     _copy(host, view)
+    if not own_stream:
+        out = cupy.empty(view.shape, view.dtype)
+        out.set(host)
+        cupy.cuda.get_current_stream().synchronize()  # the pinned buffer is freed on return
+        return out
     stream = getattr(_LOCAL, "stream", None)
     if stream is None:
         stream = _LOCAL.stream = cupy.cuda.Stream(non_blocking=True)
@@ -193,7 +202,7 @@ def stage(view: np.ndarray, gpu: bool) -> Any:
 def _load_block(block_info=None, path: str = "", gpu: bool = False):
     """One chunk of a :func:`from_host` array, on the worker."""
     loc = block_info[None]["array-location"]
-    return stage(mapped(path)[tuple(slice(lo, hi) for lo, hi in loc)], gpu)
+    return stage(mapped(path)[tuple(slice(lo, hi) for lo, hi in loc)], gpu, own_stream=False)
 
 
 def _sync(gpu: bool) -> None:
