@@ -426,7 +426,12 @@ def _plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geome
     if why:
         raise PlanError(why)
     geo = geo or default_mma_geometry(dtype, device, precision)
-    if dict(geo.options).get("fit"):  # the model default: the faster of the two default sizes
+    big = default_mma_geometry(dtype, device, precision)
+    fit = dict(geo.options).get("fit")
+    if fit and (geo.block_tile, geo.thread_tile) != (big.block_tile, big.thread_tile):
+        opts = tuple((key, v) for key, v in geo.options if key != "fit")  # tiles were requested
+        geo, fit = replace(geo, options=opts), None
+    if fit:  # the model default: the faster of the two default sizes
         plans = []
         for small in (False, True):
             g = default_mma_geometry(dtype, device, precision, small=small, fit=False)
