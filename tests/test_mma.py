@@ -295,3 +295,18 @@ def test_gpu_mma_tf32_and_batched():
     out = cp.full((3, 45, 33), np.nan)
     assert be.run_batched(plan, cp.asarray(x), cp.asarray(y), out)
     assert np.abs(cp.asnumpy(out) - x @ y).max() < 1e-12
+
+
+def test_model_default_fits_the_problem_and_requests_are_kept():
+    """The model default takes the small tiles where the large ones leave SMs idle (1024^3 f64:
+    64 blocks of 128x128 on 132 SMs), the large ones at 4096^3; requested tiles stay."""
+    assert make_plan(1024, 1024, 1024, dtype="float64", kernel="mma", device=H200).block_tile[
+        :2
+    ] == (64, 64)
+    assert make_plan(4096, 4096, 4096, dtype="float64", kernel="mma", device=H200).block_tile[
+        :2
+    ] == (128, 128)
+    base = default_mma_geometry("float64", H200)
+    geo = tiledmm.Geometry((128, 64, 16), (32, 32), base.options, None, "requested")
+    p = make_plan(1024, 1024, 1024, dtype="float64", kernel="mma", device=H200, geometry=geo)
+    assert p.block_tile == (128, 64, 16) and "fit" not in p.options
