@@ -74,6 +74,7 @@ CONFIGS = {
     ],
     "tf32": [
         ("128x256x16/2x4/s3", "tf32", 128, 256, 16, 2, 4, 3, None, {}),
+        ("128x256x16/2x4/s3/trunc", "tf32", 128, 256, 16, 2, 4, 3, None, {"defs": {"TF32_RNA": 0}}),
         ("256x128x16/4x2/s3", "tf32", 256, 128, 16, 4, 2, 3, None, {}),
         ("128x256x32/2x4/s3", "tf32", 128, 256, 32, 2, 4, 3, None, {}),
         ("128x128x32/2x4/s3", "tf32", 128, 128, 32, 2, 4, 3, None, {}),
@@ -122,6 +123,7 @@ class Runner:
                                   aligned_b=aligned_b, group_m=extra.get("group_m", 8),
                                   kk_unroll=extra.get("kk_unroll"),
                                   min_blocks=extra.get("min_blocks"))  # fmt: skip
+            defs.update(extra.get("defs", {}))
             t = time.monotonic()
             fn = cp.RawKernel(source(defs), "gemm")
             smem = ms.smem_bytes(defs)
@@ -300,6 +302,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
     opts = dict(warps=[wm, wn], stages=st, fragment=list(defs[x] for x in ("FM", "FN", "FK")),
                 aligned=[defs["ALIGNED_A"], defs["ALIGNED_B"]], group_m=defs["GROUP_M"],
                 kk_unroll=defs["KK_UNROLL"], min_blocks=defs.get("MIN_BLOCKS"),
+                tf32_rna=defs.get("TF32_RNA", 1) if kind == "tf32" else None,
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
     return {

@@ -124,12 +124,10 @@ def padded_lds(k: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
     """Row lengths (elements) of the A and B stage tiles of ``mma.cl`` (bank-conflict padding;
     the same rule as ``tiledmm_backends.kernels.mma_spec``, checked by tests/test_mma.py)."""
     if k == "f64":
-        if fk == 4:
-            return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
-        return _pad_to(bk, 8, 16), _pad_to(bn, 2, 8)
+        return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
     if k in ("f16", "bf16"):
         return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
-    return _pad_to(bk, 8, 32), _pad_to(bn, 4, 16)
+    return _pad_to(bk, 4, 32), _pad_to(bn, 8, 32)
 
 
 def accumulator_bytes(k: str) -> int:

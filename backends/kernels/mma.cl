@@ -7,9 +7,9 @@
  * multiplied (one barrier per BK step). Rows are padded (SA_LD, SB_LD from mma_spec.py) so the
  * fragment loads hit distinct banks. Edge tiles are zero-filled by cp.async's src-size operand.
  *
- * MMA_KIND 1: f64 in/out, DMMA (FM x FN x FK = 8x8x4, 16x8x4, 16x8x8 or 16x8x16; the k8/k16
- *   fragments take their K slots in the order 2t, 2t+1, 8+2t, 8+2t+1, ... so each A row pair is
- *   one 16-byte shared load: any K permutation applied to both A and B leaves the sum alone).
+ * MMA_KIND 1: f64 in/out, DMMA (FM x FN x FK = 8x8x4, 16x8x4, 16x8x8 or 16x8x16); every
+ *   fragment register is one 8-byte shared load straight into the instruction's register tuple
+ *   (loads that needed shuffling into the tuple made the compiler rebuild it for every DMMA).
  * MMA_KIND 2/3: f16/bf16 in (stored as 16-bit words), f32 accumulate, f16/bf16 out; 16x8x16
  *   with ldmatrix.x4 (A) and ldmatrix.x4.trans (B).
  * MMA_KIND 4: f32 in/out, inputs rounded to TF32 (cvt.rna), 16x8x8.
@@ -248,12 +248,8 @@ INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL 
 
 #if MMA_PTX && MMA_KIND == 1
 
-/* actual K offset (within an FK step) of this lane's fragment K slot q (see the header) */
-  #if FK == 4
-    #define KQ(q, t) (t)
-  #else
-    #define KQ(q, t) (((q) >> 1) * 8 + 2 * (t) + ((q) & 1))
-  #endif
+/* K offset (within an FK step) of this lane's fragment K slot q: t + 4q, the PTX order */
+  #define KQ(q, t) ((t) + 4 * (q))
   #define AF (FM * FK / 32)
   #define BF (FK / 4)
 
@@ -286,23 +282,14 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
   const int g = lane >> 2, t = lane & 3;
   KK_LOOP for (int kk = 0; kk < BK; kk += FK) {
     double a[MI][AF], b[NI][BF];
-    UNROLL for (int i = 0; i < MI; ++i) {
+    UNROLL for (int i = 0; i < MI; ++i) { /* one 8-byte load per register of the tuple */
       const LOCAL_PTR double *pa = as + (wr + i * FM + g) * SA_LD + kk;
-  #if FK == 4
-      a[i][0] = pa[t];
-    #if FM == 16
-      a[i][1] = pa[8 * SA_LD + t];
-    #endif
-  #else
-      UNROLL for (int qq = 0; qq < FK / 8; ++qq) {
-        const double2 x = *(const LOCAL_PTR double2 *)(pa + qq * 8 + 2 * t);
-        const double2 y = *(const LOCAL_PTR double2 *)(pa + 8 * SA_LD + qq * 8 + 2 * t);
-        a[i][4 * qq] = x.x;
-        a[i][4 * qq + 2] = x.y;
-        a[i][4 * qq + 1] = y.x;
-        a[i][4 * qq + 3] = y.y;
-      }
+      UNROLL for (int q = 0; q < FK / 4; ++q) {
+        a[i][q * (FM / 8)] = pa[KQ(q, t)];
+  #if FM == 16
+        a[i][q * 2 + 1] = pa[8 * SA_LD + KQ(q, t)];
   #endif
+      }
     }
     UNROLL for (int j = 0; j < NI; ++j)
       UNROLL for (int q = 0; q < BF; ++q) b[j][q] = bs[(kk + KQ(q, t)) * SB_LD + wc + j * FN + g];
@@ -348,11 +335,20 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 
 #elif MMA_PTX && MMA_KIND == 4
 
+/* TF32_RNA 1: inputs rounded to nearest (cvt.rna, as the issue asks; sm_90 emulates it with
+ * a compare and an add); 0: the raw float32 bits, which the tensor core truncates. */
+  #ifndef TF32_RNA
+    #define TF32_RNA 1
+  #endif
 INLINE unsigned to_tf32(const float x)
 {
+  #if TF32_RNA
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
+  #else
+  return __float_as_uint(x);
+  #endif
 }
 
 INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
@@ -361,19 +357,17 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
   const int g = lane >> 2, t = lane & 3;
   UNROLL for (int kk = 0; kk < BK; kk += 8) {
     unsigned a[MI][4], b[NI][2];
-    UNROLL for (int i = 0; i < MI; ++i) { /* K slots t, t+4 <-> k = 2t, 2t+1 */
-      const LOCAL_PTR float *pa = as + (wr + i * 16 + g) * SA_LD + kk + 2 * t;
-      const float2 x = *(const LOCAL_PTR float2 *)pa;
-      const float2 y = *(const LOCAL_PTR float2 *)(pa + 8 * SA_LD);
-      a[i][0] = to_tf32(x.x);
-      a[i][2] = to_tf32(x.y);
-      a[i][1] = to_tf32(y.x);
-      a[i][3] = to_tf32(y.y);
+    UNROLL for (int i = 0; i < MI; ++i) { /* a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) */
+      const LOCAL_PTR float *pa = as + (wr + i * 16 + g) * SA_LD + kk + t;
+      a[i][0] = to_tf32(pa[0]);
+      a[i][1] = to_tf32(pa[8 * SA_LD]);
+      a[i][2] = to_tf32(pa[4]);
+      a[i][3] = to_tf32(pa[8 * SA_LD + 4]);
     }
-    UNROLL for (int j = 0; j < NI; ++j) {
-      const LOCAL_PTR float *pb = bs + (kk + 2 * t) * SB_LD + wc + j * 8 + g;
+    UNROLL for (int j = 0; j < NI; ++j) { /* b0 (t, g), b1 (t+4, g) */
+      const LOCAL_PTR float *pb = bs + (kk + t) * SB_LD + wc + j * 8 + g;
       b[j][0] = to_tf32(pb[0]);
-      b[j][1] = to_tf32(pb[SB_LD]);
+      b[j][1] = to_tf32(pb[4 * SB_LD]);
     }
     UNROLL for (int i = 0; i < MI; ++i)
       UNROLL for (int j = 0; j < NI; ++j) {

@@ -38,17 +38,14 @@ def _pad_to(x: int, residue: int, modulus: int) -> int:
 def leading_dims(kind: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
     """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles, chosen so
     the fragment loads of ``mma.cl`` hit distinct banks (and rows stay 16-byte aligned):
-    f64 k4: scalar (g, t) / (t, g) loads in half-warp phases -> both 4 mod 16 doubles;
-    f64 k8/k16: A pairs (g, 2t..2t+1) as 16-byte loads -> 8 mod 16, B rows 2t -> 2 mod 8;
+    f64: 8-byte (g, t + 4q) / (t + 4q, g) loads in half-warp phases -> both 4 mod 16 doubles;
     f16/bf16: ldmatrix rows of 16 bytes -> an odd number of 16-byte chunks per row;
-    tf32: A pairs as 8-byte loads -> 8 mod 32 floats, B rows 2t -> 4 mod 16."""
+    tf32: 4-byte (g, t) / (t, g) loads, one wavefront per warp -> 4 and 8 mod 32 floats."""
     if kind == "f64":
-        if fk == 4:
-            return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
-        return _pad_to(bk, 8, 16), _pad_to(bn, 2, 8)
+        return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
     if kind in ("f16", "bf16"):
         return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
-    return _pad_to(bk, 8, 32), _pad_to(bn, 4, 16)
+    return _pad_to(bk, 4, 32), _pad_to(bn, 8, 32)
 
 
 def check(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int,
