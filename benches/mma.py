@@ -125,9 +125,16 @@ class Runner:
                                   min_blocks=extra.get("min_blocks"))  # fmt: skip
             defs.update(extra.get("defs", {}))
             t = time.monotonic()
-            fn = cp.RawKernel(source(defs), "gemm")
             smem = ms.smem_bytes(defs)
-            fn.compile()
+            try:
+                fn = cp.RawKernel(source(defs), "gemm")
+                fn.compile()
+            except Exception as exc:  # noqa: BLE001 - NVRTC without __cvta_generic_to_shared?
+                msg = exc.get_message() if hasattr(exc, "get_message") else str(exc)
+                log(f"build {kind} {name}: {str(msg)[-1500:]}; retrying with SMEM_CVTA_ASM=1")
+                defs["SMEM_CVTA_ASM"] = 1
+                fn = cp.RawKernel(source(defs), "gemm")
+                fn.compile()
             try:
                 fn.max_dynamic_shared_size_bytes = smem
             except Exception:  # noqa: BLE001 - older CuPy: the driver call
@@ -303,6 +310,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
                 aligned=[defs["ALIGNED_A"], defs["ALIGNED_B"]], group_m=defs["GROUP_M"],
                 kk_unroll=defs["KK_UNROLL"], min_blocks=defs.get("MIN_BLOCKS"),
                 tf32_rna=defs.get("TF32_RNA", 1) if kind == "tf32" else None,
+                cvta_asm=defs.get("SMEM_CVTA_ASM", 0),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
     return {

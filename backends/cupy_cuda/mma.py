@@ -43,8 +43,12 @@ class Launch:
 
 
 def _compile(cp: Any, src: str, smem: int) -> Any:
-    fn = cp.RawKernel(src, "gemm")
-    fn.compile()
+    try:
+        fn = cp.RawKernel(src, "gemm")
+        fn.compile()
+    except Exception:  # noqa: BLE001 - an NVRTC without __cvta_generic_to_shared: inline PTX
+        fn = cp.RawKernel("#define SMEM_CVTA_ASM 1\n" + src, "gemm")
+        fn.compile()
     if smem > STATIC_LIMIT:
         fn.max_dynamic_shared_size_bytes = smem
     return fn
