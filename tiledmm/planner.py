@@ -410,7 +410,9 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
         bt, wt = ((128, 128, 32), (64, 64)) if small else ((128, 256, 32), (64, 64))
     else:
         bt, wt = ((128, 64, 16), (64, 32)) if small else ((128, 128, 32), (64, 32))
-    if small:
+    if small and k == "f64":  # 128 registers: three blocks of 4 warps per SM (57 KB each)
+        opts.update(stages=3, min_blocks=3)
+    elif small:
         opts["stages"] = 4
     if fit:
         opts["fit"] = 1

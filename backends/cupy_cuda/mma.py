@@ -132,6 +132,8 @@ def search_space(kernel: str, dtype: str, device: Any) -> list[Geometry] | None:
     out = []
     for bt, wt, (fm, fn, fk), st in _SPACE.get(kind or "", []):
         opts = {"fm": fm, "fn": fn, "fk": fk, "stages": st, "group_m": 8}
+        if kind == "f64" and wt == (32, 32):  # 128 registers: 2 blocks of 8 warps, 3 of 4
+            opts["min_blocks"] = 2 if bt[0] * bt[1] > 64 * 64 else 3
         out.append(Geometry(bt, wt, tuple(sorted(opts.items())), source="search space"))
     return out
 

@@ -230,6 +230,26 @@ INLINE void copy_piece(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const in
   #error "mma.cl: THREADS must be a multiple of the pieces per tile row (BK/VA and BN/VB)"
 #endif
 
+/* An interior piece: every element in range, no zero fill. */
+INLINE void copy_full(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const int v)
+{
+#if MMA_PTX && ELEM_BYTES >= 4
+  if (v == CH)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], " STR(ELEM_BYTES) ";\n"
+                 ::"r"(smem_addr(dst)), "l"(src));
+#elif MMA_PTX
+  if (v == CH)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+  else
+    dst[0] = src[0];
+#else
+  for (int q = 0; q < v; ++q)
+    dst[q] = src[q];
+#endif
+}
+
 /* Stage k0 of A and B into as / bs; ``full``: the tile is inside the matrices (no checks). */
 INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL elem_t *RESTRICT A,
                        const GLOBAL elem_t *RESTRICT B, const GLOBAL elem_t *ga, const int ga_step,
@@ -237,16 +257,25 @@ INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL 
                        const int b_n, const int ldb, const int K, const int k0, const int full,
                        const int ar, const int ac, const int br, const int bc)
 {
+  if (full) { /* interior stages (almost all of them): no bounds, no zero fill */
+    UNROLL for (int l = 0; l < A_ITERS; ++l)
+      if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM)
+        copy_full(as + (ar + l * A_RSTEP) * SA_LD + ac, ga + l * ga_step + k0, VA);
+    UNROLL for (int l = 0; l < B_ITERS; ++l)
+      if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK)
+        copy_full(bs + (br + l * B_RSTEP) * SB_LD + bc, gb + l * gb_step + k0 * ldb, VB);
+    return;
+  }
   int n = K - k0 - ac;
-  const int a_n = full ? VA : (n < 0 ? 0 : (n > VA ? VA : n));
+  const int a_n = n < 0 ? 0 : (n > VA ? VA : n);
   UNROLL for (int l = 0; l < A_ITERS; ++l)
     if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM) {
-      n = (full || l * A_RSTEP < a_rows) ? a_n : 0;
+      n = l * A_RSTEP < a_rows ? a_n : 0;
       copy_piece(as + (ar + l * A_RSTEP) * SA_LD + ac, n ? ga + l * ga_step + k0 : A, n, VA);
     }
   UNROLL for (int l = 0; l < B_ITERS; ++l)
     if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK) {
-      n = (full || k0 + br + l * B_RSTEP < K) ? (full ? VB : b_n) : 0;
+      n = k0 + br + l * B_RSTEP < K ? b_n : 0;
       copy_piece(bs + (br + l * B_RSTEP) * SB_LD + bc, n ? gb + l * gb_step + k0 * ldb : B, n,
                  VB);
     }
