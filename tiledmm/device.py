@@ -288,9 +288,9 @@ def cpu_levels(
 #: :func:`reference_h200` and counts as measured under load (not scaled by ``sustained``).
 #: Updating the reference is this one edit (docs/model.md, "Calibrating the reference").
 H200_MEASURED: dict[str, Any] = {
-    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl of session 4)",
-    "levels": {"DRAM": 4.0611e12},
-    "fma_peaks": {"float32": 58.755e12, "float64": 32.758e12},
+    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl)",
+    "levels": {"DRAM": 4529500000000.0, "L2": 12335000000000.0, "shared memory": 32719000000000.0},
+    "fma_peaks": {"float32": 58525000000000.0, "float64": 32768000000000.0},
 }
 
 

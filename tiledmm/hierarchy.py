@@ -126,7 +126,7 @@ def gpu_levels(
     batch = max(1, int(g.get("batch", opts.get("batch", 1)) or 1))
     split = max(1, int(opts.get("split_k", 1)))
     if kernel == "naive" and opts.get("gemv"):
-        g = gemv_shape(g, opts)
+        g = gemv_shape(g, opts, s)
         blocks_per_unit = _gemv_resident(g, s, dev)
         counts = gemv_counts(g, s, engine)
     else:
@@ -160,11 +160,21 @@ def gpu_levels(
                          f"{per_fma:.2f} warp instructions per FMA", "instr"))  # fmt: skip
     shared_bw = dev.level("shared memory")
     if kernel != "naive" and shared_bw:
+        # one data pipe (the SRAM shared memory and L1 share, 128 B per clock) carries the
+        # inner loop's shared loads, the staging's shared stores and the staged global loads'
+        # data (docs/model.md: what the shared probe's 32.7 TB/s delivers)
         wf_rate = per_sm("shared memory", shared_bw) / WAVEFRONT
-        out.append(Level("shared memory", counts.shared_wf * blocks * WAVEFRONT,
+        fills = counts.l1_wf if counts.store_wf else 0.0
+        pipe_wf = counts.shared_wf + counts.store_wf + fills
+        out.append(Level("shared memory", pipe_wf * blocks * WAVEFRONT,
                          dev.clocked("shared memory", shared_bw) * used / sms,
-                         on_sm * counts.shared_wf / wf_rate,
-                         f"{counts.shared_wf / counts.fma:.3g} wavefronts per warp FMA"),
+                         on_sm * pipe_wf / wf_rate,
+                         f"{pipe_wf / counts.fma:.3g} wavefronts per warp FMA "
+                         f"({counts.shared_wf / counts.fma:.3g} loads, "
+                         f"{(counts.store_wf + fills) / counts.fma:.3g} staging)",
+                         parts=(("loads", counts.shared_wf * blocks * WAVEFRONT),
+                                ("stores", counts.store_wf * blocks * WAVEFRONT),
+                                ("global fills", fills * blocks * WAVEFRONT))),
                    )  # fmt: skip
     l1_bw = dev.level("L1")
     if l1_bw:
@@ -217,9 +227,9 @@ def gpu_levels(
 
 
 def _gemv_resident(g: dict, s: int, dev: DeviceSpec) -> int:
-    """Resident gemv groups per SM: threads, block slots and the partial-sum array
-    (BM x BN x KS reals of local memory)."""
-    shared = g["bm"] * g["bn"] * g["ks"] * s
+    """Resident gemv groups per SM: threads, block slots and the partial-sum array (local
+    memory: BM x BN x KS reals for A @ x, BM x BN x KS x GV for x @ B)."""
+    shared = g["bm"] * g["bn"] * g["ks"] * (1 if g.get("t") else g.get("gv", 1)) * s
     limits = (dev.max_threads_per_unit // max(1, g["warps"] * WARP), dev.max_blocks_per_unit,
               dev.shared_per_unit // shared if shared else 1 << 30)  # fmt: skip
     return max(1, min(limits))

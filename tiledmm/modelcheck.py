@@ -131,10 +131,21 @@ def model_counters(plan: Plan) -> dict[str, float]:
         "dram__bytes_write.sum": parts.get("written", float(c_bytes)),
         "lts__t_bytes.sum": get("L2") + c_bytes,
         "l1tex__t_bytes.sum": get("L1") + c_bytes,
-        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": get("shared memory") / 128,
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": _part(
+            plan, "shared memory", "loads"
+        )
+        / 128,
         f"smsp__sass_thread_inst_executed_op_{pipe}_pred_on.sum": float(fma),
         "predicted_seconds": plan.predicted_seconds,
     }
+
+
+def _part(plan: Plan, level: str, part: str) -> float:
+    """One part of a level's amount (the whole amount where the level has no parts)."""
+    lv = plan.level(level)
+    if not lv:
+        return 0.0
+    return dict(lv.parts).get(part, lv.amount) if lv.parts else lv.amount
 
 
 def compare_counters(path: Path, device: DeviceSpec | None = None) -> list[dict]:

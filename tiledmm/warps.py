@@ -25,6 +25,11 @@ __all__ = [
 WARP = 32
 SECTOR = 32  # bytes per L1/L2 sector
 WAVEFRONT = 128  # bytes one shared-memory / L1 wavefront delivers (32 banks x 4 B)
+#: The tiled family's staging cost in warp instructions (nvcc 13.0, sm_90 SASS of tiled.cl,
+#: 16x16x64 float32 with vec_smem: 351 instructions per warp per K step, of which 148 are the
+#: main loop's 64 FFMA, 80 LDS and 4 loop/barrier instructions; docs/model.md).
+TILED_STAGE_INSTR = 21  # per staged element per thread
+TILED_STEP_INSTR = 37  # per K step per warp
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -65,7 +70,8 @@ class Counts:
 
     fma: float = 0.0  # warp FMA instructions
     instr: float = 0.0  # all warp instructions
-    shared_wf: float = 0.0
+    shared_wf: float = 0.0  # shared-load wavefronts
+    store_wf: float = 0.0  # shared-store wavefronts (the staging)
     l1_wf: float = 0.0
     l1_bytes: float = 0.0
     trips: float = 0.0  # dependent global round trips per warp (latency level)
@@ -141,18 +147,25 @@ def staged_counts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> Coun
         groups = bk
     steps = kp // bk
     fma = warps * steps * groups * per_group
-    # per K step per thread: each staged element costs a global load, a shared store and
-    # about two index/guard instructions (vector loads count once); plus two barriers and
-    # the loop (8 instructions).
-    vw = 16 // s if kernel == "register" and engine == "gemm-c" else 1
     elems = (bm * bk + bk * bn) / threads
-    step_instr = elems / vw * 4 + 8
+    if kernel == "tiled" and engine == "gemm-c":
+        # nvcc's staging loops (tiled.cl, sm_90 SASS): per staged element ~21 instructions
+        # (row/column by shifts, two bound compares, lda from the constant bank, the address,
+        # LDG, STS, the loop), per K step ~37 (the loops' set-up and exits, 2 barriers, the
+        # K loop); the main loop is the FMAs and LDS alone (docs/model.md)
+        step_instr = elems * TILED_STAGE_INSTR + TILED_STEP_INSTR
+    else:
+        # per K step per thread: each staged vector costs a global load, a shared store and
+        # about two index/guard instructions; plus two barriers and the loop (8 instructions).
+        vw = 16 // s if engine == "gemm-c" else 1
+        step_instr = elems / vw * 4 + 8
     instr = warps * steps * (groups * (per_group + lds) + step_instr)
     loads_bytes = (bm * bk + bk * bn) * s
     return Counts(
         fma=fma,
         instr=instr,
         shared_wf=warps * steps * groups * wf,
+        store_wf=steps * _store_wavefronts(g, s, engine, opts, kernel),
         l1_wf=steps * loads_bytes / WAVEFRONT,
         l1_bytes=steps * loads_bytes,
         trips=steps if int(opts.get("stages", 1)) < 2 else 1,
@@ -160,33 +173,82 @@ def staged_counts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> Coun
     )
 
 
-def gemv_shape(g: dict, opts: dict) -> dict:
+def _store_wavefronts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> int:
+    """Shared-store wavefronts of one block's staging per K step, from a bank simulation of
+    every warp's store addresses (tiled.cl: A rows padded by a word when read as scalars, B
+    as is; register.cl: A transposed, As[k][m], by scalar stores, B rows by VW-wide stores)."""
+    bm, bn, bk, threads = g["bm"], g["bn"], g["bk"], g["threads"]
+    stores: list[tuple[dict[int, int], int]] = []  # per store: {thread: address}, width
+    if kernel == "tiled":
+        vec = 16 // s if (opts.get("vec_smem") or engine == "numba") and bk % (16 // s) == 0 else 1
+        a_ld = bk if vec > 1 or engine == "numba" else bk + 1
+        for e0 in range(0, bm * bk, threads):
+            stores.append(({t: ((e // bk) * a_ld + e % bk) * s for t in range(threads)
+                            if (e := e0 + t) < bm * bk}, s))  # fmt: skip
+        for e0 in range(0, bk * bn, threads):
+            stores.append(({t: (e0 + t) * s for t in range(threads) if e0 + t < bk * bn}, s))
+    else:
+        vw = 16 // s if engine == "gemm-c" else 1
+        a_ld, b_ld = bm + int(opts.get("pad", 0)), bn + int(opts.get("pad", 0))
+        for e0 in range(0, bm * bk // vw, threads):
+            idx = [t for t in range(threads) if e0 + t < bm * bk // vw]
+            for q in range(vw):  # scalar stores along M, one per element of the vector
+                stores.append(({t: (((e0 + t) % (bk // vw) * vw + q) * a_ld
+                                    + (e0 + t) // (bk // vw)) * s for t in idx}, s))  # fmt: skip
+        for e0 in range(0, bk * bn // vw, threads):
+            idx = [t for t in range(threads) if e0 + t < bk * bn // vw]
+            stores.append(({t: ((e0 + t) // (bn // vw) * b_ld + (e0 + t) % (bn // vw) * vw) * s
+                             for t in idx}, vw * s))  # fmt: skip
+    total = 0
+    for addr, width in stores:
+        for w0 in range(0, threads, WARP):
+            lanes = [addr[t] for t in range(w0, w0 + WARP) if t in addr]
+            total += shared_wavefronts(lanes, width) if lanes else 0
+    return total
+
+
+def gemv_shape(g: dict, opts: dict, s: int = 4) -> dict:
     """The gemv path's launch (``gemv.cl``, ``kernels.launch_shape``): KS items per output
     split K. N < M (A @ x): groups of BN rows x BM columns, items (KS, BN); else groups of BM
-    rows x BN columns, items (BN, KS). Returns ``g`` with gx, gy, threads, warps of it and
-    ``t`` (1: N short)."""
+    rows x BN columns, items (BN, KS). Returns ``g`` with gx, gy, threads, warps of it, ``t``
+    (1: N short) and ``gv``: the elements one 16-byte load carries along the long operand
+    (x @ B: GV columns of a B row where BN allows; A @ x: VW elements of an A row along K)."""
     ks, bm, bn, m, n = int(opts.get("ks", 8)), g["bm"], g["bn"], g["m"], g["n"]
     t = int(n < m)
     gx, gy = (math.ceil(n / bm), math.ceil(m / bn)) if t else (math.ceil(n / bn), math.ceil(m / bm))
     threads = bn * ks
-    return dict(g, gx=gx, gy=gy, threads=threads, warps=math.ceil(threads / WARP), ks=ks, t=t)
+    vw = max(1, 16 // s)
+    gv = vw if t or bn % vw == 0 else 1
+    return dict(g, gx=gx, gy=gy, threads=threads, warps=math.ceil(threads / WARP), ks=ks, t=t,
+                gv=gv)  # fmt: skip
 
 
 def gemv_counts(g: dict, s: int, engine: str) -> Counts:
-    """Per block of the gemv path (``g`` from :func:`gemv_shape`): each item walks K / KS
-    steps; a step loads one element of the long operand (coalesced along the warp) and BM of
-    the short one (the same address across the warp's lanes: a broadcast), and makes BM FMAs.
-    The K loop unrolls as the naive one does (gemm-c: 4 loads in flight)."""
-    bm, ks, warps, k = g["bm"], g["ks"], g["warps"], g["k"]
-    steps = math.ceil(k / ks)
-    long_wf, long_b = math.ceil(WARP * s / WAVEFRONT), math.ceil(WARP * s / SECTOR) * SECTOR
+    """Per block of the gemv path (``g`` from :func:`gemv_shape`): each item walks
+    K / (KS GV) steps; a step loads one 16-byte vector (GV elements) of the long operand
+    (coalesced along the warp) and the short operand's elements for it (x @ B: BM scalars of
+    A, a few distinct per warp; A @ x with N = 1: one 16-byte vector of x; else GV x BM
+    scalars), and makes BM x GV FMAs. GEMV_U = 4 vector loads are issued before their FMAs
+    (gemm-c: 4 loads in flight; Numba's loop: 1)."""
+    bm, ks, warps, k, gv = g["bm"], g["ks"], g["warps"], g["k"], g.get("gv", 1)
+    steps = math.ceil(k / (ks * gv))
+    long_bytes = WARP * gv * s
+    long_wf, long_b = math.ceil(long_bytes / WAVEFRONT), math.ceil(long_bytes / SECTOR) * SECTOR
+    if g.get("t") and g["n"] == 1:  # x contiguous: one vector load, like A's
+        short_ld, short_wf, short_b = 1, long_wf, long_b
+    elif g.get("t"):
+        short_ld = short_wf = gv * bm
+        short_b = short_ld * SECTOR
+    else:
+        short_ld = short_wf = bm
+        short_b = bm * SECTOR
     overhead, mlp = (0.75, 4.0) if engine == "gemm-c" else (6.0, 1.0)
     per = warps * steps
     return Counts(
-        fma=per * bm,
-        instr=per * (2 * bm + 1 + 2 + overhead),
-        l1_wf=per * (long_wf + bm),
-        l1_bytes=per * (long_b + bm * SECTOR),
+        fma=per * bm * gv,
+        instr=per * (bm * gv + 1 + short_ld + 2 + overhead),
+        l1_wf=per * (long_wf + short_wf),
+        l1_bytes=per * (long_b + short_b),
         trips=steps,
         mlp=mlp,
     )
