@@ -62,8 +62,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             shapes = parse_shapes(sizes)
         else:
             shapes = QUICK_SHAPES if quick else default_shapes(False, gpu)
-        for kernel in tiledmm.KERNEL_FAMILIES:
+        kernels = tiledmm.get_backend(name).kernels if entry and entry.available else ("naive",)
+        for kernel in kernels:
             for dtype in dtypes:
+                if kernel == "mma" and dtype == "float32":  # TF32 only when asked for
+                    continue
                 for m, n, k in shapes:
                     specs.append((name, kernel, dtype, (m, n, k)))
     ids = [bench_name(b, kern, dt, *shape)[1] for b, kern, dt, shape in specs]
