@@ -40,6 +40,12 @@ METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
     "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
     "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum",
+    # the shared/L1 data pipe as a whole (shared loads + shared stores + global data) and the
+    # warp instructions issued: the model's "shared memory" and "issue" levels (docs/model.md)
+    "l1tex__data_pipe_lsu_wavefronts.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "smsp__inst_executed.sum",
+    "sm__cycles_elapsed.avg.per_second",
     "gpu__time_duration.sum",
 )
 PROBE_METRICS = (

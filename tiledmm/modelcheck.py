@@ -126,26 +126,27 @@ def model_counters(plan: Plan) -> dict[str, float]:
     dram = plan.level("DRAM")
     parts = dict(dram.parts) if dram else {}
     read = parts.get("read", get("DRAM") - c_bytes)
-    return {
+    loads, stores = _part(plan, "shared memory", "loads"), _part(plan, "shared memory", "stores")
+    data_pipe = get("shared memory")  # staged families: shared loads, stores and fills
+    out = {
         "dram__bytes_read.sum": read,
         "dram__bytes_write.sum": parts.get("written", float(c_bytes)),
         "lts__t_bytes.sum": get("L2") + c_bytes,
         "l1tex__t_bytes.sum": get("L1") + c_bytes,
-        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": _part(
-            plan, "shared memory", "loads"
-        )
-        / 128,
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": loads / 128,
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": stores / 128,
+        "l1tex__data_pipe_lsu_wavefronts.sum": data_pipe / 128,
+        "smsp__inst_executed.sum": get("issue"),
         f"smsp__sass_thread_inst_executed_op_{pipe}_pred_on.sum": float(fma),
         "predicted_seconds": plan.predicted_seconds,
     }
+    return {k: v for k, v in out.items() if v or k.startswith(("dram", "lts", "l1tex__t_"))}
 
 
 def _part(plan: Plan, level: str, part: str) -> float:
-    """One part of a level's amount (the whole amount where the level has no parts)."""
+    """One part of a level's amount (0 where the level or the part is absent)."""
     lv = plan.level(level)
-    if not lv:
-        return 0.0
-    return dict(lv.parts).get(part, lv.amount) if lv.parts else lv.amount
+    return dict(lv.parts).get(part, 0.0) if lv else 0.0
 
 
 def compare_counters(path: Path, device: DeviceSpec | None = None) -> list[dict]:
