@@ -205,3 +205,60 @@ def test_import_is_light():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# The CuPy backend's pre-bound launch (the hot paths' launch), against stand-ins: no GPU.
+
+
+class _Fn:
+    """A compiled kernel that records its launches (CuPy's ``Function`` call)."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, []
+
+    def __call__(self, grid, block, args):
+        vals = [getattr(a, "value", a) for a in args]  # (CuPy's CScalar holds .value)
+        self.calls.append((grid, block, [int(v) if isinstance(v, np.integer) else v
+                                         for v in vals]))  # fmt: skip
+
+
+def _bound(monkeypatch, m=13, n=8, k=12, dtype="float32", pad=False, **opts):
+    from types import SimpleNamespace
+
+    cc = pytest.importorskip("tiledmm_backends.cupy_cuda")
+    monkeypatch.setattr(cc.ARRAYS, "device_id", lambda: 0)
+    monkeypatch.setattr(cc.K, "pad_pays", lambda plan: pad)
+    fns = {True: _Fn("aligned"), False: _Fn("unaligned")}
+    be = cc.CupyBackend()
+    be.launches = SimpleNamespace(get=lambda plan, dev, al: (fns[al], (2, 3), (16, 16)))
+    plan = SimpleNamespace(kernel=opts.pop("kernel", "tiled"), dtype=dtype, m=m, n=n, k=k,
+                           options=opts)  # fmt: skip
+    return be.bind(plan), fns
+
+
+def test_cupy_bound_launch_arguments(monkeypatch):
+    go, fns = _bound(monkeypatch)
+    assert go(0x1000, 0x2000, 0x3000, 0x1000, 0x2000)  # ld 12 and 8: 16-byte rows
+    ((grid, block, args),) = fns[True].calls
+    assert (grid, block) == ((2, 3), (16, 16))
+    # m, n, k, A, offset, lda, B, offset, ldb, C, offset, ldc, then one matrix's batch
+    assert args == [13, 8, 12, 0x1000, 0, 12, 0x2000, 0, 8, 0x3000, 0, 8, 1, 0, 0, 0, 0, 0,
+                    0, 0]  # fmt: skip
+    assert go(0x1000, 0x2004, 0x3000, 0x1000, 0x2004) and len(fns[False].calls) == 1
+    arrays = type("A", (), {})  # CuPy arrays: contiguity flag and address
+    x, y, z = arrays(), arrays(), arrays()
+    x._c_contiguous, y._c_contiguous = True, False
+    x.data = y.data = type("P", (), {"ptr": 0x4000})()
+    assert not go.arrays(x, y, z)  # a strided operand: the backend's run decides
+    y._c_contiguous = True
+    assert go.arrays(x, y, z) and fns[True].calls[-1][2][3] is x
+
+
+def test_cupy_bound_launch_refuses_what_run_must_do(monkeypatch):
+    go, fns = _bound(monkeypatch, n=7, pad=True)  # odd ldb, and the plan pads: none
+    assert go is None
+    go, fns = _bound(monkeypatch, pad=True)
+    assert not go(0x1000, 0x2004, 0x3000, 0x1000, 0x2004)  # unaligned B and padding pays
+    assert fns[True].calls == fns[False].calls == []
+    for kw in ({"split_k": 4}, {"kernel": "mma"}, {"k": 0}, {"m": 2**16, "k": 2**16}):
+        assert _bound(monkeypatch, **kw)[0] is None, kw

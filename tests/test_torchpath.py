@@ -219,11 +219,19 @@ class _FakeCupy:
 
 
 class _FakeTensor:
+    allocs = iter(range(0x9000, 0x100000, 0x100))  # torch's allocator, for new_empty_strided
+
     def __init__(self, ptr, grad=False):
         self.ptr, self.requires_grad = ptr, grad
 
     def data_ptr(self):
         return self.ptr
+
+    def new_empty_strided(self, shape, strides):
+        assert strides == (shape[1], 1), (shape, strides)
+        t = _FakeTensor(next(_FakeTensor.allocs))
+        t.shape = shape
+        return t
 
 
 class _FakeBackend:
@@ -242,10 +250,8 @@ class _FakeBackend:
 def _cuda_entry(cp, stream, launch_stream="", grad=False):
     from types import SimpleNamespace
 
-    allocs = iter(range(0x9000, 0x10000, 0x100))
     torch = SimpleNamespace(
         _C=SimpleNamespace(_cuda_getCurrentRawStream=lambda i: stream[0]),
-        empty=lambda shape, dtype, device: _FakeTensor(next(allocs)),
         is_grad_enabled=lambda: grad,
     )
     be = _FakeBackend(cp, launch_stream)
@@ -282,6 +288,8 @@ class T:  # a "CUDA tensor": a CPU tensor that says it is on cuda:0
     requires_grad = False
     def data_ptr(self): return self.t.data_ptr()
     def get_device(self): return 0
+    def new_empty_strided(self, shape, strides):
+        return T(torch.full(shape, float("nan"), dtype=self.t.dtype).as_strided(shape, strides))
     def is_contiguous(self): return self.t.is_contiguous()
     def is_neg(self): return False
 
@@ -294,8 +302,7 @@ cp = NS(ndarray=ndarray, cuda=NS(
     MemoryPointer=lambda mem, off: NS(ptr=mem.ptr + off, size=mem.size - off),
     get_current_stream=lambda: NS(ptr=0)))
 torchpath.optional_module = lambda name: cp if name == "cupy" else None
-fake_torch = NS(empty=lambda shape, dtype, device: T(torch.full(shape, float("nan"), dtype=dtype)),
-                is_grad_enabled=torch.is_grad_enabled,
+fake_torch = NS(is_grad_enabled=torch.is_grad_enabled,
                 _C=NS(_cuda_getCurrentRawStream=lambda i: 0))
 rng = np.random.default_rng()
 for dt, (m, k, n) in (("float32", (13, 7, 5)), ("float64", (4, 9, 6))):
@@ -383,6 +390,60 @@ def test_cuda_entry_views_are_cached_per_pointer_and_checks_hold():
     assert g(a, b) is not None  # grad mode on, but nothing requires grad
 
 
+class _FakeBound:
+    """A backend's pre-bound launch (``bind``): records pointer launches, or refuses."""
+
+    pointer = staticmethod(lambda p: ("ptr", p))
+
+    def __init__(self, cp, ok=True):
+        self.cp, self.ok = cp, ok
+
+    def __call__(self, a, b, c, pa, pb):
+        assert (a, b) == (("ptr", pa), ("ptr", pb))
+        if self.ok:
+            self.cp.log.append(("bound", self.cp.stack[-1].ptr, a[1], b[1], c[1]))
+        return self.ok
+
+
+@pytest.mark.parametrize("launch_stream", ["", "cupy"])
+def test_cuda_entry_takes_the_bound_launch_where_it_applies(launch_stream):
+    from types import SimpleNamespace
+
+    cp, stream = _FakeCupy(), [0]
+    go = _FakeBound(cp)
+    _FakeBackend.bind = lambda self, plan: go
+    try:
+        e, be = _cuda_entry(cp, stream, launch_stream)
+    finally:
+        del _FakeBackend.bind
+    a, b = _FakeTensor(0x1000), _FakeTensor(0x2000)
+    r = e(a, b)  # one stream: raw pointers to the bound launch, no views, no run
+    assert cp.log == [("bound", 0, 0x1000, 0x2000, r.ptr)] and r.shape == (4, 2)
+    assert cp.built == 0
+    cp.log.clear()
+    go.ok = False  # refused (e.g. misaligned operands the plan pads): the backend's run
+    r = e(a, b)
+    assert cp.log == [("run", 0, 0x1000, 0x2000, r.ptr)]
+    cp.log.clear()
+    go.ok = True
+    out = _FakeTensor(0x5000)
+    out.shape, out.dtype, out.device = (4, 2), "f32", SimpleNamespace(index=0)
+    out.is_contiguous, out.is_neg = (lambda: True), (lambda: False)
+    assert e(a, b, out) is out  # out= may overlap an operand: the backend's run checks
+    assert cp.log == [("run", 0, 0x1000, 0x2000, 0x5000)]
+    cp.log.clear()
+    stream[0] = 0x77  # a torch side stream that is not CuPy's current one: switched, run
+    r = e(a, b)
+    assert ("run", 0x77, 0x1000, 0x2000, r.ptr) in cp.log and len(cp.stack) == 1
+    cp.log.clear()
+    cp.stack[0] = _FakeStream(cp, 0x77)  # CuPy's current stream is torch's side stream
+    r = e(a, b)
+    if launch_stream == "cupy":
+        assert cp.log == [("bound", 0x77, 0x1000, 0x2000, r.ptr)]
+    else:  # the backend may launch on the legacy stream: events, then the backend's run
+        assert [x[0] for x in cp.log] == ["record", "wait", "run", "record", "wait"]
+
+
 # --------------------------------------------------------------------- GPUs (skipped here)
 
 
@@ -405,16 +466,22 @@ def test_gpu_torch_fast_path_is_zero_copy(torch_cuda, rng, bridge, monkeypatch, 
     tiledmm.matmul(a, b, backend=backend)
     e = torchpath.entry(a, b, backend, "auto")
     assert isinstance(e, torchpath.CudaEntry)
-    seen = []
+    seen, ptrs = [], []  # pointers the backend's run got (views), or the bound launch's
     real = e.be.run
-    monkeypatch.setattr(e.be, "run", lambda p, x, y, o: (seen.append((x, y, o)), real(p, x, y, o)))
+    monkeypatch.setattr(e.be, "run", lambda p, x, y, o: (
+        seen.append((_cai_ptr(x), _cai_ptr(y), _cai_ptr(o))), real(p, x, y, o)))  # fmt: skip
+    if e.go is not None:  # (the CuPy backend's pre-bound launch: raw pointers)
+        arg = e.ptr
+        monkeypatch.setattr(e, "ptr", lambda p: (ptrs.append(p), arg(p))[1])
     a, b = (torch.from_numpy(rand(rng, s, dtype)).cuda() for s in (sa, sb))
     poison = torch.full((sa[0], sb[1]), float("nan"), dtype=a.dtype, device="cuda")
     del poison  # (the caching allocator likely hands this block to the result)
     got = tiledmm.matmul(a, b, backend=backend)
-    assert bridge.calls == 1 and len(seen) == 1
-    x, y, o = seen[0]
-    assert (_cai_ptr(x), _cai_ptr(y), _cai_ptr(o)) == (a.data_ptr(), b.data_ptr(), got.data_ptr())
+    assert bridge.calls == 1 and len(seen) + (len(ptrs) == 3) == 1, (seen, ptrs)
+    vw = 16 // np.dtype(dtype).itemsize  # 16-byte rows (torch's blocks are aligned)
+    if e.go is not None and not (sa[1] % vw or sb[1] % vw):
+        assert ptrs, "the backend's bound launch was not taken"
+    assert (seen[0] if seen else tuple(ptrs)) == (a.data_ptr(), b.data_ptr(), got.data_ptr())
     assert type(got) is torch.Tensor and got.device == a.device and got.dtype == a.dtype
     assert got.shape == (sa[0], sb[1])
     err = matmul_error(got.cpu().numpy(), a.cpu().numpy(), b.cpu().numpy())

@@ -31,8 +31,9 @@ from .semantics import check_like_numpy
 __all__ = ["matmul"]
 
 # The hot path: plain 2-D products of arrays without out=, keyed by everything that decides the
-# launch; entries hold the device key they were planned for.
-_fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any]] = {}
+# launch; entries hold the device key they were planned for, and the backend's pre-bound launch
+# (``bind(plan)``, an optional backend method: the CuPy backend's ``Bound``) or None.
+_fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any, Any]] = {}
 HOT_PATH_MAX = 4096
 
 
@@ -158,11 +159,13 @@ def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
     hit = _fast.get(key) if key is not None else None
     if hit is None:
         return None
-    be, plan, rdt, host, dkey = hit
+    be, plan, rdt, host, dkey, go = hit
     if be.device_key() != dkey:
         return None
     R = be.empty((plan.m, plan.n), rdt, like=a)
-    be.run(plan, be.asarray(a, rdt), be.asarray(b, rdt), R)
+    A, B = be.asarray(a, rdt), be.asarray(b, rdt)
+    if go is None or not go.arrays(A, B, R):  # (the bound launch: contiguous operands)
+        be.run(plan, A, B, R)
     return be.to_numpy(R) if host else R
 
 
@@ -226,7 +229,8 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
         if out is None and not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):
-            _remember(_fast_key(backend, kernel, a, b), (be, plan, rdt, host, be.device_key()))
+            _remember(_fast_key(backend, kernel, a, b), (be, plan, rdt, host, be.device_key(),
+                                                         bound(be, plan)))  # fmt: skip
     if direct:
         return out
     if out is not None:
@@ -250,6 +254,12 @@ def _fast_key(backend: str, kernel: str, a: Any, b: Any) -> tuple | None:
                 cache_token())  # fmt: skip
     except AttributeError:
         return None
+
+
+def bound(be: Backend, plan: Plan) -> Any:
+    """The backend's pre-bound launch of ``plan`` (its optional ``bind``), or None."""
+    bind = getattr(be, "bind", None)
+    return bind(plan) if bind is not None else None
 
 
 def _remember(key: tuple | None, entry: tuple) -> None:

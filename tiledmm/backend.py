@@ -70,6 +70,10 @@ class Backend:
     #: Array libraries (``tiledmm.kinds`` names, e.g. ``"numba"``) whose arrays this backend
     #: takes and returns itself (``empty(like=...)``): the array bridge leaves them alone.
     result_kinds: tuple[str, ...] = ()
+    #: ``"cupy"`` when every launch and temporary goes to CuPy's current stream: the torch
+    #: fast path then orders a call on a torch side stream by making it CuPy's current one,
+    #: without events (``""``: the backend may launch on the legacy default stream).
+    launch_stream: str = ""
 
     # ---------------------------------------------------------------- availability and device
 

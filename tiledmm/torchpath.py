@@ -9,9 +9,12 @@ backend and the plan) and afterwards does only what each call must:
 - the checks that can change between calls with the same key: both tensors contiguous, no
   negative bit, no autograd (``requires_grad`` under grad mode), the registry's cache token and
   the backend's current device;
-- CUDA: the output is allocated by torch (``torch.empty`` on the tensor's device, from the
-  caching allocator of the current stream), so it already is the caller's kind; the backend
-  writes it through a CuPy view. Views of the three tensors are built over ``data_ptr()``
+- CUDA: the output is allocated by torch (``a.new_empty_strided``: ``a``'s device and dtype,
+  from the caching allocator of the current stream; the cheapest of torch's allocation calls,
+  whose Python argument parsing is most of their host cost), so it already is the caller's
+  kind. A backend with a pre-bound launch (``bind(plan)``: the CuPy backend's ``Bound``, which
+  the CuPy-input hot path of :mod:`tiledmm.api` uses too) gets the three raw pointers;
+  otherwise it writes through CuPy views. Views of the three tensors are built over ``data_ptr()``
   (``cupy.cuda.UnownedMemory``, no owner) and kept per pointer: a view is a pure function of
   (pointer, shape, dtype, device), all fixed by the key but the pointer, so a loop over the same
   tensors, or over results the caching allocator hands out again, builds none;
@@ -170,16 +173,21 @@ class CudaEntry:
     call cannot take the fast path after all (another current device)."""
 
     __slots__ = ("cp", "be", "plan", "token", "tdt", "dev", "dt", "shapes", "idx", "views",
-                 "raw", "empty", "grad", "current", "on_cupy")  # fmt: skip
+                 "raw", "grad", "current", "on_cupy", "go", "ptr", "shape", "strides")  # fmt: skip
 
     def __init__(self, cp, torch, be, plan, token, tdt, dev, dt, shapes) -> None:
         self.cp, self.be, self.plan, self.token = cp, be, plan, token
         self.tdt, self.dev, self.dt, self.shapes, self.idx = tdt, dev, dt, shapes, dev.index
         self.views: tuple[dict, dict, dict] = ({}, {}, {})
         self.raw = raw_stream_getter(torch)
-        self.empty, self.grad = torch.empty, torch.is_grad_enabled
+        self.grad = torch.is_grad_enabled
         self.current = cp.cuda.get_current_stream
         self.on_cupy = getattr(be, "launch_stream", "") == "cupy"
+        bind = getattr(be, "bind", None)  # the pre-bound launch, as api's hot path holds it
+        self.go = bind(plan) if bind is not None else None
+        self.ptr = getattr(self.go, "pointer", None)  # its kernel argument over an address
+        self.shape = shapes[2][0]
+        self.strides = (self.shape[1], 1)
 
     def view(self, role: int, ptr: int) -> Any:
         d = self.views[role]
@@ -198,13 +206,19 @@ class CudaEntry:
         if be.device_key() != idx:
             return None
         if out is None:
-            r = self.empty(self.shapes[2][0], dtype=self.tdt, device=self.dev)
+            r = a.new_empty_strided(self.shape, self.strides)  # (a's dtype and device)
         elif self.takes(out):
             r = out
         else:
             return None
         h = self.raw(idx)
-        (da, db, dr), pa, pb, pr = self.views, a.data_ptr(), b.data_ptr(), r.data_ptr()
+        pa, pb, pr = a.data_ptr(), b.data_ptr(), r.data_ptr()
+        here = self.current().ptr == h and (not h or self.on_cupy)  # no switch, no events
+        if here and out is None and self.go is not None:
+            p = self.ptr  # (a fresh result overlaps neither operand)
+            if self.go(p(pa), p(pb), p(pr), pa, pb):
+                return r
+        da, db, dr = self.views
         va, vb, vr = da.get(pa), db.get(pb), dr.get(pr)  # (misses: built below)
         if va is None:
             va = self.view(0, pa)
@@ -212,7 +226,7 @@ class CudaEntry:
             vb = self.view(1, pb)
         if vr is None:
             vr = self.view(2, pr)
-        if self.current().ptr == h and (not h or self.on_cupy):
+        if here:
             be.run(self.plan, va, vb, vr)
         else:
             self.ordered(h, va, vb, vr)

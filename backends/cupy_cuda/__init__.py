@@ -64,6 +64,8 @@ class CupyBackend(Backend):
     aliases = ("cuda",)
     kernels = K.FAMILIES
     priority = 20
+    launch_stream = "cupy"  # every launch and temporary: CuPy's current stream
+    launch_stream = "cupy"  # launches and temporaries: CuPy's current stream (torch fast path)
 
     def __init__(self) -> None:
         self._specs: dict[int, DeviceSpec] = {}
@@ -190,6 +192,21 @@ class CupyBackend(Backend):
         """The whole broadcast batch in one launch (see ``kernels.launch.run_batched``)."""
         return launch.run_batched(ARRAYS, self.launches, plan, a, b, out)
 
+    def bind(self, plan) -> Bound | None:
+        """A pre-bound launch of ``plan`` on the current device for the hot paths (``api``'s
+        and ``torchpath``'s), or None where only :meth:`run` applies (split-K, the mma family,
+        an empty or 32-bit-overflowing product, odd leading dimensions the plan pads)."""
+        m, n, k = plan.m, plan.n, plan.k
+        if plan.kernel not in K.FAMILIES or K.split_k(plan) != 1 or not (m and n and k):
+            return None
+        if max(m * k, k * n, m * n) > K.INT_MAX:
+            return None
+        vw = 16 // K.itemsize(plan.dtype)
+        ld_ok = not (k % vw or n % vw)
+        if not ld_ok and K.pad_pays(plan):
+            return None
+        return Bound(self.launches, plan, ARRAYS.device_id(), ld_ok, K.pad_pays(plan))
+
 
 class CupyArrays:
     """CuPy's array model for the shared launch path: a kernel takes the array itself (its
@@ -243,6 +260,68 @@ class CupyArrays:
         fn((-(-m * n // t), 1, z), (t, 1, 1),
            (i32(m), i32(n), i32(s), w, i32(sw), c, i32(oc), i32(ldc), i32(nb1), i32(sc0),
             i32(sc1)))  # fmt: skip
+
+
+class Bound:
+    """One plan's launch for the plain case, built once: ``bound(a, b, c, pa, pb)`` runs
+    ``c = a @ b`` for C-contiguous ``a`` (m x k), ``b`` (k x n) and a C-contiguous ``c``
+    (m x n) that overlaps neither, on CuPy's current stream; ``a``, ``b``, ``c`` are what the
+    kernel takes (CuPy arrays, or :attr:`pointer` objects over raw addresses), ``pa``, ``pb``
+    the addresses of ``a`` and ``b`` (their alignment picks the compiled variant). Returns
+    False, launching nothing, when the operands are not 16-byte aligned and the plan pads
+    them (then :meth:`CupyBackend.run` does). The scalar arguments are CuPy's own kernel
+    argument objects, made once (per call CuPy would convert 18 NumPy scalars)."""
+
+    __slots__ = ("launches", "plan", "dev", "ld_ok", "pad", "args", "calls")
+
+    #: A kernel argument over a raw device address (``cupy.cuda.function.CIntptr``).
+    pointer: Any = None
+
+    def __init__(self, launches, plan, dev, ld_ok: bool, pad: bool) -> None:
+        self.launches, self.plan, self.dev, self.ld_ok, self.pad = launches, plan, dev, ld_ok, pad
+        if Bound.pointer is None:
+            Bound.pointer = _pointer_arg()
+        m, n, k = plan.m, plan.n, plan.k
+        self.args = tuple(_arg(v) for v in (m, n, k, 0, k, n, n) + launch.NOBATCH[1:])
+        self.calls: list = [None, None]  # compiled launch: [unaligned, aligned]
+
+    def __call__(self, a, b, c, pa: int, pb: int) -> bool:
+        aligned = self.ld_ok and not (pa % 16 or pb % 16)
+        if not aligned and self.pad:
+            return False
+        call = self.calls[aligned]
+        if call is None:
+            call = self.calls[aligned] = self.launches.get(self.plan, self.dev, aligned)
+        fn, grid, block = call
+        m, n, k, z, lda, ldb, ldc, b1, b2, b3, b4, b5, b6, b7, b8 = self.args
+        fn(grid, block, (m, n, k, a, z, lda, b, z, ldb, c, z, ldc, b1, b2, b3, b4, b5, b6, b7,
+                         b8))  # fmt: skip
+        return True
+
+    def arrays(self, a, b, c) -> bool:
+        """``self(...)`` for CuPy arrays: False (nothing launched) unless ``a`` and ``b`` are
+        C-contiguous (``c``, a fresh array, is)."""
+        if not (a._c_contiguous and b._c_contiguous):
+            return False
+        return self(a, b, c, a.data.ptr, b.data.ptr)
+
+
+def _arg(v: int) -> Any:
+    """An int32 kernel argument, as the object CuPy's launch converts it to (NumPy's int32
+    where CuPy has no ``CScalar``)."""
+    try:
+        from cupy._core._scalar import CScalar
+    except ImportError:
+        return np.int32(v)
+    return CScalar(np.int32(v))
+
+
+def _pointer_arg() -> Any:
+    try:
+        from cupy.cuda.function import CIntptr
+    except ImportError:  # an older CuPy: a Python int goes as int64 (the same 8 bytes)
+        return int
+    return CIntptr
 
 
 ARRAYS = CupyArrays()
