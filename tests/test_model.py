@@ -319,3 +319,69 @@ def test_modelcheck_checks_a_calibration_before_it_is_copied(tmp_path, capsys):
     assert tiled and float(tiled[0].split("|")[8]) < 0.6  # measured / predicted halved
     (tmp_path / "bad.json").write_text("{}")
     assert modelcheck.main(["--calibration", str(tmp_path / "bad.json")]) == 2
+
+
+def test_staging_goes_through_the_shared_data_pipe_and_the_issue_count_follows_sass():
+    """Tiled 16x16x64 float32: per warp per K step 96 shared-load wavefronts, 8 store and 8
+    global-fill wavefronts (112, 1.75 per warp FMA), and 351 warp instructions in nvcc's
+    sm_90 SASS (the count TILED_STAGE_INSTR / TILED_STEP_INSTR come from; within 1%)."""
+    p = make_plan(2048, 2048, 2048, dtype="float32", kernel="tiled", device=H200,
+                  geometry=TUNED["tiled"], backend="cupy")  # fmt: skip
+    warp_fmas = p.flops / 64
+    shared = dict(p.level("shared memory").parts)
+    assert shared["loads"] / 128 == pytest.approx(1.5 * warp_fmas)
+    assert shared["stores"] / 128 == pytest.approx(0.125 * warp_fmas)
+    assert shared["global fills"] / 128 == pytest.approx(0.125 * warp_fmas)
+    assert p.level("issue").amount / warp_fmas == pytest.approx(351 / 64, rel=0.01)
+    # register.cl's transposed A stores: scalar stores at a stride of BM + pad words
+    reg = make_plan(2048, 2048, 2048, dtype="float32", kernel="register", device=H200,
+                    geometry=TUNED["register"], backend="cupy")  # fmt: skip
+    assert dict(reg.level("shared memory").parts)["stores"] > 0
+
+
+#: gemv on the H200 (/work/notes/b2/skinny_check.txt, CuPy, 2026-11-30): shape, tiles, ks, us
+GEMV_MEASURED = [
+    ((1, 8192, 8192), (1, 32, 1), 16, 67.8),
+    ((16384, 1, 16384), (1, 8, 1), 32, 249.9),
+    ((1, 4096, 4096), (1, 8, 1), 32, 24.7),
+    ((4096, 1, 4096), (1, 8, 1), 32, 20.1),
+]
+
+
+@pytest.mark.parametrize("shape,tiles,ks,us", GEMV_MEASURED)
+def test_gemv_is_the_matrix_read_once_from_dram_plus_the_launch(shape, tiles, ks, us):
+    m, n, k = shape
+    p = make_plan(m, n, k, dtype="float32", kernel="naive", device=H200, backend="cupy",
+                  geometry=Geometry(tiles, (1, 1), (("gemv", 1), ("ks", ks))))  # fmt: skip
+    assert p.bound == "DRAM"
+    assert p.level("DRAM").amount == pytest.approx(4 * (m * k + k * n + m * n))
+    assert GPU_BAND[0] <= us * 1e-6 / p.predicted_seconds <= GPU_BAND[1]
+
+
+def test_gemv_steps_are_16_byte_vectors():
+    """gemv.cl: each item's K step loads one 16-byte vector (4 floats, 2 doubles) of the long
+    operand, so K / (KS x 4) steps per item (float32)."""
+    from tiledmm.warps import gemv_counts, gemv_shape
+
+    g = dict(m=1, n=8192, k=8192, bm=1, bn=32, kp=8192)
+    for s, gv in ((4, 4), (8, 2)):
+        gg = gemv_shape(g, {"ks": 16}, s)
+        c = gemv_counts(gg, s, "gemm-c")
+        assert gg["gv"] == gv and c.trips == 8192 // (16 * gv)
+        assert c.fma == gg["warps"] * c.trips * gv  # BM = 1 output row
+
+
+def test_batch_multiplies_every_level():
+    """``batch`` in the geometry (the planner passes it): B times the blocks, FLOPs and
+    bytes; a long launch's time grows by B."""
+    from tiledmm.hierarchy import gpu_levels
+
+    g = dict(m=4096, n=4096, k=4096, mp=4096, np=4096, kp=4096, bm=128, bn=128, bk=16,
+             tm=8, tn=8, gx=32, gy=32, threads=256, warps=8)  # fmt: skip
+    opts = {"vm": 4, "vn": 4, "pad": 4}
+    one = {lv.name: lv for lv in gpu_levels("register", g, 4, H200, "gemm-c", opts, 2, "float32")}
+    four = {lv.name: lv for lv in gpu_levels("register", dict(g, batch=4), 4, H200, "gemm-c",
+                                             opts, 2, "float32")}  # fmt: skip
+    for name in ("compute", "issue", "shared memory", "L2", "DRAM"):
+        assert four[name].amount == pytest.approx(4 * one[name].amount), name
+    assert four["issue"].seconds == pytest.approx(4 * one["issue"].seconds, rel=0.02)
