@@ -214,9 +214,11 @@ class _Fn:
     """A compiled kernel that records its launches (CuPy's ``Function`` call)."""
 
     def __init__(self, name):
-        self.name, self.calls = name, []
+        self.name, self.calls, self.streams = name, [], []
 
-    def __call__(self, grid, block, args):
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        assert shared_mem == 0
+        self.streams.append(stream)
         vals = [getattr(a, "value", a) for a in args]  # (CuPy's CScalar holds .value)
         self.calls.append((grid, block, [int(v) if isinstance(v, np.integer) else v
                                          for v in vals]))  # fmt: skip
@@ -244,7 +246,8 @@ def test_cupy_bound_launch_arguments(monkeypatch):
     # m, n, k, A, offset, lda, B, offset, ldb, C, offset, ldc, then one matrix's batch
     assert args == [13, 8, 12, 0x1000, 0, 12, 0x2000, 0, 8, 0x3000, 0, 8, 1, 0, 0, 0, 0, 0,
                     0, 0]  # fmt: skip
-    assert go(0x1000, 0x2004, 0x3000, 0x1000, 0x2004) and len(fns[False].calls) == 1
+    assert go(0x1000, 0x2004, 0x3000, 0x1000, 0x2004, "s") and len(fns[False].calls) == 1
+    assert fns[True].streams == [None] and fns[False].streams == ["s"]  # None: CuPy's current
     arrays = type("A", (), {})  # CuPy arrays: contiguity flag and address
     x, y, z = arrays(), arrays(), arrays()
     x._c_contiguous, y._c_contiguous = True, False

@@ -398,10 +398,10 @@ class _FakeBound:
     def __init__(self, cp, ok=True):
         self.cp, self.ok = cp, ok
 
-    def __call__(self, a, b, c, pa, pb):
+    def __call__(self, a, b, c, pa, pb, stream):
         assert (a, b) == (("ptr", pa), ("ptr", pb))
-        if self.ok:
-            self.cp.log.append(("bound", self.cp.stack[-1].ptr, a[1], b[1], c[1]))
+        if self.ok:  # (launched on ``stream``, whatever CuPy's current stream is)
+            self.cp.log.append(("bound", stream.ptr, a[1], b[1], c[1], self.cp.stack[-1].ptr))
         return self.ok
 
 
@@ -418,7 +418,7 @@ def test_cuda_entry_takes_the_bound_launch_where_it_applies(launch_stream):
         del _FakeBackend.bind
     a, b = _FakeTensor(0x1000), _FakeTensor(0x2000)
     r = e(a, b)  # one stream: raw pointers to the bound launch, no views, no run
-    assert cp.log == [("bound", 0, 0x1000, 0x2000, r.ptr)] and r.shape == (4, 2)
+    assert cp.log == [("bound", 0, 0x1000, 0x2000, r.ptr, 0)] and r.shape == (4, 2)
     assert cp.built == 0
     cp.log.clear()
     go.ok = False  # refused (e.g. misaligned operands the plan pads): the backend's run
@@ -432,16 +432,17 @@ def test_cuda_entry_takes_the_bound_launch_where_it_applies(launch_stream):
     assert e(a, b, out) is out  # out= may overlap an operand: the backend's run checks
     assert cp.log == [("run", 0, 0x1000, 0x2000, 0x5000)]
     cp.log.clear()
-    stream[0] = 0x77  # a torch side stream that is not CuPy's current one: switched, run
+    stream[0] = 0x77  # a torch side stream: launched there, CuPy's current one untouched
     r = e(a, b)
-    assert ("run", 0x77, 0x1000, 0x2000, r.ptr) in cp.log and len(cp.stack) == 1
+    assert cp.log == [("bound", 0x77, 0x1000, 0x2000, r.ptr, 0)] and len(cp.stack) == 1
     cp.log.clear()
-    cp.stack[0] = _FakeStream(cp, 0x77)  # CuPy's current stream is torch's side stream
+    go.ok = False  # the backend's run: on the side stream made CuPy's current one
     r = e(a, b)
     if launch_stream == "cupy":
-        assert cp.log == [("bound", 0x77, 0x1000, 0x2000, r.ptr)]
+        assert cp.log == [("run", 0x77, 0x1000, 0x2000, r.ptr)]
     else:  # the backend may launch on the legacy stream: events, then the backend's run
         assert [x[0] for x in cp.log] == ["record", "wait", "run", "record", "wait"]
+    assert len(cp.stack) == 1
 
 
 # --------------------------------------------------------------------- GPUs (skipped here)

@@ -13,8 +13,9 @@ backend and the plan) and afterwards does only what each call must:
   from the caching allocator of the current stream; the cheapest of torch's allocation calls,
   whose Python argument parsing is most of their host cost), so it already is the caller's
   kind. A backend with a pre-bound launch (``bind(plan)``: the CuPy backend's ``Bound``, which
-  the CuPy-input hot path of :mod:`tiledmm.api` uses too) gets the three raw pointers;
-  otherwise it writes through CuPy views. Views of the three tensors are built over ``data_ptr()``
+  the CuPy-input hot path of :mod:`tiledmm.api` uses too) gets the three raw pointers and
+  torch's current stream, and launches there (nothing else is enqueued, so no stream switch
+  and no events, on any torch stream); otherwise the backend writes through CuPy views. Views of the three tensors are built over ``data_ptr()``
   (``cupy.cuda.UnownedMemory``, no owner) and kept per pointer: a view is a pure function of
   (pointer, shape, dtype, device), all fixed by the key but the pointer, so a loop over the same
   tensors, or over results the caching allocator hands out again, builds none;
@@ -173,7 +174,8 @@ class CudaEntry:
     call cannot take the fast path after all (another current device)."""
 
     __slots__ = ("cp", "be", "plan", "token", "tdt", "dev", "dt", "shapes", "idx", "views",
-                 "raw", "grad", "current", "on_cupy", "go", "ptr", "shape", "strides")  # fmt: skip
+                 "raw", "grad", "current", "on_cupy", "go", "ptr", "shape", "strides",
+                 "stream")  # fmt: skip
 
     def __init__(self, cp, torch, be, plan, token, tdt, dev, dt, shapes) -> None:
         self.cp, self.be, self.plan, self.token = cp, be, plan, token
@@ -188,6 +190,7 @@ class CudaEntry:
         self.ptr = getattr(self.go, "pointer", None)  # its kernel argument over an address
         self.shape = shapes[2][0]
         self.strides = (self.shape[1], 1)
+        self.stream = Handle(-1)  # torch's last current stream, for the bound launch
 
     def view(self, role: int, ptr: int) -> Any:
         d = self.views[role]
@@ -213,11 +216,15 @@ class CudaEntry:
             return None
         h = self.raw(idx)
         pa, pb, pr = a.data_ptr(), b.data_ptr(), r.data_ptr()
-        here = self.current().ptr == h and (not h or self.on_cupy)  # no switch, no events
-        if here and out is None and self.go is not None:
-            p = self.ptr  # (a fresh result overlaps neither operand)
-            if self.go(p(pa), p(pb), p(pr), pa, pb):
+        go = self.go
+        if go is not None and out is None:  # (a fresh result overlaps neither operand)
+            s = self.stream  # the launch goes to torch's stream itself: no switch, no events
+            if s.ptr != h:
+                s = self.stream = Handle(h)
+            p = self.ptr
+            if go(p(pa), p(pb), p(pr), pa, pb, s):
                 return r
+        here = self.current().ptr == h and (not h or self.on_cupy)  # no switch, no events
         da, db, dr = self.views
         va, vb, vr = da.get(pa), db.get(pb), dr.get(pr)  # (misses: built below)
         if va is None:

@@ -263,9 +263,10 @@ class CupyArrays:
 
 
 class Bound:
-    """One plan's launch for the plain case, built once: ``bound(a, b, c, pa, pb)`` runs
-    ``c = a @ b`` for C-contiguous ``a`` (m x k), ``b`` (k x n) and a C-contiguous ``c``
-    (m x n) that overlaps neither, on CuPy's current stream; ``a``, ``b``, ``c`` are what the
+    """One plan's launch for the plain case, built once: ``bound(a, b, c, pa, pb, stream)``
+    runs ``c = a @ b`` for C-contiguous ``a`` (m x k), ``b`` (k x n) and a C-contiguous ``c``
+    (m x n) that overlaps neither, on ``stream`` (an object with the raw handle as ``.ptr``;
+    None: CuPy's current stream; nothing else is enqueued); ``a``, ``b``, ``c`` are what the
     kernel takes (CuPy arrays, or :attr:`pointer` objects over raw addresses), ``pa``, ``pb``
     the addresses of ``a`` and ``b`` (their alignment picks the compiled variant). Returns
     False, launching nothing, when the operands are not 16-byte aligned and the plan pads
@@ -285,7 +286,7 @@ class Bound:
         self.args = tuple(_arg(v) for v in (m, n, k, 0, k, n, n) + launch.NOBATCH[1:])
         self.calls: list = [None, None]  # compiled launch: [unaligned, aligned]
 
-    def __call__(self, a, b, c, pa: int, pb: int) -> bool:
+    def __call__(self, a, b, c, pa: int, pb: int, stream: Any = None) -> bool:
         aligned = self.ld_ok and not (pa % 16 or pb % 16)
         if not aligned and self.pad:
             return False
@@ -295,7 +296,7 @@ class Bound:
         fn, grid, block = call
         m, n, k, z, lda, ldb, ldc, b1, b2, b3, b4, b5, b6, b7, b8 = self.args
         fn(grid, block, (m, n, k, a, z, lda, b, z, ldb, c, z, ldc, b1, b2, b3, b4, b5, b6, b7,
-                         b8))  # fmt: skip
+                         b8), 0, stream)  # fmt: skip
         return True
 
     def arrays(self, a, b, c) -> bool:
