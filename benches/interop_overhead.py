@@ -7,8 +7,10 @@ same kernel) on CuPy arrays. Each row (backends cupy, numba-cuda and the names c
 CuPy inputs, torch inputs through the fast path (``tiledmm.torchpath``: ``torch_us``), the same
 with the fast path off (the general bridge: ``torch_general_us``), both on a non-default torch
 stream, and Numba and JAX inputs. ``breakdown_us`` times the fast path's pieces on the cupy
-backend (key and checks, torch.empty against cupy.empty, a cached and a new CuPy view, the
-stream queries, the backend's run alone, a CuPy stream switch and the event pair) and ``profile``
+backend (key and checks, torch's allocation calls against cupy.empty, a cached and a new CuPy
+view, the stream queries, the backend's run alone against its pre-bound launch (``Bound``: the
+one both hot paths take, with torch pointers and with CuPy arrays), the API's CuPy-input hot
+path, a CuPy stream switch and the event pair) and ``profile``
 holds a cProfile of fast-path calls. Wall time over many calls with one synchronize per round
 (what an application pays), median of five rounds, microseconds. Prints JSON.
 """
@@ -26,7 +28,7 @@ import numpy as np
 from dispatch_overhead import per_call_us  # (a sibling script: benches/ is on sys.path)
 
 import tiledmm
-from tiledmm import arrays, torchpath
+from tiledmm import api, arrays, torchpath
 
 
 def breakdown(ta, tb, kern: str, sync) -> dict:
@@ -56,6 +58,13 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
         after.record(legacy)
         ext.wait_event(after)
 
+    go, ptr = e.go, e.ptr  # the pre-bound launch both hot paths use (None: the backend has none)
+    pa, pb, pr = ta.data_ptr(), tb.data_ptr(), vr.data.ptr
+    handle = torchpath.Handle(raw(0))
+    ca, cb = cp.asarray(va), cp.asarray(vb)
+    tiledmm.matmul(ca, cb, backend="cupy", kernel=kern)  # (api's hot path learns the key)
+    hot = api._fast.get(api._fast_key("cupy", kern, ca, cb))
+
     pieces = {
         "fast_path_total": lambda: torchpath.matmul(ta, tb, "cupy", kern),
         "key_and_lookup (torchpath.entry)": lambda: torchpath.entry(ta, tb, "cupy", kern),
@@ -68,18 +77,33 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
         "backend.device_key": e.be.device_key,
         "torch raw current stream": lambda: raw(0),
         "cupy current stream ptr": lambda: cp.cuda.get_current_stream().ptr,
-        "torch.empty (output)": lambda: torch.empty((n, n), dtype=ta.dtype, device=ta.device),
+        "torch.empty (output, before)": lambda: torch.empty(
+            (n, n), dtype=ta.dtype, device=ta.device
+        ),  # fmt: skip
+        "a.new_empty_strided (output)": lambda: ta.new_empty_strided((n, n), (n, 1)),
+        "torch.empty_strided (output)": lambda: torch.empty_strided(
+            (n, n), (n, 1), dtype=ta.dtype, device=ta.device
+        ),  # fmt: skip
         "cupy.empty (CuPy inputs' output)": lambda: cp.empty((n, n), np.float32),
+        "data_ptr + bound pointer arg (per operand)": lambda: ptr(ta.data_ptr()) if ptr else 0,
         "view, cached (per operand)": lambda: e.view(0, ta.data_ptr()),
         "view, built (per operand)": lambda: torchpath.view(
             cp, ta.data_ptr(), (n, n), np.dtype(np.float32), n * n * 4, 0
         ),
         "backend.run alone": lambda: e.be.run(e.plan, va, vb, vr),
+        "bound launch alone (pointers, torch stream)": (
+            (lambda: go(ptr(pa), ptr(pb), ptr(pr), pa, pb, handle)) if go else (lambda: None)
+        ),
+        "bound launch alone (CuPy arrays: api hot path)": (
+            (lambda: go.arrays(ca, cb, vr)) if go else (lambda: None)
+        ),
+        "api hot path, CuPy inputs": lambda: api._hot_path("cupy", kern, ca, cb),
         "CuPy stream enter+exit (external_stream)": entered,
         "event pair (side stream, backend not on CuPy's stream)": events,
     }
     out = {k: round(per_call_us(f, sync, calls=5000), 3) for k, f in pieces.items()}
     out["launch_stream"] = getattr(e.be, "launch_stream", "") or "(not declared)"
+    out["bound_launch"] = {"torch": go is not None, "cupy_hot_path": bool(hot and hot[5])}
     return out
 
 

@@ -15,11 +15,13 @@ backend and the plan) and afterwards does only what each call must:
   kind. A backend with a pre-bound launch (``bind(plan)``: the CuPy backend's ``Bound``, which
   the CuPy-input hot path of :mod:`tiledmm.api` uses too) gets the three raw pointers and
   torch's current stream, and launches there (nothing else is enqueued, so no stream switch
-  and no events, on any torch stream); otherwise the backend writes through CuPy views. Views of the three tensors are built over ``data_ptr()``
-  (``cupy.cuda.UnownedMemory``, no owner) and kept per pointer: a view is a pure function of
-  (pointer, shape, dtype, device), all fixed by the key but the pointer, so a loop over the same
-  tensors, or over results the caching allocator hands out again, builds none;
-- the launch goes to torch's current stream: when CuPy's current stream is another one, a
+  and no events, on any torch stream); otherwise the backend writes through CuPy views.
+  Views of the three tensors are built over ``data_ptr()`` (``cupy.cuda.UnownedMemory``, no
+  owner) and kept per pointer: a view is a pure function of (pointer, shape, dtype, device),
+  all fixed by the key but the pointer, so a loop over the same tensors, or over results the
+  caching allocator hands out again, builds none;
+- without a bound launch (or for ``out=``, which may overlap an operand: the backend's run
+  checks), the launch goes to torch's current stream: when CuPy's current stream is another one, a
   cached CuPy stream over torch's handle (:func:`external_stream`) is made current around it. A
   backend that does not declare ``launch_stream = "cupy"`` (it launches on CuPy's current
   stream) is, on a non-default torch stream, also ordered with two reused CUDA events (legacy
