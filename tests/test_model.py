@@ -78,9 +78,11 @@ def test_measured_ceilings_are_used_as_measured(monkeypatch):
     lv = p.level("shared memory")
     parts = dict(lv.parts)  # loads: 1.5 wavefronts of 128 B per warp FMA (64 FLOPs)
     assert parts["loads"] == pytest.approx(p.flops * 192 / 64)
-    # staging: each staged byte is stored once and filled once through the same data pipe
+    # staging: each staged byte is stored once, and filled (written, read out) through the
+    # same data pipe
     staged = (16 * 64 + 64 * 16) * 4 * (4096 // 16) ** 2 * (4096 // 64)  # 16x16x64 tiles
-    assert parts["stores"] == parts["global fills"] == pytest.approx(staged)
+    assert parts["stores"] == pytest.approx(staged)
+    assert parts["global fills"] == pytest.approx(2 * staged)
     assert lv.amount == pytest.approx(sum(parts.values()))
     assert lv.seconds == pytest.approx(lv.amount / 30e12, rel=0.01)
 
@@ -226,9 +228,6 @@ KNOWN_OUTSIDE = {
     ("cupy", "register", "float32", (4096, 4096, 64)): _SMALL_GRID,
     ("opencl", "register", "float32", (1000, 3000, 777)): _SMALL_GRID,
     ("cupy", "register", "float64", (1024, 1024, 1024)): _F64_FEW_BLOCKS,
-    ("opencl", "register", "float64", (1024, 1024, 1024)): _F64_FEW_BLOCKS,
-    ("cupy", "register", "float64", (1000, 3000, 777)): _F64_FEW_BLOCKS,
-    ("opencl", "register", "float64", (1000, 3000, 777)): _F64_FEW_BLOCKS,
     ("opencl", "naive", "float32", (8192, 8192, 8192)): _NAIVE_LATENCY,
     ("cupy", "naive", "float64", (4096, 4096, 4096)): _NAIVE_LATENCY,
     ("opencl", "naive", "float64", (4096, 4096, 4096)): _NAIVE_LATENCY,
@@ -322,8 +321,9 @@ def test_modelcheck_checks_a_calibration_before_it_is_copied(tmp_path, capsys):
 
 
 def test_staging_goes_through_the_shared_data_pipe_and_the_issue_count_follows_sass():
-    """Tiled 16x16x64 float32: per warp per K step 96 shared-load wavefronts, 8 store and 8
-    global-fill wavefronts (112, 1.75 per warp FMA), and 351 warp instructions in nvcc's
+    """Tiled 16x16x64 float32: per warp per K step 96 shared-load wavefronts, 8 store and
+    2 x 8 global-fill wavefronts (write into the SRAM, read out: 120, 1.875 per warp FMA),
+    and 351 warp instructions in nvcc's
     sm_90 SASS (the count TILED_STAGE_INSTR / TILED_STEP_INSTR come from; within 1%)."""
     p = make_plan(2048, 2048, 2048, dtype="float32", kernel="tiled", device=H200,
                   geometry=TUNED["tiled"], backend="cupy")  # fmt: skip
@@ -331,7 +331,7 @@ def test_staging_goes_through_the_shared_data_pipe_and_the_issue_count_follows_s
     shared = dict(p.level("shared memory").parts)
     assert shared["loads"] / 128 == pytest.approx(1.5 * warp_fmas)
     assert shared["stores"] / 128 == pytest.approx(0.125 * warp_fmas)
-    assert shared["global fills"] / 128 == pytest.approx(0.125 * warp_fmas)
+    assert shared["global fills"] / 128 == pytest.approx(0.25 * warp_fmas)
     assert p.level("issue").amount / warp_fmas == pytest.approx(351 / 64, rel=0.01)
     # register.cl's transposed A stores: scalar stores at a stride of BM + pad words
     reg = make_plan(2048, 2048, 2048, dtype="float32", kernel="register", device=H200,

@@ -28,8 +28,8 @@ from .device import DeviceSpec
 from .dram import L2_SHARED_FRACTION as L2_SHARED_FRACTION  # re-exported: these lived here
 from .dram import LOCKSTEP_BLOCKS as LOCKSTEP_BLOCKS
 from .dram import dram_key, dram_traffic, dram_traffic_cached, miss_fraction
-from .warps import SHARED_REQUEST_THREADS as SHARED_REQUEST_THREADS  # re-exported
 from .warps import (
+    FILL_ACCESSES,
     WARP,
     WAVEFRONT,
     gemv_counts,
@@ -38,6 +38,7 @@ from .warps import (
     shared_wavefronts,
     staged_counts,
 )
+from .warps import SHARED_REQUEST_THREADS as SHARED_REQUEST_THREADS  # re-exported
 
 __all__ = [
     "Level",
@@ -162,9 +163,10 @@ def gpu_levels(
     if kernel != "naive" and shared_bw:
         # one data pipe (the SRAM shared memory and L1 share, 128 B per clock) carries the
         # inner loop's shared loads, the staging's shared stores and the staged global loads'
-        # data (docs/model.md: what the shared probe's 32.7 TB/s delivers)
+        # lines: written into the SRAM when they return from L2, read out to the registers
+        # (docs/model.md: what the shared probe's 32.7 TB/s delivers)
         wf_rate = per_sm("shared memory", shared_bw) / WAVEFRONT
-        fills = counts.l1_wf if counts.store_wf else 0.0
+        fills = FILL_ACCESSES * counts.l1_wf if counts.store_wf else 0.0
         pipe_wf = counts.shared_wf + counts.store_wf + fills
         out.append(Level("shared memory", pipe_wf * blocks * WAVEFRONT,
                          dev.clocked("shared memory", shared_bw) * used / sms,

@@ -20,11 +20,16 @@ __all__ = [
     "WARP",
     "SECTOR",
     "WAVEFRONT",
+    "FILL_ACCESSES",
 ]
 
 WARP = 32
 SECTOR = 32  # bytes per L1/L2 sector
 WAVEFRONT = 128  # bytes one shared-memory / L1 wavefront delivers (32 banks x 4 B)
+#: Data-pipe wavefronts per 128 B of a global load that misses L1 (the staged tiles): the
+#: returning line is written into the shared/L1 SRAM (the fill), then read out to the
+#: registers. Not yet held against a counter (docs/model.md: l1tex__data_bank_writes/reads).
+FILL_ACCESSES = 2
 #: The tiled family's staging cost in warp instructions (nvcc 13.0, sm_90 SASS of tiled.cl,
 #: 16x16x64 float32 with vec_smem: 351 instructions per warp per K step, of which 148 are the
 #: main loop's 64 FFMA, 80 LDS and 4 loop/barrier instructions; docs/model.md).
