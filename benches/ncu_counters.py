@@ -44,6 +44,10 @@ METRICS = (
     # warp instructions issued: the model's "shared memory" and "issue" levels (docs/model.md)
     "l1tex__data_pipe_lsu_wavefronts.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    # the SRAM's own accesses: a staged global line is written on its return (a bank write)
+    # and read out (a bank read); the model counts both (warps.FILL_ACCESSES, docs/model.md)
+    "l1tex__data_bank_reads.sum",
+    "l1tex__data_bank_writes.sum",
     "smsp__inst_executed.sum",
     "sm__cycles_elapsed.avg.per_second",
     "gpu__time_duration.sum",
