@@ -109,6 +109,8 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1) -> Plan:
     device = be.device()
     geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k, batch))
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
+    if fam == "register" and device.is_gpu and block_tile is None and thread_tile is None:
+        geo = tuning.fit_grid(geo, m, n, device.compute_units, batch)
     geo = tuning.resolve_split(geo, m, n, k, device.compute_units, batch)
     if block_tile is not None or thread_tile is not None:
         base = geo

@@ -38,6 +38,7 @@ __all__ = [
     "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
     "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
     "device_arch", "select", "measured_families", "export", "auto_split", "resolve_split",
+    "fit_grid",
 ]  # fmt: skip
 
 #: The shape classes, most specific first (issue 11's per-class geometry uses the same names).
@@ -330,6 +331,33 @@ def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int =
     while blocks * s < 2 * max(1, sms) and k // (2 * s) >= MIN_SLICE and s < MAX_SPLIT:
         s *= 2
     return s
+
+
+#: Fewer blocks than this per SM: the register tile is halved along N (see :func:`fit_grid`).
+SMALL_GRID_BLOCKS_PER_SM = 1.5
+
+
+def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometry:
+    """``geo`` with its register tile halved along N (block and thread tile) when its grid
+    leaves SMs idle: fewer than ``SMALL_GRID_BLOCKS_PER_SM`` blocks per SM. One wave of
+    half-size blocks spreads the same work over twice the SMs, and the halved tile keeps the
+    threads per block. Measured on the H200 (benches/tile_choice.py, both CuPy and OpenCL):
+    128x64 beats 128x128 at 1024^3 (0.91 / 1.03 of cuBLAS against 0.54 / 0.57),
+    257x4097x1031 and 1000x3000x777; from 2048^3 (1.9 blocks per SM) 128x128 wins. Only
+    the shared C sources' register tiles (their ``vn`` option; measured there); tiles with a
+    split-K, or already narrower than 128, are left alone."""
+    bm, bn, bk = geo.block_tile
+    tm, tn = geo.thread_tile
+    opts = dict(geo.options)
+    if "vn" not in opts or bn < 128 or tn < 4 or tn % 2 or opts.get("split_k", 1) not in (1, "1"):
+        return geo
+    blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
+    if blocks >= SMALL_GRID_BLOCKS_PER_SM * max(1, sms):
+        return geo
+    opts["vn"] = min(int(opts["vn"]), tn // 2)
+    note = f"{geo.source}; halved to {bm}x{bn // 2} for a grid of {blocks} blocks on {sms} SMs"
+    return replace(geo, block_tile=(bm, bn // 2, bk), thread_tile=(tm, tn // 2),
+                   options=tuple(sorted(opts.items())), source=note)  # fmt: skip
 
 
 def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 1) -> Geometry:

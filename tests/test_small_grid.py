@@ -1,0 +1,60 @@
+"""The small-grid rule (issue 11): a register tile whose grid leaves SMs idle is halved."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import tiledmm
+from tiledmm import Geometry, dispatch, tuning
+from tiledmm.device import reference_h200
+
+REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
+BIG = Geometry((128, 128, 16), (8, 8), REG, source="test")
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "batch", "halved"),
+    [(1024, 1024, 1, True), (1000, 3000, 1, True), (257, 4097, 1, True),
+     (2048, 2048, 1, False), (4095, 4095, 1, False), (512, 512, 32, False),
+     (512, 512, 2, True)],
+)  # fmt: skip
+def test_halved_below_one_and_a_half_blocks_per_sm(m, n, batch, halved):
+    g = tuning.fit_grid(BIG, m, n, 132, batch)
+    blocks = -(-m // 128) * -(-n // 128) * batch
+    assert (blocks < 1.5 * 132) == halved
+    if halved:
+        assert g.block_tile == (128, 64, 16) and g.thread_tile == (8, 4)
+        assert dict(g.options)["vn"] == 4 and "halved to 128x64" in g.source
+    else:
+        assert g == BIG
+
+
+def test_left_alone_when_not_the_shared_register_tile():
+    narrow = Geometry((128, 64, 16), (8, 4), REG)
+    split = replace(BIG, options=tuple(sorted({**dict(REG), "split_k": 4}.items())))
+    numba_like = Geometry((128, 128, 8), (8, 8), (("layout", "strided"),))
+    for g in (narrow, split, numba_like):
+        assert tuning.fit_grid(g, 64, 64, 132) == g
+
+
+def test_vector_width_follows_the_halved_thread_tile():
+    g = Geometry((128, 128, 16), (8, 4), (("use_local", 1), ("vm", 4), ("vn", 4)))
+    h = tuning.fit_grid(g, 256, 256, 132)
+    assert h.thread_tile == (8, 2) and dict(h.options)["vn"] == 2
+
+
+def test_halved_plan_is_valid_on_the_h200():
+    dev = reference_h200()
+    g = tuning.fit_grid(BIG, 1024, 1024, dev.compute_units)
+    plan = tiledmm.make_plan(1024, 1024, 1024, dtype="float32", kernel="register",
+                             device=dev, geometry=g, backend="cupy")  # fmt: skip
+    assert plan.block_tile == (128, 64, 16) and plan.grid[0] * plan.grid[1] == 128
+
+
+def test_cpu_plans_keep_their_tiles():
+    """The rule is measured on GPUs only: CPU backends never see it."""
+    be = tiledmm.get_backend("numpy")
+    p = dispatch.plan_for(be, 64, 64, 64, "float32", "register")
+    assert "halved" not in p.geometry_source
