@@ -136,6 +136,8 @@ def main(args: argparse.Namespace) -> int:
     if args.dtype not in be.dtypes:
         raise ValueError(f"backend {be.name!r} runs {', '.join(be.dtypes)}, not {args.dtype}")
     fams = be.kernels if args.kernel == "all" else tuple(args.kernel.split(","))
+    if args.kernel == "all" and args.dtype == "float32":  # mma on float32 is TF32: never implied
+        fams = tuple(f for f in fams if f != "mma")
     for f in fams:
         if f not in KERNEL_FAMILIES or f not in be.kernels:
             raise ValueError(f"backend {be.name!r} has no {f!r} kernel; it has {be.kernels}")
