@@ -56,11 +56,18 @@ def cache_token() -> tuple[int, int]:
     return (registry.generation(), _epoch)
 
 
-def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1) -> str:
+def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
+                precision: str | None = None) -> str:  # fmt: skip
     """The family ``kernel="auto"`` runs on ``be`` for this product (one of a batch of
     ``batch``): the fastest measured family for its shape class where two or more are measured,
-    else the ladder (see the module docstring)."""
+    else the ladder (see the module docstring). ``precision="tf32"`` asks for tensor cores on
+    float32: only ``mma`` honours it."""
     rungs = [fam for fam in reversed(KERNEL_FAMILIES) if fam in be.kernels]
+    if precision is not None:
+        rungs = [fam for fam in rungs if fam == "mma"]
+        if not rungs:
+            raise PlanError(f"precision={precision!r} runs on tensor cores (kernel 'mma'), "
+                            f"which backend {be.name!r} does not have")  # fmt: skip
     if not rungs:
         raise PlanError(f"backend {be.name!r} declares no kernels")
     if len(rungs) == 1:
@@ -73,8 +80,8 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1)
     times = {}
     for fam in rungs:
         try:
-            times[fam] = plan_for(be, m, n, k, dtype, fam).predicted_seconds
-        except PlanError:  # a family whose tiles do not fit this device is no candidate
+            times[fam] = plan_for(be, m, n, k, dtype, fam, precision=precision).predicted_seconds
+        except PlanError:  # a family whose tiles do not fit this device (or dtype) is no candidate
             continue
     if not times:
         return rungs[0]  # let plan_for raise the family's own PlanError
@@ -92,30 +99,43 @@ def plan_for(
     block_tile: tuple[int, ...] | None = None,
     thread_tile: tuple[int, ...] | None = None,
     batch: int = 1,
+    precision: str | None = None,
 ) -> Plan:
     """The (cached) plan of one product (of a batch of ``batch``) on ``be``'s current device;
-    the batch size only decides the shape class, hence the tiles."""
+    the batch size only decides the shape class, hence the tiles. ``precision="tf32"``: float32
+    on tensor cores (the mma family; never implied)."""
     key = (cache_token(), be.name, be.device_key(), m, n, k, dtype, kernel,
-           block_tile, thread_tile, batch)  # fmt: skip
+           block_tile, thread_tile, batch, precision)  # fmt: skip
     hit = _plans.get(key)
     if hit is None:
-        hit = _plans.put(key, _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch))
+        hit = _plans.put(
+            key, _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch, precision)
+        )
     return hit
 
 
-def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1) -> Plan:
-    fam = auto_kernel(be, m, n, k, dtype, batch) if kernel == "auto" else kernel
+def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precision=None) -> Plan:
+    if precision not in (None, "tf32"):
+        raise PlanError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
+    if precision is not None and kernel not in ("auto", "mma"):
+        raise PlanError(f"precision={precision!r} runs on tensor cores: use kernel 'mma' or "
+                        f"'auto', not {kernel!r}")  # fmt: skip
+    fam = auto_kernel(be, m, n, k, dtype, batch, precision) if kernel == "auto" else kernel
     _check_kernel(be, fam)
     device = be.device()
     geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k, batch))
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
+    if precision is not None:  # only ever from the caller, never from a table
+        geo = replace(
+            geo, options=tuple(sorted({**dict(geo.options), "precision": precision}.items()))
+        )
     if fam == "register" and device.is_gpu and block_tile is None and thread_tile is None:
         geo = tuning.fit_grid(geo, m, n, device.compute_units, batch)
     geo = tuning.resolve_split(geo, m, n, k, device.compute_units, batch)
     if block_tile is not None or thread_tile is not None:
         base = geo
         bt = block_tile or base.block_tile
-        tt = thread_tile or (base.thread_tile if fam == "register" else (1, 1))
+        tt = thread_tile or (base.thread_tile if fam in ("register", "mma") else (1, 1))
         geo = Geometry(tuple(bt), tuple(tt), base.options, None, "requested")
     return make_plan(m, n, k, dtype=dtype, kernel=fam, device=device, geometry=geo, backend=be.name)
 
@@ -211,11 +231,13 @@ def plan(
     kernel: str = "auto",
     block_tile: tuple[int, int, int] | None = None,
     thread_tile: tuple[int, int] | None = None,
+    precision: str | None = None,
 ) -> Plan:
     """Plan C[m x n] = A[m x k] @ B[k x n] on a backend's current device.
 
     ``backend="auto"`` plans for the backend ``matmul`` would pick for host arrays;
-    ``kernel="auto"`` for the family ``matmul`` would run (see :func:`auto_kernel`).
+    ``kernel="auto"`` for the family ``matmul`` would run (see :func:`auto_kernel`);
+    ``precision="tf32"``: float32 on tensor cores (``mma``), only when asked for.
     """
     m, n, k = _size("m", m), _size("n", n), _size("k", k)
     try:
@@ -228,4 +250,4 @@ def plan(
     bt = _tile("block_tile", block_tile, 3, "BM, BN, BK")
     tt = _tile("thread_tile", thread_tile, 2, "TM, TN")
     be = resolve_backend(backend, dtype=dt, shape=(m, n, k), kernel=kernel)
-    return plan_for(be, m, n, k, dt, kernel, bt, tt)
+    return plan_for(be, m, n, k, dt, kernel, bt, tt, precision=precision)
