@@ -171,9 +171,9 @@ def gpu_levels(
         out.append(Level("shared memory", pipe_wf * blocks * WAVEFRONT,
                          dev.clocked("shared memory", shared_bw) * used / sms,
                          on_sm * pipe_wf / wf_rate,
-                         f"{pipe_wf / counts.fma:.3g} wavefronts per warp FMA "
-                         f"({counts.shared_wf / counts.fma:.3g} loads, "
-                         f"{(counts.store_wf + fills) / counts.fma:.3g} staging)",
+                         f"{pipe_wf / counts.fma:.3g} wavefronts per warp FMA: "
+                         f"{counts.shared_wf / counts.fma:.3g} loads, "
+                         f"{(counts.store_wf + fills) / counts.fma:.3g} staging",
                          parts=(("loads", counts.shared_wf * blocks * WAVEFRONT),
                                 ("stores", counts.store_wf * blocks * WAVEFRONT),
                                 ("global fills", fills * blocks * WAVEFRONT))),
