@@ -100,6 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         kernel=args.kernel,
         block_tile=args.block_tile,
         thread_tile=args.thread_tile,
+        precision=args.precision,
     )
     print(json.dumps(p.to_dict(), indent=2, default=str) if args.json else str(p))
     return 0
@@ -245,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", default="auto")
     s.add_argument("--kernel", default="auto", choices=["auto", *KERNEL_FAMILIES])
     s.add_argument("--block-tile", type=_tile, help="BMxBNxBK, e.g. 128x128x8")
-    s.add_argument("--thread-tile", type=_tile, help="TMxTN, e.g. 8x8")
+    s.add_argument("--thread-tile", type=_tile, help="TMxTN, e.g. 8x8 (mma: the warp tile)")
+    s.add_argument("--precision", choices=["tf32"], help="float32 on tensor cores (mma)")
     s.add_argument("--workers", type=int, help="plan chunks for a Dask cluster of W workers")
     s.add_argument("--worker-memory", help="per worker, e.g. 80GiB (default: this host's RAM)")
     s.add_argument("--link-bandwidth", help="into one worker, e.g. 25GB/s (default 10GB/s)")
