@@ -30,6 +30,23 @@ _SIM_SCRIPT = textwrap.dedent(
     from numba import cuda
     be = [b for b in tiledmm.backends() if b.name == "numba-cuda"][0]
     out = {"available": be.available, "reason": be.reason, "cases": []}
+    # the simulator does not warn: make each configuration warn as numba does on a GPU for a
+    # grid under 128 blocks (highlighted, as with colorama), and record what escapes
+    import warnings
+    from numba.cuda.simulator import kernel as simk
+    from tiledmm_backends.numba_cuda import engine as nbe
+    _configure, configs = simk.FakeCUDAKernel.__getitem__, []
+    def configure(self, conf):
+        g = conf[0] if isinstance(conf[0], tuple) else (conf[0],)
+        if int(np.prod(g)) < 128:
+            configs.append(1)
+            warnings.warn(nbe.PERF_WARNING("\x1b[1mGrid size %d will likely result in GPU "
+                          "under-utilization due to low occupancy.\x1b[0m" % np.prod(g)))
+        return _configure(self, conf)
+    simk.FakeCUDAKernel.__getitem__ = configure
+    _caught = warnings.catch_warnings(record=True)
+    seen = _caught.__enter__()
+    warnings.simplefilter("always")
     rng = np.random.default_rng(7)
     shapes = [(5, 7, 3), (17, 9, 13), (1, 20, 6), (9, 1, 4), (8, 8, 0), (48, 33, 40)]
 
@@ -126,6 +143,14 @@ _SIM_SCRIPT = textwrap.dedent(
     b = np.ones((2, 3), "float32")
     c = tiledmm.matmul(a, b, backend="numba-cuda", kernel="tiled")
     out["special"] = [str(v) for v in c[:, 0]]
+    small = [str(w.message) for w in seen if "Grid size" in str(w.message)]
+    out["small_grid_configs"], out["small_grid_escaped"] = len(configs), small
+    @cuda.jit
+    def users_kernel(x):
+        x[0] = 1.0
+    users_kernel[1, 32]  # the user's own: it shows
+    out["small_grid_control"] = sum("Grid size" in str(w.message) for w in seen) - len(small)
+    _caught.__exit__(None, None, None)
     print("RESULT" + json.dumps(out))
     """
 )
@@ -301,8 +326,26 @@ def test_small_grid_warning_silenced_only_for_tiledmm_launches():
         with nb.small_grids_on_purpose():  # tiledmm's: silent; other warnings still show
             users_kernel[2, 32]
             warnings.warn(nb.PERF_WARNING("Host array used (another warning)"), stacklevel=1)
+            warnings.warn(nb.PERF_WARNING(_HIGHLIGHTED.format(5)), stacklevel=1)
         users_kernel[3, 32]  # the filter ends with the launch
+        warnings.warn(nb.PERF_WARNING(_HIGHLIGHTED.format(6)), stacklevel=1)
     msgs = [str(w.message) for w in seen]
     assert sum("Grid size 1 " in m for m in msgs) == 1 and sum("Grid size 3 " in m for m in msgs)
-    assert not any("Grid size 2 " in m for m in msgs)
-    assert any("another warning" in m for m in msgs)
+    assert not any("Grid size 2 " in m or "Grid size 5 " in m for m in msgs)
+    assert any("another warning" in m for m in msgs) and any("Grid size 6 " in m for m in msgs)
+
+
+#: numba's low-occupancy warning as numba words it where colorama is installed (highlighted)
+_HIGHLIGHTED = (
+    "\x1b[1mGrid size {} will likely result in GPU under-utilization due to low occupancy.\x1b[0m"
+)
+
+
+def test_simulated_launch_sites_configure_inside_the_filter(sim):
+    """Every launch configuration the simulator script makes (products of each family, out=,
+    strided copies, batches, the real-GPU geometry) is inside the scoped filter: the
+    script makes the simulator warn as numba does on a GPU (highlighted) for each small grid,
+    and counts what escapes; a configuration of its own outside the filter must show."""
+    assert sim["small_grid_configs"] > 20, sim["small_grid_configs"]  # the patch saw launches
+    assert sim["small_grid_escaped"] == [], sim["small_grid_escaped"][:3]
+    assert sim["small_grid_control"] == 1

@@ -81,8 +81,10 @@ def _perf_warning() -> type[Warning]:
 
 
 PERF_WARNING = _PERF = _perf_warning()
-#: numba's low-occupancy warning, raised when a launch is configured with under 128 blocks
-SMALL_GRID = r"Grid size \d+ will likely result in GPU under-utilization"
+#: numba's low-occupancy warning, raised when a launch is configured with under 128 blocks.
+#: Where colorama is installed numba highlights the text (``"\x1b[1mGrid size 1 ..."``), and a
+#: warnings filter matches from the message's start: hence the leading ``.*``.
+SMALL_GRID = r".*Grid size \d+ will likely result in GPU under-utilization"
 
 
 @contextlib.contextmanager
