@@ -1,0 +1,100 @@
+"""The tensor-core rung as users get it: ``kernel="mma"`` through tiledmm's planner and launch
+path, beside the vendor GEMM, as pytest-benchmark rows (issue 14).
+
+    python benches/mma_results.py --out benches/results/h200-mma.json
+    CUPY_TF32=1 python benches/mma_results.py --precision tf32 --out .../h200-mma-tf32.json
+
+``benches/mma.py`` screens tile configurations with its own builds; this script runs what the
+planner picks (the tuning database's tiles) for float64 and float16 through ``Backend.run``,
+checked first (NaN-poisoned output, float64 reference), timed with device events after warm-up
+beside ``cupy.matmul`` on the same arrays. With ``--precision tf32`` it runs float32 on tensor
+cores against cuBLAS with TF32 enabled (set ``CUPY_TF32=1`` for the vendor); those rows carry
+``extra_info.precision = "tf32"`` (the report keeps them out of the IEEE float32 tables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+from pathlib import Path
+
+import tiledmm
+from tiledmm import dispatch, results
+from tiledmm.bench import (
+    Case,
+    Inputs,
+    Settings,
+    check_case,
+    extra_info,
+    measure_case,
+    time_fn,
+    vendor_result,
+)
+
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (1024, 1024, 1024), (4095, 4095, 4095),
+          (1000, 3000, 777), (2048, 2048, 2048)]  # fmt: skip
+
+
+def _measure(case: Case, plan, settings: Settings, vendor: dict, tf32: bool):
+    """(relative error, times); TF32 rounds inputs to 10 bits: judged against cuBLAS's TF32."""
+    if not tf32:
+        return measure_case(case, plan, settings)
+    err = check_case(case, plan)
+    if err > max(4 * vendor["rel_error"], 1e-3):
+        return err, []
+    be = case.backend
+    return err, time_fn(be, lambda: be.run(plan, case.A, case.B, case.out), settings)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="cupy")
+    p.add_argument("--dtypes", default="float64,float16")
+    p.add_argument("--precision", choices=["tf32"], help="float32 on tensor cores")
+    p.add_argument("--out", default="h200-mma.json")
+    args = p.parse_args(argv)
+    if args.precision and os.environ.get("CUPY_TF32") != "1":
+        p.error("--precision tf32 compares with cuBLAS in TF32: set CUPY_TF32=1")
+    be = tiledmm.get_backend(args.backend)
+    dtypes = ["float32"] if args.precision else args.dtypes.split(",")
+    settings = Settings(budget=0.3, min_rounds=5, max_rounds=30, warmup=3)
+    rows = []
+    for dtype in dtypes:
+        for m, n, k in SHAPES:
+            case = Case(be, Inputs(m, n, k, dtype, seed=7))
+            try:
+                plan = dispatch.plan_for(be, m, n, k, dtype, "mma", precision=args.precision)
+                vendor = vendor_result(case, settings)
+                err, times = _measure(case, plan, settings, vendor, bool(args.precision))
+            except Exception as exc:  # noqa: BLE001 - one broken case must not end the run
+                print(f"{dtype} {m}x{n}x{k}: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            if not times:
+                print(f"{dtype} {m}x{n}x{k}: WRONG (relative error {err:.3g})", flush=True)
+                continue
+            info = extra_info(case, plan, err, statistics.median(times), vendor)
+            info.update(options=dict(plan.options), precision=args.precision or dtype)
+            rows.append(results.benchmark_entry(info, times, settings))
+            print(f"{dtype:8s} {m}x{n}x{k:<5d} {info['gflops'] / 1e3:8.2f} TFLOP/s = "
+                  f"{info['gflops'] / info['vendor_gflops']:.2f} of the vendor "
+                  f"({info['vendor_gflops'] / 1e3:.1f}); error {err:.2e} "
+                  f"(vendor {info['vendor_rel_error']:.2e}); predicted "
+                  f"{info['predicted_seconds'] * 1e3:.3f} ms, measured "
+                  f"{info['seconds'] * 1e3:.3f} ms; {plan.block_tile} {plan.thread_tile}",
+                  flush=True)  # fmt: skip
+    doc = {
+        "machine_info": results.machine_info([be]),
+        "commit_info": results.commit_info(),
+        "datetime": dt.datetime.now(dt.UTC).isoformat(),
+        "version": tiledmm.__version__,
+        "benchmarks": rows,
+    }
+    Path(args.out).write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
