@@ -75,6 +75,20 @@
 #ifndef KK_UNROLL
   #define KK_UNROLL 0
 #endif
+/* TF32 (MMA_KIND 4) input rounding: 1 every fragment register rounded by cvt.rna as it is
+ * loaded (sm_90 emulates cvt.rna with a compare and an add: two instructions per HMMA in the
+ * inner loop); 2 each thread rounds the pieces it copied in place in the stage tile, once, after
+ * its cp.async wait and before the barrier (ties away as cvt.rna; about a quarter of the
+ * conversions for 64x64 warp tiles, outside the HMMA stream); 0 the raw float32 bits, which the
+ * tensor core truncates. */
+#ifndef TF32_RNA
+  #define TF32_RNA 1
+#endif
+/* TF32_LDSM 1: A fragments by one ldmatrix.x4 each instead of four 4-byte shared loads (B has
+ * no 32-bit transposing ldmatrix: it keeps the 4-byte loads) */
+#ifndef TF32_LDSM
+  #define TF32_LDSM 0
+#endif
 #if KK_UNROLL == 1
   #define KK_LOOP _Pragma("unroll 1")
 #else
@@ -139,8 +153,14 @@ INLINE float tf32_round(const float f)
 #elif MMA_KIND == 3
   #define TO_ACC(x) bf2f(x)
   #define TO_OUT(x) out16(x)
-#else
+#elif TF32_RNA == 2 /* the stage tiles hold rounded values already (round_stage) */
+  #define TO_ACC(x) (x)
+  #define TO_OUT(x) (x)
+#elif TF32_RNA == 1
   #define TO_ACC(x) tf32_round(x)
+  #define TO_OUT(x) (x)
+#else /* truncation, as the tensor core reads raw float32 bits */
+  #define TO_ACC(x) U2F(F2U(x) & 0xffffe000u)
   #define TO_OUT(x) (x)
 #endif
 
@@ -372,14 +392,11 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 
 #elif MMA_PTX && MMA_KIND == 4
 
-/* TF32_RNA 1: inputs rounded to nearest (cvt.rna, as the issue asks; sm_90 emulates it with
- * a compare and an add); 0: the raw float32 bits, which the tensor core truncates. */
-  #ifndef TF32_RNA
-    #define TF32_RNA 1
-  #endif
+/* the fragment register of x: rounded here (TF32_RNA 1), already rounded in the stage tile (2)
+ * or truncated by the tensor core (0) */
 INLINE unsigned to_tf32(const float x)
 {
-  #if TF32_RNA
+  #if TF32_RNA == 1
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
@@ -395,11 +412,22 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
   UNROLL for (int kk = 0; kk < BK; kk += 8) {
     unsigned a[MI][4], b[NI][2];
     UNROLL for (int i = 0; i < MI; ++i) { /* a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) */
+  #if TF32_LDSM
+      /* the four 8x4-float blocks of the fragment are ldmatrix's four 8x8 b16 matrices: lane
+       * (g, t) gets word t of row g of each, exactly a0..a3 (rows 16 bytes, SA_LD 4 mod 32) */
+      const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 4);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
+    #if TF32_RNA == 1
+      UNROLL for (int q = 0; q < 4; ++q) a[i][q] = to_tf32(U2F(a[i][q]));
+    #endif
+  #else
       const LOCAL_PTR float *pa = as + (wr + i * 16 + g) * SA_LD + kk + t;
       a[i][0] = to_tf32(pa[0]);
       a[i][1] = to_tf32(pa[8 * SA_LD]);
       a[i][2] = to_tf32(pa[4]);
       a[i][3] = to_tf32(pa[8 * SA_LD + 4]);
+  #endif
     }
     UNROLL for (int j = 0; j < NI; ++j) { /* b0 (t, g), b1 (t+4, g) */
       const LOCAL_PTR float *pb = bs + (kk + t) * SB_LD + wc + j * 8 + g;
@@ -435,6 +463,48 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
       }
 }
 
+#endif
+
+/* ---------------------------------------------------------------- TF32 stage rounding */
+
+#if MMA_KIND == 4 && TF32_RNA == 2
+INLINE float rna_tf32(const float x)
+{
+  #if MMA_PTX && defined(TILEDMM_CUDA)
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return U2F(r);
+  #else
+  return tf32_round(x);
+  #endif
+}
+
+INLINE void round_piece(LOCAL_PTR float *p, const int v)
+{
+  if (v == 4) { /* one 16-byte chunk: rows and columns of pieces are 16-byte aligned */
+    float4 q = *(LOCAL_PTR float4 *)p;
+    q.x = rna_tf32(q.x);
+    q.y = rna_tf32(q.y);
+    q.z = rna_tf32(q.z);
+    q.w = rna_tf32(q.w);
+    *(LOCAL_PTR float4 *)p = q;
+  } else {
+    p[0] = rna_tf32(p[0]);
+  }
+}
+
+/* Round the pieces this thread copied into a stage (its copy plan: the same slots every stage;
+ * its own cp.async writes are visible to it after its wait, everyone's after the barrier). */
+INLINE void round_stage(LOCAL_PTR float *as, LOCAL_PTR float *bs, const int ar, const int ac,
+                        const int br, const int bc)
+{
+  UNROLL for (int l = 0; l < A_ITERS; ++l)
+    if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM)
+      round_piece(as + (ar + l * A_RSTEP) * SA_LD + ac, VA);
+  UNROLL for (int l = 0; l < B_ITERS; ++l)
+    if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK)
+      round_piece(bs + (br + l * B_RSTEP) * SB_LD + bc, VB);
+}
 #endif
 
 /* ---------------------------------------------------------------- the kernel */
@@ -500,6 +570,9 @@ KERNEL MMA_SIGNATURE
   int rd = 0, wt = STAGES - 1; /* stage read now, stage written next */
   for (int kt = 0; kt < kt_n; ++kt) {
     CP_WAIT(); /* tile kt has landed (this thread's copies) ... */
+#if MMA_KIND == 4 && TF32_RNA == 2
+    round_stage(As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, ar, ac, br, bc);
+#endif
     BARRIER(); /* ... everyone's, and everyone is done with the stage overwritten next */
     const int nxt = kt + STAGES - 1;
     if (nxt < kt_n)

@@ -77,14 +77,18 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 stages: int = 3, shape: tuple[int, int, int] | None = None,
                 aligned_a: bool = True, aligned_b: bool = True, group_m: int = 1,
                 scalar: bool = False, kk_unroll: int | None = None,
-                min_blocks: int | None = None) -> dict[str, int]:  # fmt: skip
+                min_blocks: int | None = None, tf32_round: int = 1,
+                tf32_ldsm: bool = False) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
     multiple of 16 bytes and a 16-byte aligned base): 16-byte ``cp.async`` copies, else one
     element per copy. ``scalar``: the plain-FMA micro-kernel even under CUDA (for testing).
     ``kk_unroll`` 1: one FK step at a time (default for f64: fewer registers, see mma.cl);
-    ``min_blocks``: resident blocks per SM the register allocation must allow."""
+    ``min_blocks``: resident blocks per SM the register allocation must allow.
+    TF32 only: ``tf32_round`` 1 rounds every fragment register (cvt.rna in the inner loop), 2 each
+    thread rounds the pieces it copied once per stage (in shared memory, before the barrier), 0
+    truncates (the raw float32 bits); ``tf32_ldsm``: A fragments by ldmatrix.x4."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
     bad = check(kind, bm, bn, bk, warps_m, warps_n, stages, shape)
     if bad:
@@ -101,6 +105,10 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
     if kk_unroll is None:
         kk_unroll = int(kind == "f64")
+    if kind == "tf32":
+        if tf32_round not in (0, 1, 2):
+            raise ValueError(f"tf32_round must be 0, 1 or 2, not {tf32_round!r}")
+        extra |= {"TF32_RNA": int(tf32_round), "TF32_LDSM": int(tf32_ldsm)}
     return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
