@@ -198,6 +198,7 @@ def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> l
     reference H200 only (the device whose levels are on record); [] otherwise."""
     from .device import reference_h200
     from .modelcheck import plan_for_row
+    from .planner import PlanError
 
     dev = reference_h200()
     if device != dev.name:
@@ -223,7 +224,10 @@ def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> l
     ax.axhline(peak / 1e12, color="k", lw=1)
     for fam in sorted(pts, key=family_rank):
         r = pts[fam]
-        plan = plan_for_row(r, dev)
+        try:
+            plan = plan_for_row(r, dev)
+        except PlanError:  # a row whose geometry the planner cannot rebuild has no levels
+            continue
         y = r["gflops"] / 1e3
         got = [(lv.name, lv.intensity(plan.flops)) for lv in plan.levels
                if lv.name in _LEVEL_MARKERS and lv.amount]  # fmt: skip

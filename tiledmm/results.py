@@ -318,9 +318,10 @@ def ladder_row(r: dict) -> bool:
 def load(paths: list[str | Path]) -> list[dict]:
     """One row per (device, backend, kernel, dtype, shape); later files (sorted) win.
 
-    Benchmarks without tiledmm's ``extra_info`` are skipped; a malformed one, or a JSON object
-    without a ``benchmarks`` list, is ignored with a warning that says why; a file that is not
-    JSON or not an object raises ValueError."""
+    Benchmarks without tiledmm's ``extra_info`` are skipped, and so are TF32 rows (float32
+    inputs rounded to 10 bits on tensor cores: not the float32 the tables compare); a malformed
+    one, or a JSON object without a ``benchmarks`` list, is ignored with a warning that says
+    why; a file that is not JSON or not an object raises ValueError."""
     rows: dict[tuple, dict] = {}
     for path in sorted(str(p) for p in paths):
         benches, bad = read_benchmarks(path), []
@@ -334,6 +335,8 @@ def load(paths: list[str | Path]) -> list[dict]:
             e = b.get("extra_info") if isinstance(b, dict) else None
             if not isinstance(e, dict) or not set(ROW_KEYS) <= set(e) or "workers" in e:
                 continue  # (rows of a cluster run belong to the Dask report, docs/dask.md)
+            if e.get("precision") == "tf32":
+                continue  # float32 inputs on tensor cores are not IEEE float32 (docs/mma.md)
             why = row_problem(e)
             if why:
                 bad.append(f"benchmark {i} ({b.get('name', '?')}): {why}")
