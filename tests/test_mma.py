@@ -225,9 +225,13 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
 ]
 
 
+def _nvcc_id(c) -> str:
+    extra = "".join(f"-{k}{int(v)}" for k, v in (c[6:] or [{}])[0].items())
+    return f"{c[0]}-{c[1][0]}x{c[1][1]}/{c[2][0]}x{c[2][1]}{extra}"
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("cfg", NVCC, ids=lambda c: f"{c[0]}-{c[1][0]}x{c[1][1]}/{c[2][0]}x{c[2][1]}"
-                         + "".join(f"-{k}{int(v)}" for k, v in (c[6:] or [{}])[0].items()))
+@pytest.mark.parametrize("cfg", NVCC, ids=_nvcc_id)
 def test_cuda_mma_compiles(cfg, tmp_path):
     """The PTX path as NVRTC gets it (no host headers), sm_90, no warnings, no spills."""
     kind, (bm, bn, bk), (wm, wn), st, shape, al, *extra = cfg
