@@ -349,3 +349,43 @@ def test_simulated_launch_sites_configure_inside_the_filter(sim):
     assert sim["small_grid_configs"] > 20, sim["small_grid_configs"]  # the patch saw launches
     assert sim["small_grid_escaped"] == [], sim["small_grid_escaped"][:3]
     assert sim["small_grid_control"] == 1
+
+
+def test_fast_launch_packs_pointers_sizes_and_cached_scalars(monkeypatch):
+    """The fast launch path (real GPUs only) against stand-ins: each operand as Numba's array
+    struct (pointer from a Numba array's memory object, not its interface dict), the ten
+    uint32 scalars made once per shape and batch."""
+    pytest.importorskip("numba.cuda")
+    from types import SimpleNamespace
+
+    from tiledmm_backends.numba_cuda import engine as nb
+
+    class FakeND:  # a Numba device array: its address through gpu_data
+        def __init__(self, ptr, size):
+            self.gpu_data, self.size = SimpleNamespace(device_pointer=ptr), size
+
+        @property
+        def __cuda_array_interface__(self):
+            raise AssertionError("the interface dict is not needed")
+
+    class Other:  # anything else: its interface
+        def __init__(self, ptr, size):
+            self.size, self.__cuda_array_interface__ = size, {"data": (ptr, False)}
+
+    monkeypatch.setattr(nb, "_ND_TYPES", (FakeND,))
+    calls = []
+    lau = nb.Launcher.__new__(nb.Launcher)
+    lau._fast = (lambda stream, cfg, fn, *args: calls.append((cfg, args)), "s", "cfg", "fn")
+    lau.itemsize, lau._batched, lau._tails = 4, {}, {}
+    a, b, c = FakeND(0x1000, 6), Other(0x2000, 12), FakeND(0x3000, 8)
+    for _ in range(2):
+        lau(a, b, c, 2, 4, 3)
+    (cfg, args), (_, again) = calls
+    assert cfg == "cfg" and args[:21] == (0, 0, 6, 4, 0x1000, 6, 4, 0, 0, 12, 4, 0x2000, 12, 4,
+                                          0, 0, 8, 4, 0x3000, 8, 4)  # fmt: skip
+    assert [x.value for x in args[21:]] == [2, 4, 3, 1, 0, 0, 0, 0, 0, 0]
+    assert all(x is y for x, y in zip(args[21:], again[21:], strict=True))  # made once
+    a.gpu_data = None  # (no memory object: the interface decides)
+    a.__class__ = Other
+    a.__cuda_array_interface__ = {"data": (0x4000, False)}
+    assert nb._ptr(a) == 0x4000

@@ -75,11 +75,20 @@ def _is_cupy(x: Any) -> bool:
     return cp is not None and isinstance(x, cp.ndarray)
 
 
+def _is_numba(x: Any) -> bool:
+    nd = sys.modules.get("numba.cuda.cudadrv.devicearray")
+    return nd is not None and isinstance(x, nd.DeviceNDArrayBase)
+
+
 def _direct(x: Any) -> bool:
     """Whether the fast launch path takes ``x`` as it is: a C-contiguous CuPy array (its
     pointer and size are all a launch needs; ``cuda.as_cuda_array`` costs tens of
-    microseconds per operand on every call)."""
-    return _is_cupy(x) and x.flags.c_contiguous
+    microseconds per operand on every call). CuPy's ``_c_contiguous`` is read where it exists
+    (``flags`` builds an object per access)."""
+    if not _is_cupy(x):
+        return False
+    flag = getattr(x, "_c_contiguous", None)
+    return bool(x.flags.c_contiguous if flag is None else flag)
 
 
 class NumbaCudaBackend(Backend):
@@ -148,6 +157,8 @@ class NumbaCudaBackend(Backend):
     # ----------------------------------------------------------------- arrays
 
     def accepts(self, x: Any) -> bool:
+        if _is_cupy(x) or (not _simulating() and _is_numba(x)):
+            return True  # (without building their __cuda_array_interface__ dicts)
         if hasattr(x, "__cuda_array_interface__"):
             return True
         return _simulating() and type(x).__name__ == "FakeCUDAArray"

@@ -141,7 +141,21 @@ def load(spec: KernelSpec):
 
 
 def _ptr(x: Any) -> int:
+    """The device address of ``x``: a Numba array's from its memory object (its
+    ``__cuda_array_interface__`` builds a dict, a ctypes pointer and a contiguity check on
+    every access), anything else's from the interface."""
+    mem = getattr(x, "gpu_data", None) if type(x) in _ND_TYPES else None
+    if mem is not None:
+        return int(mem.device_pointer)
     return x.__cuda_array_interface__["data"][0]
+
+
+def _nd_types() -> tuple[type, ...]:
+    dev = getattr(cuda, "devicearray", None)
+    return tuple(t for t in (getattr(dev, "DeviceNDArray", None),) if isinstance(t, type))
+
+
+_ND_TYPES: tuple[type, ...] = () if SIMULATOR else _nd_types()
 
 
 def _cupy_ndarray() -> type | None:
@@ -173,6 +187,7 @@ class Launcher:
         self.dispatcher = load(spec)
         self.grid, self.block = (int(grid[0]), int(grid[1]), 1), (spec.threads, 1, 1)
         self._batched: dict[int, Any] = {}  # grid z -> launch configuration
+        self._tails: dict[tuple, list] = {}  # (m, n, k, batch) -> the c_uint32 arguments
         self.itemsize = np.dtype(spec.dtype).itemsize
         self._fast = None
         fast_ok = not SIMULATOR and ENGINE == "numba-cuda"  # binds numba-cuda's internals
@@ -222,8 +237,14 @@ class Launcher:
                 size = x.size
                 ptr = x.data.ptr if type(x) is _CUPY_ND[0] else _ptr(x)
                 args += (0, 0, size, s, ptr, size, s)
-            args += [ctypes.c_uint32(v) for v in (m, n, k) + tuple(bt[1:])]
-            launch(stream, cfg, fn, *args)
+            tail = self._tails.get((m, n, k, bt))
+            if tail is None:  # (made once per shape: ten ctypes objects cost ~1 us a call)
+                if len(self._tails) >= 64:
+                    self._tails.clear()
+                tail = self._tails[(m, n, k, bt)] = [
+                    ctypes.c_uint32(v) for v in (m, n, k) + tuple(bt[1:])
+                ]
+            launch(stream, cfg, fn, *args, *tail)
             return
         launch = self._configured
         if launch is None or bt is not NOBATCH:
