@@ -77,19 +77,101 @@ CONFIGS = {
         ("256x128x32/4x2/s3", "f16", 256, 128, 32, 4, 2, 3, None, {}),
         ("128x128x32/2x2/s4", "f16", 128, 128, 32, 2, 2, 4, None, {}),
         ("128x128x32/2x4/s4", "f16", 128, 128, 32, 2, 4, 4, None, {}),
+        # two blocks of 4 warps per SM (the best shape of the first H200 run), deeper or wider
+        ("128x128x64/2x2/s3", "f16", 128, 128, 64, 2, 2, 3, None, {}),
+        ("128x128x32/2x2/s5", "f16", 128, 128, 32, 2, 2, 5, None, {}),
+        ("128x128x32/2x2/s4/g16", "f16", 128, 128, 32, 2, 2, 4, None, {"group_m": 16}),
     ],
     "bf16": [
         ("128x256x32/2x4/s3", "bf16", 128, 256, 32, 2, 4, 3, None, {}),
         ("128x256x64/2x4/s3", "bf16", 128, 256, 64, 2, 4, 3, None, {}),
         ("128x128x32/2x2/s4", "bf16", 128, 128, 32, 2, 2, 4, None, {}),
+        ("128x128x64/2x2/s3", "bf16", 128, 128, 64, 2, 2, 3, None, {}),
+        ("128x128x32/2x2/s5", "bf16", 128, 128, 32, 2, 2, 5, None, {}),
     ],
+    # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rna: cvt.rna on every fragment register in the
+    # inner loop (2 instructions per element on sm_90); rs: rounded once per stage in shared
+    # memory by the thread that copied the piece; trunc: raw bits (the tensor core truncates);
+    # ldsm: A fragments by ldmatrix.x4 (1 instruction instead of 4); mb2: 2 blocks per SM.
     "tf32": [
-        ("128x256x16/2x4/s3", "tf32", 128, 256, 16, 2, 4, 3, None, {}),
-        ("128x256x16/2x4/s3/trunc", "tf32", 128, 256, 16, 2, 4, 3, None, {"defs": {"TF32_RNA": 0}}),
-        ("256x128x16/4x2/s3", "tf32", 256, 128, 16, 4, 2, 3, None, {}),
         ("128x256x32/2x4/s3", "tf32", 128, 256, 32, 2, 4, 3, None, {}),
-        ("128x128x32/2x4/s3", "tf32", 128, 128, 32, 2, 4, 3, None, {}),
-        ("128x128x16/2x2/s3", "tf32", 128, 128, 16, 2, 2, 3, None, {}),
+        ("128x256x32/2x4/s3/ldsm", "tf32", 128, 256, 32, 2, 4, 3, None, {"ldsm": 1}),
+        ("128x256x32/2x4/s3/rs/ldsm", "tf32", 128, 256, 32, 2, 4, 3, None, {"rna": 2, "ldsm": 1}),
+        (
+            "128x256x32/2x4/s3/trunc/ldsm",
+            "tf32",
+            128,
+            256,
+            32,
+            2,
+            4,
+            3,
+            None,
+            {"rna": 0, "ldsm": 1},
+        ),
+        ("128x256x32/2x4/s4/rs/ldsm", "tf32", 128, 256, 32, 2, 4, 4, None, {"rna": 2, "ldsm": 1}),
+        ("256x128x32/4x2/s3/rs/ldsm", "tf32", 256, 128, 32, 4, 2, 3, None, {"rna": 2, "ldsm": 1}),
+        (
+            "128x128x32/2x2/s3/mb2/ldsm",
+            "tf32",
+            128,
+            128,
+            32,
+            2,
+            2,
+            3,
+            None,
+            {"ldsm": 1, "min_blocks": 2},
+        ),
+        (
+            "128x128x32/2x2/s3/mb2/rs/ldsm",
+            "tf32",
+            128,
+            128,
+            32,
+            2,
+            2,
+            3,
+            None,
+            {"rna": 2, "ldsm": 1, "min_blocks": 2},
+        ),
+        (
+            "128x128x32/2x2/s3/mb2/trunc/ldsm",
+            "tf32",
+            128,
+            128,
+            32,
+            2,
+            2,
+            3,
+            None,
+            {"rna": 0, "ldsm": 1, "min_blocks": 2},
+        ),
+        (
+            "128x128x16/2x2/s4/mb2/rs/ldsm",
+            "tf32",
+            128,
+            128,
+            16,
+            2,
+            2,
+            4,
+            None,
+            {"rna": 2, "ldsm": 1, "min_blocks": 2},
+        ),
+        (
+            "128x128x32/2x4/s3/mb2/rs/ldsm",
+            "tf32",
+            128,
+            128,
+            32,
+            2,
+            4,
+            3,
+            None,
+            {"rna": 2, "ldsm": 1, "min_blocks": 2},
+        ),
+        ("128x256x16/2x4/s3/trunc", "tf32", 128, 256, 16, 2, 4, 3, None, {"rna": 0}),
     ],
 }
 # (shape, screen): screen shapes run every config; the others the best 3 of the first shape
@@ -133,7 +215,9 @@ class Runner:
             defs = ms.mma_defines(kind, bm, bn, bk, wm, wn, st, shape, aligned_a=aligned_a,
                                   aligned_b=aligned_b, group_m=extra.get("group_m", 8),
                                   kk_unroll=extra.get("kk_unroll"),
-                                  min_blocks=extra.get("min_blocks"))  # fmt: skip
+                                  min_blocks=extra.get("min_blocks"),
+                                  tf32_round=extra.get("rna", 1),
+                                  tf32_ldsm=bool(extra.get("ldsm")))  # fmt: skip
             defs.update(extra.get("defs", {}))
             t = time.monotonic()
             smem = ms.smem_bytes(defs)
@@ -321,6 +405,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
                 aligned=[defs["ALIGNED_A"], defs["ALIGNED_B"]], group_m=defs["GROUP_M"],
                 kk_unroll=defs["KK_UNROLL"], min_blocks=defs.get("MIN_BLOCKS"),
                 tf32_rna=defs.get("TF32_RNA", 1) if kind == "tf32" else None,
+                tf32_ldsm=defs.get("TF32_LDSM", 0) if kind == "tf32" else None,
                 cvta_asm=defs.get("SMEM_CVTA_ASM", 0),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -387,10 +472,10 @@ DEVICE = "unknown GPU"
 
 #: seconds of new work per kind (each kind runs in its own process: a CUDA error in one kind
 #: cannot take the others down, and a hard timeout ends a stuck one)
-BUDGET = {"f64": 80.0, "f16": 25.0, "bf16": 12.0, "tf32": 18.0}
+BUDGET = {"f64": 80.0, "f16": 25.0, "bf16": 18.0, "tf32": 40.0}
 
 
-def worker(kind: str, out: str, budget: float, screen_all: bool) -> int:
+def worker(kind: str, out: str, budget: float, screen_all: bool, only: str = "") -> int:
     """One kind in this process: rows (and failures) to ``out``."""
     global DEVICE
     import cupy as cp
@@ -401,7 +486,8 @@ def worker(kind: str, out: str, budget: float, screen_all: bool) -> int:
         f"CUPY_TF32={os.environ.get('CUPY_TF32')}")  # fmt: skip
     R = Runner(cp, budget)
     try:
-        run_kind(R, kind, SHAPES[kind], CONFIGS[kind], screen_all)
+        cfgs = [c for c in CONFIGS[kind] if only in c[0]]
+        run_kind(R, kind, SHAPES[kind], cfgs, screen_all)
     except Exception as exc:  # noqa: BLE001
         log(f"{kind} aborted: {exc}")
         traceback.print_exc()
@@ -428,6 +514,7 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every kind's budget")
     p.add_argument("--all", action="store_true", help="every config at every shape")
     p.add_argument("--no-opencl", action="store_true")
+    p.add_argument("--only", default="", help="configs whose name contains this (e.g. for ncu)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -435,14 +522,15 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps(opencl_attempt()))
         return 0
     if args.worker:
-        return worker(args.worker, args.out, args.budget, args.all)
+        return worker(args.worker, args.out, args.budget, args.all, args.only)
     R = Runner(None, 0.0)
     tmp = Path(tempfile.mkdtemp(prefix="mma-bench-"))
     for kind in args.kinds.split(","):
         budget = BUDGET.get(kind, 20.0) * args.scale
         part = tmp / f"{kind}.json"
-        why = _child(["--worker", kind, "--out", str(part), "--budget", str(budget)]
-                     + (["--all"] if args.all else []), budget + 45)  # fmt: skip
+        why = _child(["--worker", kind, "--out", str(part), "--budget", str(budget),
+                      "--only", args.only] + (["--all"] if args.all else []),
+                     budget + 45)  # fmt: skip
         if part.exists():
             got = json.loads(part.read_text())
             DEVICE = got["device"]
