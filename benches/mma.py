@@ -468,6 +468,7 @@ def opencl_attempt() -> dict:
 
 
 DEVICE = "unknown GPU"
+PROBE: dict = {}
 
 
 #: seconds of new work per kind (each kind runs in its own process: a CUDA error in one kind
@@ -514,6 +515,7 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every kind's budget")
     p.add_argument("--all", action="store_true", help="every config at every shape")
     p.add_argument("--no-opencl", action="store_true")
+    p.add_argument("--no-probe", action="store_true", help="skip benches/mma_probe.py")
     p.add_argument("--only", default="", help="configs whose name contains this (e.g. for ncu)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
@@ -525,6 +527,14 @@ def main(argv=None) -> int:
         return worker(args.worker, args.out, args.budget, args.all, args.only)
     R = Runner(None, 0.0)
     tmp = Path(tempfile.mkdtemp(prefix="mma-bench-"))
+    if not args.no_probe:  # the mma.sync ceiling (registers only): what any config can reach
+        part = tmp / "probe.json"
+        try:
+            subprocess.run([sys.executable, str(ROOT / "benches" / "mma_probe.py"), "--out",
+                            str(part)], timeout=90)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            log("mma_probe: killed after 90 s")
+        PROBE.update(json.loads(part.read_text()) if part.exists() else {"error": "no result"})
     for kind in args.kinds.split(","):
         budget = BUDGET.get(kind, 20.0) * args.scale
         part = tmp / f"{kind}.json"
@@ -582,7 +592,7 @@ def write(path: str, R: Runner, ocl) -> None:
         "datetime": dt.datetime.now(dt.UTC).isoformat(),
         "version": "benches/mma.py",
         "tiledmm": {"command": " ".join(sys.argv), "failures": R.failures,
-                    "opencl_inline_ptx": ocl},
+                    "opencl_inline_ptx": ocl, "mma_sync_ceiling": PROBE},
     }  # fmt: skip
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=1, default=float))

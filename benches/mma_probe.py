@@ -1,0 +1,106 @@
+"""The ``mma.sync`` ceiling of this GPU: warp MMAs on registers only, no memory traffic.
+
+    python benches/mma_probe.py [--out probe.json]     (benches/mma.py runs it too)
+
+Each warp issues ``ACC`` independent ``mma.sync`` per iteration on constant fragments, 8 warps
+per block, 4 blocks per SM: the rate the tensor cores give the synchronous warp instruction,
+which bounds every ``mma.cl`` configuration (Hopper's full rate needs ``wgmma``). Kinds: TF32
+m16n8k8, f16 m16n8k16 (f32 accumulate), f64 m16n8k8 (sm_90) and m8n8k4. Prints TFLOP/s and
+writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ACC = 8
+# kind -> (PTX op, A regs, B regs, C regs, FLOP per instruction, register letter, C type)
+OPS = {
+    "tf32": ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 4, 2, 4, 2048, "r", "float"),
+    "f16": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4, 2, 4, 4096, "r", "float"),
+    "f64_16x8x8": ("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64", 4, 2, 4, 2048, "d",
+                   "double"),
+    "f64_8x8x4": ("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64", 1, 1, 2, 512, "d", "double"),
+}  # fmt: skip
+
+
+def source(kind: str) -> str:
+    op, na, nb, nc, _, reg, ct = OPS[kind]
+    it = "double" if reg == "d" else "unsigned"
+    init = "1.0 + 1e-3 * threadIdx.x"
+    if reg != "d":
+        init = "__float_as_uint(1.0f + 1e-3f * threadIdx.x)"
+    regs = ", ".join(f"%{i}" for i in range(nc))
+    a = ", ".join(f"%{nc + i}" for i in range(na))
+    b = ", ".join(f"%{nc + na + i}" for i in range(nb))
+    cf = "d" if ct == "double" else "f"
+    outs = ", ".join(f'"+{cf}"(c[j][{e}])' for e in range(nc))
+    ins = ", ".join([f'"{reg}"(a[{i}])' for i in range(na)]
+                    + [f'"{reg}"(b[{i}])' for i in range(nb)])  # fmt: skip
+    return f"""
+extern "C" __global__ void __launch_bounds__(256) probe({ct} *out, int iters)
+{{
+  {ct} c[{ACC}][{nc}];
+  {it} a[{na}], b[{nb}];
+  for (int j = 0; j < {ACC}; ++j) for (int e = 0; e < {nc}; ++e) c[j][e] = 0;
+  for (int i = 0; i < {na}; ++i) a[i] = {init};
+  for (int i = 0; i < {nb}; ++i) b[i] = {init};
+  for (int t = 0; t < iters; ++t) {{
+#pragma unroll
+    for (int j = 0; j < {ACC}; ++j)
+      asm volatile("{op} {{{regs}}}, {{{a}}}, {{{b}}}, {{{regs}}};\\n" : {outs} : {ins});
+  }}
+  {ct} s = 0;
+  for (int j = 0; j < {ACC}; ++j) for (int e = 0; e < {nc}; ++e) s += c[j][e];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}}
+"""
+
+
+def measure(cp, kind: str, iters: int = 4096) -> dict:
+    fn = cp.RawKernel(source(kind), "probe")
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    sms = props["multiProcessorCount"]
+    blocks = 4 * sms
+    ct = cp.float64 if OPS[kind][6] == "double" else cp.float32
+    out = cp.empty(blocks * 256, dtype=ct)
+    args = (out, cp.int32(iters))
+    fn((blocks,), (256,), args)
+    cp.cuda.runtime.deviceSynchronize()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    best = float("inf")
+    for _ in range(5):
+        s.record()
+        fn((blocks,), (256,), args)
+        e.record()
+        e.synchronize()
+        best = min(best, cp.cuda.get_elapsed_time(s, e) / 1e3)
+    flops = OPS[kind][4] * ACC * iters * blocks * 8
+    return {"tflops": flops / best / 1e12, "seconds": best, "blocks": blocks,
+            "warps_per_block": 8, "independent_mma_per_warp": ACC, "op": OPS[kind][0]}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="")
+    args = p.parse_args(argv)
+    import cupy as cp
+
+    res = {}
+    for kind in OPS:
+        try:
+            res[kind] = measure(cp, kind)
+            print(f"mma.sync ceiling {kind:<11} {res[kind]['tflops']:8.1f} TFLOP/s", flush=True)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            res[kind] = {"error": str(exc)[-1500:]}
+            print(f"mma.sync ceiling {kind}: {exc}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
