@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -321,3 +322,104 @@ def test_model_default_fits_the_problem_and_requests_are_kept():
     geo = tiledmm.Geometry((128, 64, 16), (32, 32), base.options, None, "requested")
     p = make_plan(1024, 1024, 1024, dtype="float64", kernel="mma", device=H200, geometry=geo)
     assert p.block_tile == (128, 64, 16) and "fit" not in p.options
+
+
+# ------------------------------------------------------------------ OpenCL (NVIDIA, inline PTX)
+
+
+def _with_precision(geo, precision: str):
+    opts = {**dict(geo.options), "precision": precision}
+    return replace(geo, options=tuple(sorted(opts.items())))
+
+
+class _FakeCLDevice:
+    """What ``backends.opencl.mma.supports`` reads of a pyopencl device (hashable by id)."""
+
+    def __init__(self, gpu: bool, vendor: str, cc: tuple[int, int] | None) -> None:
+        import pyopencl as cl
+
+        self.type = cl.device_type.GPU if gpu else cl.device_type.CPU
+        self.vendor = vendor
+        self.extensions = "cl_khr_fp64" + (" cl_nv_device_attribute_query" if cc else "")
+        if cc:
+            self.compute_capability_major_nv, self.compute_capability_minor_nv = cc
+
+
+def test_opencl_mma_only_on_nvidia_cc80():
+    pytest.importorskip("pyopencl")
+    from tiledmm_backends.opencl import mma as clmma
+
+    assert clmma.supports(_FakeCLDevice(True, "NVIDIA Corporation", (9, 0)))
+    assert clmma.supports(_FakeCLDevice(True, "NVIDIA Corporation", (8, 0)))
+    assert not clmma.supports(_FakeCLDevice(True, "NVIDIA Corporation", (7, 5)))
+    assert not clmma.supports(_FakeCLDevice(True, "NVIDIA Corporation", None))  # cc unknown
+    assert not clmma.supports(_FakeCLDevice(True, "Advanced Micro Devices, Inc.", None))
+    assert not clmma.supports(_FakeCLDevice(False, "The pocl project", None))
+
+
+@pytest.mark.parametrize("kind", ["f64", "tf32"])
+def test_opencl_mma_tiles_fit_static_local_memory(kind):
+    """Every OpenCL mma geometry fits 48 KiB of static local memory (aligned or not) and plans
+    on an H200 as NVIDIA's OpenCL describes it (48 KiB shared per block)."""
+    pytest.importorskip("pyopencl")
+    from tiledmm_backends import nvidia
+    from tiledmm_backends.opencl import mma as clmma
+
+    dev = nvidia.device_spec("NVIDIA H200", (9, 0), dict(sms=132, clock_khz=1.98e6,
+                             bandwidth=4.8e12, shared_optin=48 * 1024, l2=50 << 20),
+                             launch_overhead=8e-6)  # fmt: skip
+    dtype = {"f64": "float64", "tf32": "float32"}[kind]
+    for bt, wt, st, _ in clmma.GEOMETRY[kind]:
+        for al in (True, False):
+            d = mma_spec.mma_defines(kind, *bt, bt[0] // wt[0], bt[1] // wt[1], st,
+                                     aligned_a=al, aligned_b=al)  # fmt: skip
+            assert mma_spec.smem_bytes(d) <= clmma.STATIC_LOCAL, (bt, st, al)
+    geo = clmma.geometry(dtype)
+    if kind == "tf32":
+        geo = _with_precision(geo, "tf32")
+    plan = make_plan(333, 257, 129, dtype=dtype, kernel="mma", device=dev, geometry=geo,
+                     backend="opencl")  # fmt: skip
+    assert plan.shared_bytes <= 48 * 1024 and plan.kernel == "mma"
+    assert K.mma_smem_bytes(K.mma_defines(plan, False, False)) == plan.shared_bytes
+
+
+@requires_backend("opencl")
+def test_opencl_offers_mma_only_where_supported():
+    from tiledmm_backends.opencl import mma as clmma
+
+    be = tiledmm.get_backend("opencl")
+    st = be.state()
+    assert ("mma" in be.kernels) == clmma.supports(st.dev)
+    if not clmma.supports(st.dev):  # PoCL in CI: the family is absent, a forced plan refused
+        plan = make_plan(40, 40, 40, dtype="float64", kernel="mma", device=H200,
+                         backend="opencl")  # fmt: skip
+        with pytest.raises(ValueError, match="NVIDIA"):
+            clmma.build(st, plan, True)
+
+
+@pytest.mark.gpu
+@requires_backend("opencl")
+def test_gpu_opencl_mma():
+    """float64 (DMMA) and TF32 through NVIDIA's OpenCL at odd shapes, NaN-poisoned output."""
+    import pyopencl.array as cla
+
+    be = tiledmm.get_backend("opencl")
+    if "mma" not in be.kernels:
+        pytest.skip("the OpenCL device is not an NVIDIA GPU of compute capability 8.0+")
+    q, rng = be.state().queue, np.random.default_rng()
+    for dtype, prec, tol in (("float64", None, 1e-13), ("float32", "tf32", 5e-3)):
+        for m, n, k in ((37, 53, 29), (130, 65, 131), (257, 129, 1000)):
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            geo = be.geometry("mma", dtype, be.device())
+            if prec:
+                geo = _with_precision(geo, prec)
+            plan = make_plan(m, n, k, dtype=dtype, kernel="mma", device=be.device(),
+                             geometry=geo, backend="opencl")  # fmt: skip
+            out = cla.to_device(q, np.full((m, n), np.nan, dtype=dtype))
+            be.run(plan, cla.to_device(q, a), cla.to_device(q, b), out)
+            got, ref = out.get().astype(np.float64), a.astype(np.float64) @ b.astype(np.float64)
+            err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+            assert np.isfinite(got).all() and err < tol, (dtype, m, n, k, err)
+            if prec:
+                assert err > 1e-6, err  # TF32, not IEEE float32

@@ -401,7 +401,7 @@ INLINE unsigned to_tf32(const float x)
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
   #else
-  return __float_as_uint(x);
+  return F2U(x);
   #endif
 }
 

@@ -390,6 +390,11 @@ def _spec_cached(dev) -> DeviceSpec:
     return device_spec(dev)
 
 
+from .mma import install as _install_mma  # noqa: E402 - the class must exist first
+
+_install_mma(OpenCLBackend, OpenCLState, ENV)  # mma on NVIDIA cc 8.0+ (backends/opencl/mma.py)
+
+
 @hookimpl
 def register_backends(register):
     register(OpenCLBackend())
