@@ -77,6 +77,22 @@ _SIM_SCRIPT = textwrap.dedent(
     r = tiledmm.matmul(cuda.to_device(a)[:, ::2], cuda.to_device(b), backend="numba-cuda",
                        kernel="register", out=view)
     case("strided", "register", "float32", 19, 22, 15, big.copy_to_host()[:, ::2], a[:, ::2], b)
+    # out= that is an operand (several blocks: a direct launch would read what others wrote),
+    # 2-D and batched
+    for fam in be.kernels:
+        for sa, sb, which in (((40, 40), (40, 40), "a"), ((33, 33), (33, 33), "b"),
+                              ((3, 12, 12), (3, 12, 12), "a")):
+            a = rng.standard_normal(sa).astype("float32")
+            b = rng.standard_normal(sb).astype("float32")
+            da, db = cuda.to_device(a), cuda.to_device(b)
+            r = tiledmm.matmul(da, db, backend="numba-cuda", kernel=fam,
+                               out=da if which == "a" else db)
+            got = r.copy_to_host()
+            want = np.matmul(a.astype(np.float64), b)
+            out["cases"].append(dict(tag="out-is-operand", fam=fam, dt="float32",
+                                     shape=list(sa + sb), err=float(np.abs(got - want).max()
+                                     / np.abs(want).max()), nan=bool(np.isnan(got).any()),
+                                     dtype=str(got.dtype)))
     # the real-GPU default geometry (128x128x8, 8x8) on one odd shape
     plan = tiledmm.plan(33, 130, 9, backend="numba-cuda", kernel="register",
                         block_tile=(128, 128, 8), thread_tile=(8, 8))
@@ -275,6 +291,16 @@ def test_device_spec_from_driver_attribute_names():
     spec = device_spec_from(FakeDevice())
     assert spec.name == "NVIDIA H200" and spec.compute_units == 132
     assert 60e12 < spec.peak("float32") < 70e12
+
+
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
+def test_simulator_out_is_an_operand(sim, fam):
+    """out= that is one of the operands (2-D and batched): computed through a temporary, not
+    launched into memory that other blocks still read."""
+    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"] == "out-is-operand"]
+    assert len(cases) == 3
+    for c in cases:
+        assert not c["nan"] and c["err"] < 1e-5, c
 
 
 @pytest.mark.parametrize("fam", NUMBA_FAMILIES)

@@ -272,12 +272,13 @@ class NumbaCudaBackend(Backend):
             )
         launch = self.launcher(plan)
         if launch.fast and _direct(a) and _direct(b) and _direct(out):
-            launch(a, b, out, m, n, k)  # CuPy arrays as they are: pointer and size only
-            return
+            if not nb.overlaps(out, a, b):  # (an out= that is an operand: through a temporary)
+                launch(a, b, out, m, n, k)  # CuPy arrays as they are: pointer and size only
+                return
         a = a if nb.is_numba_array(a) and a.is_c_contiguous() else _contig(a)
         b = b if nb.is_numba_array(b) and b.is_c_contiguous() else _contig(b)
         c = out if nb.is_numba_array(out) else nb.wrap(out)
-        if c.is_c_contiguous():
+        if c.is_c_contiguous() and not nb.overlaps(c, a, b):
             launch(a, b, c, m, n, k)
             return
         tmp = nb.device_array((m, n), c.dtype)
@@ -294,8 +295,8 @@ class NumbaCudaBackend(Backend):
         batch = tuple(out.shape)[:-2]  # (the simulator's shapes take no negative index)
         if not m or not n or 0 in batch:
             return True
-        if not all(nb.c_contiguous(x) for x in (a, b, out)):
-            return False
+        if not all(nb.c_contiguous(x) for x in (a, b, out)) or nb.overlaps(out, a, b):
+            return False  # (overlapping out: the per-matrix loop, each through a temporary)
         strides = [_batch_strides(tuple(x.shape), len(batch)) for x in (a, b, out)]
         if max(a.size, b.size, out.size) >= 1 << 32:
             return False

@@ -150,6 +150,35 @@ def _ptr(x: Any) -> int:
     return x.__cuda_array_interface__["data"][0]
 
 
+def span(x: Any) -> tuple[int, int] | None:
+    """The bytes ``[start, end)`` a C-contiguous array occupies (None: address unknown)."""
+    if type(x) is _CUPY_ND[0]:
+        p = x.data.ptr
+    elif SIMULATOR:  # (the simulator's arrays wrap a NumPy array)
+        ary = getattr(x, "_ary", None)
+        if ary is None:
+            return None
+        p = ary.__array_interface__["data"][0]
+    else:
+        try:
+            p = _ptr(x)
+        except (AttributeError, KeyError, TypeError):
+            return None
+    return p, p + x.size * x.dtype.itemsize
+
+
+def overlaps(out: Any, *xs: Any) -> bool:
+    """Whether C-contiguous ``out`` shares bytes with any of ``xs`` (also when unknown)."""
+    so = span(out)
+    if so is None:
+        return True
+    for x in xs:
+        sx = span(x)
+        if sx is None or (sx[0] < so[1] and so[0] < sx[1] and so[0] < so[1] and sx[0] < sx[1]):
+            return True
+    return False
+
+
 def _nd_types() -> tuple[type, ...]:
     dev = getattr(cuda, "devicearray", None)
     return tuple(t for t in (getattr(dev, "DeviceNDArray", None),) if isinstance(t, type))
