@@ -462,9 +462,55 @@ def opencl_attempt() -> dict:
                 res[tag] = {"ok": True, "ptx_has": has}
             except Exception as exc:  # noqa: BLE001
                 res[tag] = {"ok": False, "log": str(exc)[-3000:]}
+        res["timed"] = opencl_timed(cl, ctx)
     except Exception as exc:  # noqa: BLE001
         res["error"] = str(exc)[-2000:]
     return res
+
+
+#: what backends/opencl/mma.py runs (48 KiB of static local memory): (kind, tiles, warps, stages)
+OPENCL_TILES = [("f64", (64, 64, 16), (2, 2), 2), ("tf32", (64, 64, 32), (2, 2), 2)]
+
+
+def opencl_timed(cl, ctx, m: int = 4096) -> dict:
+    """The OpenCL backend's mma tiles at m^3 through NVIDIA's OpenCL: error on sampled rows
+    against a float64 host product, median seconds by profiling events (5 runs)."""
+    q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    rng = np.random.default_rng(5)
+    out: dict = {}
+    for kind, (bm, bn, bk), (wm, wn), st in OPENCL_TILES:
+        tag = f"{kind} {bm}x{bn}x{bk}/{wm}x{wn}/s{st} {m}^3"
+        try:
+            dt = np.float64 if kind == "f64" else np.float32
+            a, b = rng.standard_normal((m, m)).astype(dt), rng.standard_normal((m, m)).astype(dt)
+            d = ms.mma_defines(kind, bm, bn, bk, wm, wn, st, group_m=8)
+            prg = cl.Program(ctx, "#define MMA_PTX_OPENCL 1\n" + source(d)).build()
+            gemm = cl.Kernel(prg, "gemm")
+            mf = cl.mem_flags
+            ba = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+            bb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+            c = np.full((m, m), np.nan, dtype=dt)
+            bc = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+            i = np.int32
+            args = (i(m), i(m), i(m), ba, i(0), i(m), bb, i(0), i(m), bc, i(0), i(m), i(1),
+                    *(i(0),) * 7)  # fmt: skip
+            gsz, lsz = (m // bn * d["THREADS"], m // bm, 1), (d["THREADS"], 1, 1)
+            times = []
+            for _ in range(6):
+                ev = gemm(q, gsz, lsz, *args)
+                ev.wait()
+                times.append((ev.profile.end - ev.profile.start) * 1e-9)
+            cl.enqueue_copy(q, c, bc)
+            q.finish()
+            rows = rng.integers(0, m, 8)
+            ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+            err = float(np.linalg.norm(c[rows] - ref) / np.linalg.norm(ref))
+            sec = statistics.median(times[1:])
+            out[tag] = {"tflops": 2.0 * m**3 / sec / 1e12, "seconds": sec, "rel_error": err,
+                        "local_bytes": ms.smem_bytes(d)}  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            out[tag] = {"error": str(exc)[-2000:]}
+    return out
 
 
 DEVICE = "unknown GPU"
@@ -553,7 +599,7 @@ def main(argv=None) -> int:
     ocl = None
     if not args.no_opencl:
         part = tmp / "opencl.json"
-        why = _child(["--worker", "opencl", "--out", str(part)], 30)
+        why = _child(["--worker", "opencl", "--out", str(part)], 90)
         ocl = json.loads(part.read_text()) if part.exists() else {"ok": False, "log": why}
         log(f"OpenCL inline-PTX attempt: {json.dumps(ocl)[:4000]}")
     write(args.out, R, ocl)
