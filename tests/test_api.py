@@ -265,3 +265,69 @@ def test_cupy_bound_launch_refuses_what_run_must_do(monkeypatch):
     assert fns[True].calls == fns[False].calls == []
     for kw in ({"split_k": 4}, {"kernel": "mma"}, {"k": 0}, {"m": 2**16, "k": 2**16}):
         assert _bound(monkeypatch, **kw)[0] is None, kw
+
+
+class _Dev:
+    """A stand-in device array (host memory) for a registered stand-in device backend."""
+
+    def __init__(self, x):
+        self.x = x
+        self.shape, self.dtype, self.ndim = x.shape, x.dtype, x.ndim
+
+    def reshape(self, *shape):
+        return _Dev(self.x.reshape(*shape))
+
+    def __setitem__(self, idx, value):
+        self.x[idx] = value.x if isinstance(value, _Dev) else value
+
+
+def test_out_on_the_hot_path_for_device_arrays(rng):
+    from tiledmm import api, registry
+
+    class DevBackend(tiledmm.Backend):
+        name, kernels = "devstandin", ("naive",)
+        runs: list = []
+
+        def accepts(self, x):
+            return isinstance(x, _Dev)
+
+        def asarray(self, x, dtype):
+            return x if isinstance(x, _Dev) and x.dtype == dtype else _Dev(np.asarray(x, dtype))
+
+        def empty(self, shape, dtype, like=None):
+            return _Dev(np.full(shape, np.nan, dtype))
+
+        def to_numpy(self, x):
+            return x.x
+
+        def run(self, plan, a, b, out):
+            self.runs.append(out)
+            np.matmul(a.x, b.x, out=out.x)
+
+    try:
+        tiledmm.register_backend(DevBackend())
+        a, b = _Dev(rand(rng, (9, 5))), _Dev(rand(rng, (5, 7)))
+        out = _Dev(np.full((9, 7), np.nan, np.float32))
+        assert tiledmm.matmul(a, b, backend="devstandin", out=out) is out  # learns the key
+        calls = []
+        real = api._matmul
+        api._matmul = lambda *args, **kw: (calls.append(1), real(*args, **kw))[1]
+        try:
+            for _ in range(2):  # fresh operands and out of the same key: the hot path
+                a, b = _Dev(rand(rng, (9, 5))), _Dev(rand(rng, (5, 7)))
+                out = _Dev(np.full((9, 7), np.nan, np.float32))
+                assert tiledmm.matmul(a, b, backend="devstandin", out=out) is out
+                assert DevBackend.runs[-1] is out and calls == []
+                assert matmul_error(out.x, a.x, b.x) < 1e-5
+            for bad in (np.full((9, 7), np.nan, np.float32), _Dev(np.zeros((9, 7))),
+                        _Dev(np.zeros((7, 9), np.float32))):  # fmt: skip
+                try:  # host out, another dtype or shape: the full path's rules
+                    tiledmm.matmul(a, b, backend="devstandin", out=bad)
+                except ValueError:
+                    pass
+                assert calls, bad
+                calls.clear()
+        finally:
+            api._matmul = real
+    finally:
+        registry.reload()

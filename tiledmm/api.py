@@ -125,8 +125,10 @@ def matmul(
     if not ufunc_kwargs:  # first: 2-D products seen before (native types, or torch tensors)
         if type(a) in torchpath.TYPES:
             hit = torchpath.matmul(a, b, backend, kernel, out)
+        elif out is None:
+            hit = _hot_path(backend, kernel, a, b)
         else:
-            hit = _hot_path(backend, kernel, a, b) if out is None else None
+            hit = _hot_path_out(backend, kernel, a, b, out)
         if hit is not None:
             return hit
     kind = arrays.foreign(a, b, out, backend)  # None for NumPy, CuPy, lists, Dask: cheap
@@ -167,6 +169,26 @@ def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
     if go is None or not go.arrays(A, B, R):  # (the bound launch: contiguous operands)
         be.run(plan, A, B, R)
     return be.to_numpy(R) if host else R
+
+
+def _hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
+    """``out=`` on the hot path: a device array of ``a``'s type with the result's shape and
+    dtype is handed to the backend's ``run`` (which takes strided and overlapping outputs, as
+    the full path's direct case does), and returned; None on a miss (host arrays, other
+    shapes, dtypes or types: the full path's rules)."""
+    if type(out) is not type(a) or isinstance(out, np.ndarray):
+        return None
+    key = _fast_key(backend, kernel, a, b)
+    hit = _fast.get(key) if key is not None else None
+    if hit is None:
+        return None
+    be, plan, rdt, host, dkey, _ = hit
+    if host or out.dtype != rdt or tuple(out.shape) != (plan.m, plan.n):
+        return None
+    if be.device_key() != dkey:
+        return None
+    be.run(plan, be.asarray(a, rdt), be.asarray(b, rdt), out)
+    return out
 
 
 def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **ufunc_kwargs):
@@ -228,7 +250,7 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     R = out if direct else be.empty(tuple(batch) + (m, n), rdt, like=like)
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
-        if out is None and not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):
+        if not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):  # (out= or not)
             _remember(_fast_key(backend, kernel, a, b), (be, plan, rdt, host, be.device_key(),
                                                          bound(be, plan)))  # fmt: skip
     if direct:
