@@ -63,7 +63,7 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
     handle = torchpath.Handle(raw(0))
     ca, cb = cp.asarray(va), cp.asarray(vb)
     tiledmm.matmul(ca, cb, backend="cupy", kernel=kern)  # (api's hot path learns the key)
-    hot = api._fast.get(api._fast_key("cupy", kern, ca, cb))
+    hot = api._fast.get(api._fast_key("cupy", kern, ca, cb))  # (be, plan, ..., bound, native)
 
     pieces = {
         "fast_path_total": lambda: torchpath.matmul(ta, tb, "cupy", kern),

@@ -33,7 +33,9 @@ __all__ = ["matmul"]
 # The hot path: plain 2-D products of arrays without out=, keyed by everything that decides the
 # launch; entries hold the device key they were planned for, and the backend's pre-bound launch
 # (``bind(plan)``, an optional backend method: the CuPy backend's ``Bound``) or None.
-_fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any, Any]] = {}
+# The last field: whether the backend takes ``a``'s type as it is (``accepts``), so an ``out=``
+# of that type goes to its ``run`` directly (as the full path's direct case).
+_fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any, Any, bool]] = {}
 HOT_PATH_MAX = 4096
 
 
@@ -161,7 +163,7 @@ def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
     hit = _fast.get(key) if key is not None else None
     if hit is None:
         return None
-    be, plan, rdt, host, dkey, go = hit
+    be, plan, rdt, host, dkey, go, _ = hit
     if be.device_key() != dkey:
         return None
     R = be.empty((plan.m, plan.n), rdt, like=a)
@@ -182,8 +184,8 @@ def _hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
     hit = _fast.get(key) if key is not None else None
     if hit is None:
         return None
-    be, plan, rdt, host, dkey, _ = hit
-    if host or out.dtype != rdt or tuple(out.shape) != (plan.m, plan.n):
+    be, plan, rdt, host, dkey, _, native = hit
+    if host or not native or out.dtype != rdt or tuple(out.shape) != (plan.m, plan.n):
         return None
     if be.device_key() != dkey:
         return None
@@ -251,8 +253,8 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
         if not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):  # (out= or not)
-            _remember(_fast_key(backend, kernel, a, b), (be, plan, rdt, host, be.device_key(),
-                                                         bound(be, plan)))  # fmt: skip
+            entry = (be, plan, rdt, host, be.device_key(), bound(be, plan), be.accepts(a))
+            _remember(_fast_key(backend, kernel, a, b), entry)
     if direct:
         return out
     if out is not None:
