@@ -75,6 +75,17 @@
 #ifndef KK_UNROLL
   #define KK_UNROLL 0
 #endif
+/* COPY_AFTER: FK steps of the stage multiplied before the next stage's cp.async copies are
+ * issued (0: copies first, right after the barrier). The copies and ldmatrix are volatile asm,
+ * so with 0 every fragment load of the stage waits behind the copies in the memory pipe. */
+#ifndef COPY_AFTER
+  #define COPY_AFTER 0
+#endif
+#if COPY_AFTER * FK < BK
+  #define COPY_AT (COPY_AFTER * FK)
+#else
+  #define COPY_AT BK
+#endif
 /* TF32 (MMA_KIND 4) input rounding: 1 every fragment register rounded by cvt.rna as it is
  * loaded (sm_90 emulates cvt.rna with a compare and an add: two instructions per HMMA in the
  * inner loop); 2 each thread rounds the pieces it copied in place in the stage tile, once, after
@@ -334,10 +345,11 @@ INLINE void mma_f64(double c[CF], const double a[AF], const double b[BF])
 }
 
 INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                          const int k_lo, const int k_hi)
 {
   const int g = lane >> 2, t = lane & 3;
-  KK_LOOP for (int kk = 0; kk < BK; kk += FK) {
+  KK_LOOP for (int kk = k_lo; kk < k_hi; kk += FK) {
     double a[MI][AF], b[NI][BF];
     UNROLL for (int i = 0; i < MI; ++i) { /* one 8-byte load per register of the tuple */
       const LOCAL_PTR double *pa = as + (wr + i * FM + g) * SA_LD + kk;
@@ -364,9 +376,10 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
   #endif
 
 INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                          const int k_lo, const int k_hi)
 {
-  UNROLL for (int kk = 0; kk < BK; kk += 16) {
+  UNROLL for (int kk = k_lo; kk < k_hi; kk += 16) {
     unsigned a[MI][4], b[NI][2];
     UNROLL for (int i = 0; i < MI; ++i) {
       const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 8);
@@ -406,10 +419,11 @@ INLINE unsigned to_tf32(const float x)
 }
 
 INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                          const int k_lo, const int k_hi)
 {
   const int g = lane >> 2, t = lane & 3;
-  UNROLL for (int kk = 0; kk < BK; kk += 8) {
+  UNROLL for (int kk = k_lo; kk < k_hi; kk += 8) {
     unsigned a[MI][4], b[NI][2];
     UNROLL for (int i = 0; i < MI; ++i) { /* a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) */
   #if TF32_LDSM
@@ -449,7 +463,8 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 #else /* the scalar micro-kernel: same ownership, plain FMAs over the shared tiles */
 
 INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane)
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                          const int k_lo, const int k_hi)
 {
   const int g = lane >> 2, t = lane & 3;
   for (int i = 0; i < MI; ++i)
@@ -457,7 +472,7 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
       for (int e = 0; e < CF; ++e) {
         const int r = wr + i * FM + g + 8 * (e >> 1), c = wc + j * FN + 2 * t + (e & 1);
         acc_t s = acc[i][j][e];
-        for (int k = 0; k < BK; ++k)
+        for (int k = k_lo; k < k_hi; ++k)
           s = FMA(TO_ACC(as[r * SA_LD + k]), TO_ACC(bs[k * SB_LD + c]), s);
         acc[i][j][e] = s;
       }
@@ -575,11 +590,16 @@ KERNEL MMA_SIGNATURE
 #endif
     BARRIER(); /* ... everyone's, and everyone is done with the stage overwritten next */
     const int nxt = kt + STAGES - 1;
+#if COPY_AT > 0 /* the first COPY_AT FK steps' fragment loads go ahead of the copies */
+    compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane, 0, COPY_AT);
+#endif
     if (nxt < kt_n)
       load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
                  gb_step, b_n, ldb, K, nxt * BK, inside && (nxt + 1) * BK <= K, ar, ac, br, bc);
     CP_COMMIT();
-    compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane);
+#if COPY_AT < BK
+    compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane, COPY_AT, BK);
+#endif
     rd = rd + 1 == STAGES ? 0 : rd + 1;
     wt = wt + 1 == STAGES ? 0 : wt + 1;
   }

@@ -78,7 +78,7 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 aligned_a: bool = True, aligned_b: bool = True, group_m: int = 1,
                 scalar: bool = False, kk_unroll: int | None = None,
                 min_blocks: int | None = None, tf32_round: int = 1,
-                tf32_ldsm: bool = False) -> dict[str, int]:  # fmt: skip
+                tf32_ldsm: bool = False, copy_after: int = 0) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
@@ -88,7 +88,9 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     ``min_blocks``: resident blocks per SM the register allocation must allow.
     TF32 only: ``tf32_round`` 1 rounds every fragment register (cvt.rna in the inner loop), 2 each
     thread rounds the pieces it copied once per stage (in shared memory, before the barrier), 0
-    truncates (the raw float32 bits); ``tf32_ldsm``: A fragments by ldmatrix.x4."""
+    truncates (the raw float32 bits); ``tf32_ldsm``: A fragments by ldmatrix.x4.
+    ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
+    (0: right after the barrier, ahead of every fragment load)."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
     bad = check(kind, bm, bn, bk, warps_m, warps_n, stages, shape)
     if bad:
@@ -103,6 +105,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     sa, sb = leading_dims(kind, bk, bn, fk)
     es = ELEM_BYTES[kind]
     extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
+    if copy_after:
+        extra["COPY_AFTER"] = int(copy_after)
     if kk_unroll is None:
         kk_unroll = int(kind == "f64")
     if kind == "tf32":
