@@ -231,8 +231,16 @@ def _bound(monkeypatch, m=13, n=8, k=12, dtype="float32", pad=False, **opts):
     monkeypatch.setattr(cc.ARRAYS, "device_id", lambda: 0)
     monkeypatch.setattr(cc.K, "pad_pays", lambda plan: pad)
     fns = {True: _Fn("aligned"), False: _Fn("unaligned")}
+
+    def raw_kernel(al):  # CuPy's RawKernel: keywords only; the launch uses its .kernel
+        def call(grid, block, args, **kwargs):
+            raise AssertionError("RawKernel.__call__ used")
+
+        call.kernel = fns[al]
+        return call
+
     be = cc.CupyBackend()
-    be.launches = SimpleNamespace(get=lambda plan, dev, al: (fns[al], (2, 3), (16, 16)))
+    be.launches = SimpleNamespace(get=lambda plan, dev, al: (raw_kernel(al), [2, 3], (16, 16)))
     plan = SimpleNamespace(kernel=opts.pop("kernel", "tiled"), dtype=dtype, m=m, n=n, k=k,
                            options=opts)  # fmt: skip
     return be.bind(plan), fns

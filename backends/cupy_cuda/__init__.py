@@ -292,7 +292,11 @@ class Bound:
             return False
         call = self.calls[aligned]
         if call is None:
-            call = self.calls[aligned] = self.launches.get(self.plan, self.dev, aligned)
+            fn, grid, block = self.launches.get(self.plan, self.dev, aligned)
+            # CuPy's Function behind the RawKernel, for this device (the kernel's own call takes
+            # keywords only and looks the device's Function up on every launch)
+            fn = getattr(fn, "kernel", fn)
+            call = self.calls[aligned] = (fn, tuple(grid), tuple(block))
         fn, grid, block = call
         m, n, k, z, lda, ldb, ldc, b1, b2, b3, b4, b5, b6, b7, b8 = self.args
         fn(grid, block, (m, n, k, a, z, lda, b, z, ldb, c, z, ldc, b1, b2, b3, b4, b5, b6, b7,
