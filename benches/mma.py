@@ -69,6 +69,18 @@ CONFIGS = {
         ("64x64x16/2x2/16x8x8/s3/mb3", "f64", 64, 64, 16, 2, 2, 3, (16, 8, 8), {"min_blocks": 3}),
         ("64x64x32/2x2/16x8x8/s3", "f64", 64, 64, 32, 2, 2, 3, (16, 8, 8), {}),
         ("128x64x32/4x2/16x8x8/s3", "f64", 128, 64, 32, 4, 2, 3, (16, 8, 8), {}),
+        (
+            "128x64x16/4x2/16x8x8/s3/mb2/ca1",
+            "f64",
+            128,
+            64,
+            16,
+            4,
+            2,
+            3,
+            (16, 8, 8),
+            {"min_blocks": 2, "ca": 1},
+        ),
     ],
     "f16": [
         ("128x256x32/2x4/s3", "f16", 128, 256, 32, 2, 4, 3, None, {}),
@@ -81,6 +93,9 @@ CONFIGS = {
         ("128x128x64/2x2/s3", "f16", 128, 128, 64, 2, 2, 3, None, {}),
         ("128x128x32/2x2/s5", "f16", 128, 128, 32, 2, 2, 5, None, {}),
         ("128x128x32/2x2/s4/g16", "f16", 128, 128, 32, 2, 2, 4, None, {"group_m": 16}),
+        ("128x128x32/2x2/s4/ca1", "f16", 128, 128, 32, 2, 2, 4, None, {"ca": 1}),
+        ("128x128x64/2x2/s3/ca1", "f16", 128, 128, 64, 2, 2, 3, None, {"ca": 1}),
+        ("128x256x32/2x4/s4/ca1", "f16", 128, 256, 32, 2, 4, 4, None, {"ca": 1}),
     ],
     "bf16": [
         ("128x256x32/2x4/s3", "bf16", 128, 256, 32, 2, 4, 3, None, {}),
@@ -88,6 +103,8 @@ CONFIGS = {
         ("128x128x32/2x2/s4", "bf16", 128, 128, 32, 2, 2, 4, None, {}),
         ("128x128x64/2x2/s3", "bf16", 128, 128, 64, 2, 2, 3, None, {}),
         ("128x128x32/2x2/s5", "bf16", 128, 128, 32, 2, 2, 5, None, {}),
+        ("128x128x32/2x2/s4/ca1", "bf16", 128, 128, 32, 2, 2, 4, None, {"ca": 1}),
+        ("128x128x64/2x2/s3/ca1", "bf16", 128, 128, 64, 2, 2, 3, None, {"ca": 1}),
     ],
     # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rna: cvt.rna on every fragment register in the
     # inner loop (2 instructions per element on sm_90); rs: rounded once per stage in shared
@@ -172,6 +189,44 @@ CONFIGS = {
             {"rna": 2, "ldsm": 1, "min_blocks": 2},
         ),
         ("128x256x16/2x4/s3/trunc", "tf32", 128, 256, 16, 2, 4, 3, None, {"rna": 0}),
+        # ca1: the first k-step's fragment loads issued ahead of the next stage's copies
+        (
+            "128x256x32/2x4/s3/rs/ldsm/ca1",
+            "tf32",
+            128,
+            256,
+            32,
+            2,
+            4,
+            3,
+            None,
+            {"rna": 2, "ldsm": 1, "ca": 1},
+        ),
+        (
+            "128x256x32/2x4/s3/trunc/ldsm/ca1",
+            "tf32",
+            128,
+            256,
+            32,
+            2,
+            4,
+            3,
+            None,
+            {"rna": 0, "ldsm": 1, "ca": 1},
+        ),
+        ("128x256x32/2x4/s4/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None, {"ldsm": 1, "ca": 1}),
+        (
+            "128x128x32/2x2/s3/mb2/ldsm/ca1",
+            "tf32",
+            128,
+            128,
+            32,
+            2,
+            2,
+            3,
+            None,
+            {"ldsm": 1, "min_blocks": 2, "ca": 1},
+        ),
     ],
 }
 # (shape, screen): screen shapes run every config; the others the best 3 of the first shape
@@ -217,7 +272,8 @@ class Runner:
                                   kk_unroll=extra.get("kk_unroll"),
                                   min_blocks=extra.get("min_blocks"),
                                   tf32_round=extra.get("rna", 1),
-                                  tf32_ldsm=bool(extra.get("ldsm")))  # fmt: skip
+                                  tf32_ldsm=bool(extra.get("ldsm")),
+                                  copy_after=extra.get("ca", 0))  # fmt: skip
             defs.update(extra.get("defs", {}))
             t = time.monotonic()
             smem = ms.smem_bytes(defs)
@@ -406,6 +462,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
                 kk_unroll=defs["KK_UNROLL"], min_blocks=defs.get("MIN_BLOCKS"),
                 tf32_rna=defs.get("TF32_RNA", 1) if kind == "tf32" else None,
                 tf32_ldsm=defs.get("TF32_LDSM", 0) if kind == "tf32" else None,
+                copy_after=defs.get("COPY_AFTER", 0),
                 cvta_asm=defs.get("SMEM_CVTA_ASM", 0),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -519,7 +576,7 @@ PROBE: dict = {}
 
 #: seconds of new work per kind (each kind runs in its own process: a CUDA error in one kind
 #: cannot take the others down, and a hard timeout ends a stuck one)
-BUDGET = {"f64": 80.0, "f16": 25.0, "bf16": 18.0, "tf32": 40.0}
+BUDGET = {"f64": 80.0, "f16": 30.0, "bf16": 20.0, "tf32": 45.0}
 
 
 def worker(kind: str, out: str, budget: float, screen_all: bool, only: str = "") -> int:
