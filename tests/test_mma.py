@@ -59,6 +59,21 @@ SCALAR = [
     # the stage multiplied in two parts around the next stage's copies (COPY_AFTER)
     ("f64", 32, 16, 16, 2, 1, 3, (16, 8, 8), 0, 1, {"copy_after": 1}),
     ("f16", 32, 32, 32, 1, 2, 2, None, 1, 1, {"copy_after": 1}),
+    # TF32 B fragments by 16-byte loads: permuted C columns, XOR-swizzled unpadded B rows
+    ("tf32", 32, 64, 8, 2, 1, 2, None, 0, 0, {"tf32_bvec": True}),
+    (
+        "tf32",
+        32,
+        128,
+        16,
+        1,
+        2,
+        3,
+        None,
+        1,
+        1,
+        {"tf32_bvec": True, "tf32_round": 2, "copy_after": 1},
+    ),
 ]
 
 
@@ -227,6 +242,15 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
     ("tf32", (128, 256, 32), (2, 4), 3, None, True, {"tf32_round": 2, "tf32_ldsm": True}),
     ("tf32", (128, 128, 32), (2, 2), 3, None, True, {"tf32_round": 2, "min_blocks": 2}),
     ("f16", (128, 128, 32), (2, 2), 4, None, True, {"copy_after": 1}),
+    (
+        "tf32",
+        (128, 256, 32),
+        (2, 4),
+        3,
+        None,
+        True,
+        {"tf32_round": 2, "tf32_ldsm": True, "tf32_bvec": True},
+    ),
 ]
 
 

@@ -100,6 +100,26 @@
 #ifndef TF32_LDSM
   #define TF32_LDSM 0
 #endif
+/* TF32_BVEC 1 (warp tiles 8 fragments wide): a lane's n slot g of fragment j is column
+ * g * NI + j of the warp tile, so its B values for all NI fragments of a k row are NI
+ * consecutive floats: two 16-byte loads per row instead of NI 4-byte loads. The B stage rows
+ * are unpadded (SB_LD = BN) and their 16-byte chunks XOR-swizzled by the row (BSWZ: chunk c of
+ * row k is stored at c ^ (k&1 | (k&2)<<1)), so the 8 lanes of a quarter-warp, rows t and chunks
+ * 2g (+1), hit 8 distinct bank groups. C columns follow the same map (CCOL). */
+#ifndef TF32_BVEC
+  #define TF32_BVEC 0
+#endif
+#if MMA_KIND == 4 && TF32_BVEC
+  #if NI != 8 || BN % 32
+    #error "mma.cl: TF32_BVEC needs warp tiles of 8 fragments (64 columns) and BN % 32 == 0"
+  #endif
+  #define CCOL(j, s) ((s) * NI + (j))
+  #define BSWZ(k) (((k) & 1) | (((k) & 2) << 1))
+  #define BS_COL(k, c) (((((c) >> 2) ^ BSWZ(k)) << 2) | ((c) & 3))
+#else
+  #define CCOL(j, s) ((j) * FN + (s)) /* column of n slot s of fragment j in the warp tile */
+  #define BS_COL(k, c) (c)            /* where column c of B stage row k is stored */
+#endif
 #if KK_UNROLL == 1
   #define KK_LOOP _Pragma("unroll 1")
 #else
@@ -294,7 +314,8 @@ INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL 
         copy_full(as + (ar + l * A_RSTEP) * SA_LD + ac, ga + l * ga_step + k0, VA);
     UNROLL for (int l = 0; l < B_ITERS; ++l)
       if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK)
-        copy_full(bs + (br + l * B_RSTEP) * SB_LD + bc, gb + l * gb_step + k0 * ldb, VB);
+        copy_full(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc),
+                  gb + l * gb_step + k0 * ldb, VB);
     return;
   }
   int n = K - k0 - ac;
@@ -307,8 +328,8 @@ INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL 
   UNROLL for (int l = 0; l < B_ITERS; ++l)
     if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK) {
       n = k0 + br + l * B_RSTEP < K ? b_n : 0;
-      copy_piece(bs + (br + l * B_RSTEP) * SB_LD + bc, n ? gb + l * gb_step + k0 * ldb : B, n,
-                 VB);
+      copy_piece(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc),
+                 n ? gb + l * gb_step + k0 * ldb : B, n, VB);
     }
 }
 
@@ -443,11 +464,25 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
       a[i][3] = to_tf32(pa[8 * SA_LD + 4]);
   #endif
     }
+  #if TF32_BVEC /* b0 (t, g), b1 (t+4, g) of all 8 fragments: columns g*8 .. g*8+7 */
+    UNROLL for (int h = 0; h < 2; ++h) {
+      const int kr = kk + t + 4 * h;
+      UNROLL for (int q = 0; q < 2; ++q) {
+        const int c = BS_COL(kr, wc + g * 8 + 4 * q);
+        const float4 v = *(const LOCAL_PTR float4 *)(bs + kr * SB_LD + c);
+        b[4 * q][h] = to_tf32(v.x);
+        b[4 * q + 1][h] = to_tf32(v.y);
+        b[4 * q + 2][h] = to_tf32(v.z);
+        b[4 * q + 3][h] = to_tf32(v.w);
+      }
+    }
+  #else
     UNROLL for (int j = 0; j < NI; ++j) { /* b0 (t, g), b1 (t+4, g) */
       const LOCAL_PTR float *pb = bs + (kk + t) * SB_LD + wc + j * 8 + g;
       b[j][0] = to_tf32(pb[0]);
       b[j][1] = to_tf32(pb[4 * SB_LD]);
     }
+  #endif
     UNROLL for (int i = 0; i < MI; ++i)
       UNROLL for (int j = 0; j < NI; ++j) {
         float *c = acc[i][j];
@@ -470,10 +505,10 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
   for (int i = 0; i < MI; ++i)
     for (int j = 0; j < NI; ++j)
       for (int e = 0; e < CF; ++e) {
-        const int r = wr + i * FM + g + 8 * (e >> 1), c = wc + j * FN + 2 * t + (e & 1);
+        const int r = wr + i * FM + g + 8 * (e >> 1), c = wc + CCOL(j, 2 * t + (e & 1));
         acc_t s = acc[i][j][e];
         for (int k = k_lo; k < k_hi; ++k)
-          s = FMA(TO_ACC(as[r * SA_LD + k]), TO_ACC(bs[k * SB_LD + c]), s);
+          s = FMA(TO_ACC(as[r * SA_LD + k]), TO_ACC(bs[k * SB_LD + BS_COL(k, c)]), s);
         acc[i][j][e] = s;
       }
 }
@@ -518,7 +553,7 @@ INLINE void round_stage(LOCAL_PTR float *as, LOCAL_PTR float *bs, const int ar, 
       round_piece(as + (ar + l * A_RSTEP) * SA_LD + ac, VA);
   UNROLL for (int l = 0; l < B_ITERS; ++l)
     if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK)
-      round_piece(bs + (br + l * B_RSTEP) * SB_LD + bc, VB);
+      round_piece(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc), VB);
 }
 #endif
 
@@ -604,22 +639,34 @@ KERNEL MMA_SIGNATURE
     wt = wt + 1 == STAGES ? 0 : wt + 1;
   }
 
-  /* C fragment (i, j), element e of this lane: row g (+8 for e >= 2), column 2t + (e & 1);
-   * the pair (2t, 2t+1) is one store where C's rows keep pairs aligned (PTX path) */
+  /* C fragment (i, j), element e of this lane: row g (+8 for e >= 2), n slot 2t + (e & 1)
+   * (column CCOL); two adjacent columns are one store where C's rows keep pairs aligned */
   const int g = lane >> 2, t = lane & 3;
 #if MMA_PTX && defined(TILEDMM_CUDA)
   const int pairs = !(ldc & 1) && !(((size_t)C) & (2 * sizeof(out_t) - 1));
 #else
   const int pairs = 0;
 #endif
+#if MMA_KIND == 4 && TF32_BVEC /* adjacent columns: fragments j, j+1 at one n slot */
+  #define EP_H 2
+  #define EP_JSTEP 2
+  #define EP_LO(i, j, e2, h) acc[i][j][2 * (e2) + (h)]
+  #define EP_HI(i, j, e2, h) acc[i][(j) + 1][2 * (e2) + (h)]
+#else /* adjacent columns: n slots 2t, 2t+1 of one fragment */
+  #define EP_H 1
+  #define EP_JSTEP 1
+  #define EP_LO(i, j, e2, h) acc[i][j][2 * (e2)]
+  #define EP_HI(i, j, e2, h) acc[i][j][2 * (e2) + 1]
+#endif
   UNROLL for (int i = 0; i < MI; ++i)
     UNROLL for (int e2 = 0; e2 < CF / 2; ++e2) {
       const int row = row0 + wr + i * FM + g + 8 * e2;
       if (row >= M)
         continue;
-      UNROLL for (int j = 0; j < NI; ++j) {
-        const int col = col0 + wc + j * FN + 2 * t;
-        const out_t lo = TO_OUT(acc[i][j][2 * e2]), hi = TO_OUT(acc[i][j][2 * e2 + 1]);
+      UNROLL for (int h = 0; h < EP_H; ++h)
+      UNROLL for (int j = 0; j < NI; j += EP_JSTEP) {
+        const int col = col0 + wc + CCOL(j, 2 * t + h);
+        const out_t lo = TO_OUT(EP_LO(i, j, e2, h)), hi = TO_OUT(EP_HI(i, j, e2, h));
         if (pairs && col + 1 < N) {
 #if MMA_KIND == 1 && defined(TILEDMM_CUDA)
           *(double2 *)(C + row * ldc + col) = make_double2(lo, hi);

@@ -35,17 +35,18 @@ def _pad_to(x: int, residue: int, modulus: int) -> int:
     return x + (residue - x) % modulus
 
 
-def leading_dims(kind: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
+def leading_dims(kind: str, bk: int, bn: int, fk: int, bvec: bool = False) -> tuple[int, int]:
     """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles, chosen so
     the fragment loads of ``mma.cl`` hit distinct banks (and rows stay 16-byte aligned):
     f64: 8-byte (g, t + 4q) / (t + 4q, g) loads in half-warp phases -> both 4 mod 16 doubles;
     f16/bf16: ldmatrix rows of 16 bytes -> an odd number of 16-byte chunks per row;
-    tf32: 4-byte (g, t) / (t, g) loads, one wavefront per warp -> 4 and 8 mod 32 floats."""
+    tf32: 4-byte (g, t) / (t, g) loads, one wavefront per warp -> 4 and 8 mod 32 floats;
+    ``bvec`` (TF32_BVEC): B rows unpadded, their 16-byte chunks XOR-swizzled instead."""
     if kind == "f64":
         return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
     if kind in ("f16", "bf16"):
         return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
-    return _pad_to(bk, 4, 32), _pad_to(bn, 8, 32)
+    return _pad_to(bk, 4, 32), bn if bvec else _pad_to(bn, 8, 32)
 
 
 def check(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int,
@@ -78,7 +79,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 aligned_a: bool = True, aligned_b: bool = True, group_m: int = 1,
                 scalar: bool = False, kk_unroll: int | None = None,
                 min_blocks: int | None = None, tf32_round: int = 1,
-                tf32_ldsm: bool = False, copy_after: int = 0) -> dict[str, int]:  # fmt: skip
+                tf32_ldsm: bool = False, tf32_bvec: bool = False,
+                copy_after: int = 0) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
@@ -88,7 +90,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     ``min_blocks``: resident blocks per SM the register allocation must allow.
     TF32 only: ``tf32_round`` 1 rounds every fragment register (cvt.rna in the inner loop), 2 each
     thread rounds the pieces it copied once per stage (in shared memory, before the barrier), 0
-    truncates (the raw float32 bits); ``tf32_ldsm``: A fragments by ldmatrix.x4.
+    truncates (the raw float32 bits); ``tf32_ldsm``: A fragments by ldmatrix.x4; ``tf32_bvec``:
+    B fragments by 16-byte loads (warp tiles 64 wide, BN a multiple of 32; see mma.cl).
     ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
     (0: right after the barrier, ahead of every fragment load)."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
@@ -102,7 +105,7 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): {threads} threads must be a "
                          f"multiple of the copies per tile row ({bk // va} of A, {bn // vb} of B; "
                          "unaligned rows copy one element at a time)")  # fmt: skip
-    sa, sb = leading_dims(kind, bk, bn, fk)
+    sa, sb = leading_dims(kind, bk, bn, fk, bvec=tf32_bvec)
     es = ELEM_BYTES[kind]
     extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
     if copy_after:
@@ -113,6 +116,12 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         if tf32_round not in (0, 1, 2):
             raise ValueError(f"tf32_round must be 0, 1 or 2, not {tf32_round!r}")
         extra |= {"TF32_RNA": int(tf32_round), "TF32_LDSM": int(tf32_ldsm)}
+        if tf32_bvec and (bn // warps_n != 64 or bn % 32):
+            raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_bvec needs warp tiles 64 "
+                             "columns wide and BN a multiple of 32")  # fmt: skip
+        extra["TF32_BVEC"] = int(tf32_bvec)
+    elif tf32_bvec:
+        raise ValueError("tf32_bvec is for TF32 only")
     return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
