@@ -395,9 +395,10 @@ def _mma_words(p: Plan) -> str:
 def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None = None,
                          small: bool = False, fit: bool = True) -> Geometry:  # fmt: skip
     """Tiles of the mma family before tuning (the H200 screen of benches/mma.py): f64 128x128x16
-    with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x128x32 with 8 warps
-    of 64x32; ``small``: a quarter of the block (f64 64x64 with 4 warps of 32x32, 16-bit 128x128,
-    TF32 128x64) for products with too few large blocks to fill the device. ``fit``: the planner
+    with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32 with 8 warps
+    of 64x64 (0.37 of cuBLAS TF32 against 0.32 for 128x128x32 with 64x32 warps); ``small``: a
+    quarter of the block (f64 64x64 with 4 warps of 32x32, 16-bit 128x128, TF32 128x64) for
+    products with too few large blocks to fill the device. ``fit``: the planner
     plans both and keeps the one it predicts faster (option ``fit``; gone from the plan)."""
     k = tc.kind(dtype, precision) or "f64"
     fm, fn, fk = tc.default_fragment(k, tc.compute_capability(device))
@@ -409,7 +410,7 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
     elif k in ("f16", "bf16"):
         bt, wt = ((128, 128, 32), (64, 64)) if small else ((128, 256, 32), (64, 64))
     else:
-        bt, wt = ((128, 64, 16), (64, 32)) if small else ((128, 128, 32), (64, 32))
+        bt, wt = ((128, 64, 16), (64, 32)) if small else ((128, 256, 32), (64, 64))
     if small and k == "f64":  # 128 registers: three blocks of 4 warps per SM (57 KB each)
         opts.update(stages=3, min_blocks=3)
     elif small:
