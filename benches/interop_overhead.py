@@ -28,7 +28,7 @@ import numpy as np
 from dispatch_overhead import per_call_us  # (a sibling script: benches/ is on sys.path)
 
 import tiledmm
-from tiledmm import api, arrays, torchpath
+from tiledmm import arrays, torchpath
 
 
 def breakdown(ta, tb, kern: str, sync) -> dict:
@@ -63,7 +63,6 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
     handle = torchpath.Handle(raw(0))
     ca, cb = cp.asarray(va), cp.asarray(vb)
     tiledmm.matmul(ca, cb, backend="cupy", kernel=kern)  # (api's hot path learns the key)
-    hot = api._fast.get(api._fast_key("cupy", kern, ca, cb))  # (be, plan, ..., bound, native)
 
     pieces = {
         "fast_path_total": lambda: torchpath.matmul(ta, tb, "cupy", kern),
@@ -97,13 +96,16 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
         "bound launch alone (CuPy arrays: api hot path)": (
             (lambda: go.arrays(ca, cb, vr)) if go else (lambda: None)
         ),
-        "api hot path, CuPy inputs": lambda: api._hot_path("cupy", kern, ca, cb),
+        "tiledmm.matmul, CuPy inputs (api hot path)": lambda: tiledmm.matmul(
+            ca, cb, backend="cupy", kernel=kern
+        ),
         "CuPy stream enter+exit (external_stream)": entered,
         "event pair (side stream, backend not on CuPy's stream)": events,
     }
     out = {k: round(per_call_us(f, sync, calls=5000), 3) for k, f in pieces.items()}
     out["launch_stream"] = getattr(e.be, "launch_stream", "") or "(not declared)"
-    out["bound_launch"] = {"torch": go is not None, "cupy_hot_path": bool(hot and hot[5])}
+    bind = getattr(e.be, "bind", None)  # (the api's hot path holds bind(plan) the same way)
+    out["bound_launch"] = {"torch": go is not None, "cupy_hot_path": bool(bind and bind(e.plan))}
     return out
 
 
