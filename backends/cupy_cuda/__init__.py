@@ -312,13 +312,18 @@ class Bound:
 
 
 def _arg(v: int) -> Any:
-    """An int32 kernel argument, as the object CuPy's launch converts it to (NumPy's int32
-    where CuPy has no ``CScalar``)."""
+    """An int32 kernel argument, as the object CuPy's launch converts it to (CuPy 14's
+    ``CScalar``; NumPy's int32, converted per launch, where CuPy has none or builds it
+    otherwise, as CuPy 13 does)."""
     try:
         from cupy._core._scalar import CScalar
-    except ImportError:
-        return np.int32(v)
-    return CScalar(np.int32(v))
+
+        arg = CScalar(np.int32(v))
+        if arg.dtype == np.int32 and int(arg.value) == v:
+            return arg
+    except Exception:  # noqa: BLE001 - another CuPy: NumPy's scalar is always accepted
+        pass
+    return np.int32(v)
 
 
 def _pointer_arg() -> Any:
