@@ -32,7 +32,8 @@ __all__ = ["matmul"]
 
 # The hot path: plain 2-D products of arrays without out=, keyed by everything that decides the
 # launch; entries hold the device key they were planned for, and the backend's pre-bound launch
-# (``bind(plan)``, an optional backend method: the CuPy backend's ``Bound``) or None.
+# (``bind(plan)``, an optional backend method: the CuPy backend's ``Bound``; through
+# ``torchpath.bound``, as the torch fast path holds it) or None.
 # The last field: whether the backend takes ``a``'s type as it is (``accepts``), so an ``out=``
 # of that type goes to its ``run`` directly (as the full path's direct case).
 _fast: dict[tuple, tuple[Backend, Plan, np.dtype, bool, Any, Any, bool]] = {}
@@ -253,7 +254,7 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
         if not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):  # (out= or not)
-            entry = (be, plan, rdt, host, be.device_key(), bound(be, plan), be.accepts(a))
+            entry = (be, plan, rdt, host, be.device_key(), torchpath.bound(be, plan), be.accepts(a))
             _remember(_fast_key(backend, kernel, a, b), entry)
     if direct:
         return out
@@ -278,12 +279,6 @@ def _fast_key(backend: str, kernel: str, a: Any, b: Any) -> tuple | None:
                 cache_token())  # fmt: skip
     except AttributeError:
         return None
-
-
-def bound(be: Backend, plan: Plan) -> Any:
-    """The backend's pre-bound launch of ``plan`` (its optional ``bind``), or None."""
-    bind = getattr(be, "bind", None)
-    return bind(plan) if bind is not None else None
 
 
 def _remember(key: tuple | None, entry: tuple) -> None:
