@@ -543,3 +543,15 @@ def test_gpu_torch_fast_path_falls_back(torch_cuda, rng, bridge, backend):
         o.fill_(float("nan"))
         assert check(x, y, "out=", out=o) is o
         assert torch.allclose(o.float(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_bound_is_optional_and_never_fails_a_call():
+    from types import SimpleNamespace
+
+    def broken(plan):
+        raise RuntimeError("no device")
+
+    go = object()
+    assert torchpath.bound(SimpleNamespace(bind=lambda plan: go), "plan") is go
+    assert torchpath.bound(SimpleNamespace(bind=broken), "plan") is None  # the backend's run
+    assert torchpath.bound(SimpleNamespace(), "plan") is None  # no bind: the backend's run
