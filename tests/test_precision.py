@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import tiledmm
@@ -60,3 +61,58 @@ def test_public_plan_takes_precision():
         assert p.kernel == "mma"
     finally:
         registry.reload()
+
+
+class Fake16(FakeH200):
+    """A host 'GPU' that runs float16 on its tensor-core family (float32 accumulation)."""
+
+    name = "fake-mma16"
+    mma_dtypes = ("float64", "float16", "float32")
+
+    def run(self, plan, a, b, out):
+        self.kernel = plan.kernel
+        out[...] = (a.astype(np.float32) @ b.astype(np.float32)).astype(out.dtype)
+
+    def accepts(self, x):
+        return isinstance(x, np.ndarray)
+
+
+def test_float16_runs_on_mma_with_numpys_result_dtype():
+    be = Fake16()
+    tiledmm.register_backend(be)
+    try:
+        rng = np.random.default_rng(1)
+        a, b = (rng.random((37, 29)) - 0.5).astype(np.float16), (rng.random((29, 41)) - 0.5)
+        b = b.astype(np.float16)
+        got = tiledmm.matmul(a, b, backend=be.name)
+        assert be.kernel == "mma" and got.dtype == np.float16
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+        with pytest.raises(ValueError, match="tensor cores only"):
+            tiledmm.matmul(a, b, backend=be.name, kernel="register")
+    finally:
+        registry.reload()
+
+
+def test_matmul_precision_argument():
+    a = np.random.default_rng(2).random((8, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="precision must be"):
+        tiledmm.matmul(a, a, precision="fp8")
+    with pytest.raises(PlanError, match="tensor cores"):  # the NumPy backend has no mma
+        tiledmm.matmul(a, a, backend="numpy", precision="tf32")
+    be = Fake16()
+    tiledmm.register_backend(be)
+    try:
+        got = tiledmm.matmul(a, a, backend=be.name, precision="tf32")
+        assert be.kernel == "mma" and got.dtype == np.float32
+        tiledmm.matmul(a, a, backend=be.name)  # IEEE float32: never the tensor cores
+        assert be.kernel == "register"
+    finally:
+        registry.reload()
+
+
+def test_numpy_float16_still_matches_numpy():
+    """Without a tensor-core backend, float16 is numpy's own product."""
+    a = np.random.default_rng(3).random((5, 7)).astype(np.float16)
+    b = np.random.default_rng(4).random((7, 3)).astype(np.float16)
+    np.testing.assert_array_equal(tiledmm.matmul(a, b, backend="numpy"), np.matmul(a, b))

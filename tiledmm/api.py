@@ -108,6 +108,7 @@ def matmul(
     backend: str = "auto",
     kernel: str = "auto",
     out: Any = None,
+    precision: str | None = None,
     **ufunc_kwargs: Any,
 ):
     """Matrix product with NumPy's ``matmul`` semantics, computed by a tiledmm backend.
@@ -119,12 +120,23 @@ def matmul(
         kernel: ``"naive"``, ``"tiled"``, ``"register"`` or ``"auto"`` (the highest rung the
             backend implements, which is the fastest measured).
         out: optional output array (or a 1-tuple holding one); returned itself, as numpy does.
+        precision: ``None`` (IEEE: float32 never runs on tensor cores) or ``"tf32"`` (float32
+            inputs rounded to TF32 on tensor cores, the ``mma`` family; asked for, never implied).
+            float16/bfloat16 run on tensor cores where the backend has ``mma`` for them
+            (float32 accumulation, the 16-bit result numpy defines), else in the array library.
         ufunc_kwargs: numpy's ufunc keywords; the call then goes to ``numpy.matmul`` (host
             arrays only).
 
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
+    if precision is not None:  # tensor cores on request: the full path (its plan says so)
+        kind = arrays.foreign(a, b, out, backend)
+        if kind is not None:
+            kw = dict(backend=backend, kernel=kernel, precision=precision, **ufunc_kwargs)
+            return arrays.matmul_foreign(kind, a, b, out, _native, **kw)
+        return _matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision,
+                       **ufunc_kwargs)  # fmt: skip
     if not ufunc_kwargs:  # first: 2-D products seen before (native types, or torch tensors)
         if type(a) in torchpath.TYPES:
             hit = torchpath.matmul(a, b, backend, kernel, out)
@@ -145,15 +157,17 @@ def matmul(
     return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
 
 
-def _native(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **ufunc_kwargs):
+def _native(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
+            precision: str | None = None, **ufunc_kwargs):  # fmt: skip
     """``matmul`` for operands the backends take as they are: the hot path, else the full one.
     The array bridge calls this after converting foreign operands (never ``matmul`` itself,
     which would bridge again)."""
-    if out is None and not ufunc_kwargs:
+    if out is None and not ufunc_kwargs and precision is None:
         hit = _hot_path(backend, kernel, a, b)
         if hit is not None:
             return hit
-    return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
+    return _matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision,
+                   **ufunc_kwargs)  # fmt: skip
 
 
 def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
@@ -194,10 +208,13 @@ def _hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
     return out
 
 
-def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **ufunc_kwargs):
+def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
+            precision: str | None = None, **ufunc_kwargs):  # fmt: skip
     """The full path: numpy's rules, backend and plan choice, batches, out=."""
     if kernel != "auto" and kernel not in KERNEL_FAMILIES:
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
+    if precision not in (None, "tf32"):
+        raise ValueError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
     if dask_engine.is_dask_array(a) or dask_engine.is_dask_array(b):
         return dask_engine.matmul(a, b, backend=backend, kernel=kernel, out=_unwrap_out(out))
     out = _unwrap_out(out)
@@ -227,15 +244,16 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     be = choose_backend(backend, a, b, m, n, k, rname, kernel)
     if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
         check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
-        return _store(be, out, _matmul(a, b, backend=be.name, kernel=kernel))
+        return _store(be, out, _matmul(a, b, backend=be.name, kernel=kernel, precision=precision))
 
-    if rname not in be.dtypes:  # delegated dtypes: the array library's own result
+    kernel = _tensor_core_kernel(be, rname, kernel, precision)
+    if rname not in be.dtypes and kernel != "mma":  # delegated: the array library's own result
         if host:
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
         return res if out is None else _store(be, out, res)
 
-    plan = plan_for(be, m, n, k, rname, kernel, batch=math.prod(batch))
+    plan = plan_for(be, m, n, k, rname, kernel, batch=math.prod(batch), precision=precision)
     like = a
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
     if a1:
@@ -253,7 +271,7 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
     R = out if direct else be.empty(tuple(batch) + (m, n), rdt, like=like)
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
-        if not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1):  # (out= or not)
+        if not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1) and precision is None:
             entry = (be, plan, rdt, host, be.device_key(), torchpath.bound(be, plan), be.accepts(a))
             _remember(_fast_key(backend, kernel, a, b), entry)
     if direct:
@@ -265,6 +283,18 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None, **
         R = be.to_numpy(R)
         return R[()] if R.ndim == 0 else R
     return R
+
+
+def _tensor_core_kernel(be: Backend, rname: str, kernel: str, precision: str | None) -> str:
+    """The family for a dtype the backend runs only on tensor cores (float16/bfloat16 where it
+    lists them in ``mma_dtypes``): ``mma``, and a clear error for another family asked by name;
+    any other dtype keeps ``kernel``. (TF32 is ``precision``'s business: ``plan_for``.)"""
+    if rname in be.dtypes or rname not in getattr(be, "mma_dtypes", ()):
+        return kernel
+    if kernel not in ("auto", "mma"):
+        raise ValueError(f"{rname} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
+                         f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
+    return "mma"
 
 
 def hot_path_entries() -> int:
