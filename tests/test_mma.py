@@ -432,6 +432,7 @@ def test_gpu_opencl_mma():
     import pyopencl.array as cla
 
     be = tiledmm.get_backend("opencl")
+    be.state()
     if "mma" not in be.kernels:
         pytest.skip("the OpenCL device is not an NVIDIA GPU of compute capability 8.0+")
     q, rng = be.state().queue, np.random.default_rng()

@@ -15,6 +15,7 @@ float32 as TF32 when the plan asks for it): 16-bit operands are not offered here
 from __future__ import annotations
 
 import os
+import sys
 from functools import cache
 from typing import Any
 
@@ -59,13 +60,20 @@ def supports(dev: Any) -> bool:
     return cc >= (8, 0)
 
 
-def offered(env: str) -> bool:
-    """Whether the device ``TILEDMM_OPENCL_DEVICE`` selects now gets the family (never raises:
-    no pyopencl or no device means no)."""
-    from . import _pick
-
+def offered(backend: Any, env: str) -> bool:
+    """Whether the device ``TILEDMM_OPENCL_DEVICE`` selects now gets the family. Never raises
+    (no device: no) and never imports pyopencl itself (``import tiledmm`` stays light): before
+    the backend has been touched in this process the answer is no."""
+    choice = os.environ.get(env, "")
+    st = backend._states.get(choice)
     try:
-        return supports(_pick(os.environ.get(env, "")))
+        if st is not None:
+            return supports(st.dev)
+        if "pyopencl" not in sys.modules:
+            return False
+        from . import _pick
+
+        return supports(_pick(choice))
     except Exception:  # noqa: BLE001
         return False
 
@@ -123,7 +131,7 @@ def install(cls: type, state_cls: type, env: str) -> type:
     base_build, base_geometry, base_space = state_cls._build, cls.geometry, cls.search_space
 
     def kernels(self) -> tuple[str, ...]:
-        return K.FAMILIES + ((K.MMA,) if offered(env) else ())
+        return K.FAMILIES + ((K.MMA,) if offered(self, env) else ())
 
     def _build(self, plan, aligned: bool):
         if plan.kernel == K.MMA:
