@@ -392,7 +392,7 @@ def _spec_cached(dev) -> DeviceSpec:
 
 from .mma import install as _install_mma  # noqa: E402 - the class must exist first
 
-_install_mma(OpenCLBackend, OpenCLState, ENV)  # mma on NVIDIA cc 8.0+ (backends/opencl/mma.py)
+_install_mma(OpenCLBackend, OpenCLState, ENV, _pick)  # mma on NVIDIA cc 8.0+ (see mma.py)
 
 
 @hookimpl

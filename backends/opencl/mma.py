@@ -60,10 +60,11 @@ def supports(dev: Any) -> bool:
     return cc >= (8, 0)
 
 
-def offered(backend: Any, env: str) -> bool:
+def offered(backend: Any, env: str, pick: Any) -> bool:
     """Whether the device ``TILEDMM_OPENCL_DEVICE`` selects now gets the family. Never raises
     (no device: no) and never imports pyopencl itself (``import tiledmm`` stays light): before
-    the backend has been touched in this process the answer is no."""
+    the backend has been touched in this process the answer is no. ``pick``: the backend's
+    device choice (``TILEDMM_OPENCL_DEVICE`` value -> pyopencl device)."""
     choice = os.environ.get(env, "")
     st = backend._states.get(choice)
     try:
@@ -71,9 +72,7 @@ def offered(backend: Any, env: str) -> bool:
             return supports(st.dev)
         if "pyopencl" not in sys.modules:
             return False
-        from . import _pick
-
-        return supports(_pick(choice))
+        return supports(pick(choice))
     except Exception:  # noqa: BLE001
         return False
 
@@ -124,14 +123,14 @@ def build(state: Any, plan: Any, aligned: bool) -> tuple:
     return kern, g, lsz, (*g, 1), (*lsz, 1)
 
 
-def install(cls: type, state_cls: type, env: str) -> type:
+def install(cls: type, state_cls: type, env: str, pick: Any) -> type:
     """Give the OpenCL backend class (and its per-device state class) the mma family: its
     ``kernels`` gain ``"mma"`` on supported devices, ``geometry``/``search_space`` answer for
     mma, and the state's ``_build`` compiles mma plans here."""
     base_build, base_geometry, base_space = state_cls._build, cls.geometry, cls.search_space
 
     def kernels(self) -> tuple[str, ...]:
-        return K.FAMILIES + ((K.MMA,) if offered(self, env) else ())
+        return K.FAMILIES + ((K.MMA,) if offered(self, env, pick) else ())
 
     def _build(self, plan, aligned: bool):
         if plan.kernel == K.MMA:
