@@ -118,7 +118,7 @@ def test_launch_cache_is_bounded(monkeypatch):
     """Issue 16.9: one launch per distinct shape was kept forever."""
     from tiledmm.cache import LRUCache
 
-    st = BE.state()
+    st = tiledmm.get_backend("opencl").state()  # the registered instance (tests may reload)
     monkeypatch.setattr(st.launches, "cache", LRUCache(4))
     rng = np.random.default_rng()
     for n in range(1, 12):
