@@ -178,9 +178,11 @@ def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
     hit = _fast.get(key) if key is not None else None
     if hit is None:
         return None
-    be, plan, rdt, host, dkey, go, _ = hit
+    be, plan, rdt, host, dkey, go, _, shaped = hit
     if be.device_key() != dkey:
         return None
+    if shaped is not None:  # batched or 1-D operands: the full path's launch, minus its checks
+        return _shaped_launch(be, plan, rdt, host, shaped, a, b)
     R = be.empty((plan.m, plan.n), rdt, like=a)
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
     if go is None or not go.arrays(A, B, R):  # (the bound launch: contiguous operands)
@@ -199,8 +201,10 @@ def _hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
     hit = _fast.get(key) if key is not None else None
     if hit is None:
         return None
-    be, plan, rdt, host, dkey, _, native = hit
-    if host or not native or out.dtype != rdt or tuple(out.shape) != (plan.m, plan.n):
+    be, plan, rdt, host, dkey, _, native, shaped = hit
+    if host or not native or shaped is not None or out.dtype != rdt:
+        return None
+    if tuple(out.shape) != (plan.m, plan.n):
         return None
     if be.device_key() != dkey:
         return None
@@ -271,13 +275,38 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
     R = out if direct else be.empty(tuple(batch) + (m, n), rdt, like=like)
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
-        if not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1) and precision is None:
-            entry = (be, plan, rdt, host, be.device_key(), torchpath.bound(be, plan), be.accepts(a))
+        if precision is None and out is None:
+            plain = not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1)
+            shaped = None if plain else (tuple(batch), m, n, k, a1, b1, pa, pb, rshape)
+            go = torchpath.bound(be, plan) if plain else None
+            entry = (be, plan, rdt, host, be.device_key(), go, be.accepts(a), shaped)
+            _remember(_fast_key(backend, kernel, a, b), entry)
+        elif precision is None and not batch and not (a1 or b1):  # out= given: 2-D entries
+            entry = (be, plan, rdt, host, be.device_key(), torchpath.bound(be, plan),
+                     be.accepts(a), None)  # fmt: skip
             _remember(_fast_key(backend, kernel, a, b), entry)
     if direct:
         return out
     if out is not None:
         return _store(be, out, R.reshape(rshape))
+    R = R.reshape(rshape)
+    if host:
+        R = be.to_numpy(R)
+        return R[()] if R.ndim == 0 else R
+    return R
+
+
+def _shaped_launch(be: Backend, plan: Plan, rdt, host: bool, shaped: tuple, a: Any, b: Any) -> Any:
+    """The hot path for a batched or 1-D product seen before: the same launch as the full
+    path (one batched launch on the GPU backends), without re-deciding anything."""
+    batch, m, n, k, a1, b1, pa, pb, rshape = shaped
+    A, B = be.asarray(a, rdt), be.asarray(b, rdt)
+    if a1:
+        A = A.reshape(1, k)
+    if b1:
+        B = B.reshape(k, 1)
+    R = be.empty(batch + (m, n), rdt, like=a)
+    _run_batched(be, plan, A, B, R, batch, pa, pb)
     R = R.reshape(rshape)
     if host:
         R = be.to_numpy(R)
