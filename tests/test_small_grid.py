@@ -58,3 +58,22 @@ def test_cpu_plans_keep_their_tiles():
     be = tiledmm.get_backend("numpy")
     p = dispatch.plan_for(be, 64, 64, 64, "float32", "register")
     assert "halved" not in p.geometry_source
+
+
+def test_skinny_tiles_turn_to_the_short_side():
+    tall = Geometry((64, 32, 16), (4, 4), (("pad", 4), ("split_k", "auto"), ("vm", 4), ("vn", 2)))
+    wide = tuning.orient(tall, 16, 8192)  # M short: the narrow side goes along M
+    assert wide.block_tile == (32, 64, 16) and dict(wide.options)["vm"] == 2
+    assert dict(wide.options)["vn"] == 4 and "transposed" in wide.source
+    assert tuning.orient(tall, 4096, 32) == tall  # N short: already narrow along N
+    assert tuning.orient(BIG, 16, 8192) == BIG  # square tiles have no orientation
+    numba_like = Geometry((64, 32, 8), (4, 4), (("layout", "strided"),))
+    assert tuning.orient(numba_like, 16, 8192) == numba_like
+
+
+def test_oriented_skinny_plan_is_valid():
+    dev = reference_h200()
+    g = tuning.orient(Geometry((64, 32, 16), (4, 4), REG), 16, 8192)
+    plan = tiledmm.make_plan(16, 8192, 8192, dtype="float32", kernel="register", device=dev,
+                             geometry=g, backend="cupy")  # fmt: skip
+    assert plan.block_tile == (32, 64, 16) and plan.grid == (128, 1)

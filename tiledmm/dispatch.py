@@ -123,13 +123,16 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
     fam = auto_kernel(be, m, n, k, dtype, batch, precision) if kernel == "auto" else kernel
     _check_kernel(be, fam)
     device = be.device()
-    geo = tuning.select(be, fam, dtype, device, tuning.shape_class(m, n, k, batch))
+    cls = tuning.shape_class(m, n, k, batch)
+    geo = tuning.select(be, fam, dtype, device, cls)
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
     if precision is not None:  # only ever from the caller, never from a table
         geo = replace(
             geo, options=tuple(sorted({**dict(geo.options), "precision": precision}.items()))
         )
     if fam == "register" and device.is_gpu and block_tile is None and thread_tile is None:
+        if cls == "skinny_mn":
+            geo = tuning.orient(geo, m, n)
         geo = tuning.fit_grid(geo, m, n, device.compute_units, batch)
     geo = tuning.resolve_split(geo, m, n, k, device.compute_units, batch)
     if block_tile is not None or thread_tile is not None:

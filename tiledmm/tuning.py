@@ -38,7 +38,7 @@ __all__ = [
     "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
     "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
     "device_arch", "select", "measured_families", "export", "auto_split", "resolve_split",
-    "fit_grid",
+    "fit_grid", "orient",
 ]  # fmt: skip
 
 #: The shape classes, most specific first (issue 11's per-class geometry uses the same names).
@@ -357,6 +357,24 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
     opts["vn"] = min(int(opts["vn"]), tn // 2)
     note = f"{geo.source}; halved to {bm}x{bn // 2} for a grid of {blocks} blocks on {sms} SMs"
     return replace(geo, block_tile=(bm, bn // 2, bk), thread_tile=(tm, tn // 2),
+                   options=tuple(sorted(opts.items())), source=note)  # fmt: skip
+
+
+def orient(geo: Geometry, m: int, n: int) -> Geometry:
+    """``geo`` with its block and thread tiles (and vector widths) transposed when its short
+    block side lies along the product's long side: a skinny product's tile is narrow along
+    the short dimension (M or N <= 64), whichever of the two it is. On the H200 one class
+    entry served both orientations badly: CuPy's 64x32 ran 16x8192x8192 at 0.48 of cuBLAS
+    where OpenCL's 32x64 ran it at 0.99 (benches/results/h200-shapes.json). Only the shared C
+    sources' register tiles (their ``vn`` option)."""
+    bm, bn, bk = geo.block_tile
+    tm, tn = geo.thread_tile
+    opts = dict(geo.options)
+    if "vn" not in opts or bm == bn or (m < n) == (bm < bn) or m == n:
+        return geo
+    opts["vm"], opts["vn"] = opts.get("vn", 1), opts.get("vm", 1)
+    note = f"{geo.source}; transposed to {bn}x{bm} for a {m}x{n} output"
+    return replace(geo, block_tile=(bn, bm, bk), thread_tile=(tn, tm),
                    options=tuple(sorted(opts.items())), source=note)  # fmt: skip
 
 
