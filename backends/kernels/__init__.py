@@ -192,8 +192,9 @@ def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str =
 
     ``kernels`` names the kernel source the tiles are for ("gemm-c": the shared C sources here;
     "numba": numba-cuda's generated kernels). Lookup order: an entry for the device's own name
-    (tuned) before one for its kind ("gpu"/"cpu"); then one for ``backend`` before a shared one;
-    then one for ``shape_class`` before a general one. See ``geometry.json``'s ``about``.
+    (tuned) before one for its kind ("gpu"/"cpu"); then one for ``shape_class`` before a general
+    one (a class changes the path: the gemv kernel for vectors); then one for ``backend`` before
+    a shared one. See ``geometry.json``'s ``about``.
     """
     best, rank = None, None
     for e in _entries(str(path or DATABASE)):
@@ -203,7 +204,7 @@ def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str =
             continue
         if e.get("device", device.name) != device.name or e.get("kind", device.kind) != device.kind:
             continue
-        r = ("device" not in e, "backend" not in e, "shape_class" not in e)
+        r = ("device" not in e, "shape_class" not in e, "backend" not in e)
         if rank is None or r < rank:
             best, rank = e, r
     if best is None:
