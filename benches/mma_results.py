@@ -15,8 +15,6 @@ cores against cuBLAS with TF32 enabled (set ``CUPY_TF32=1`` for the vendor); tho
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import statistics
 from pathlib import Path
@@ -85,14 +83,7 @@ def main(argv=None) -> int:
                   f"{info['predicted_seconds'] * 1e3:.3f} ms, measured "
                   f"{info['seconds'] * 1e3:.3f} ms; {plan.block_tile} {plan.thread_tile}",
                   flush=True)  # fmt: skip
-    doc = {
-        "machine_info": results.machine_info([be]),
-        "commit_info": results.commit_info(),
-        "datetime": dt.datetime.now(dt.UTC).isoformat(),
-        "version": tiledmm.__version__,
-        "benchmarks": rows,
-    }
-    Path(args.out).write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    results.write_document(Path(args.out), rows, [be])
     return 0
 
 

@@ -17,8 +17,6 @@ timed with device events beside the vendor library. Prints per-shape ratios, the
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import math
 import os
 import statistics
@@ -95,14 +93,7 @@ def main(argv=None) -> int:
                   f"({of:.2f} of vendor) {what}", flush=True)  # fmt: skip
         if len(got) == 2:
             ratio[(m, n, k)] = got["cold"] / got["shipped"]
-    doc = {
-        "machine_info": results.machine_info([be]),
-        "commit_info": results.commit_info(),
-        "datetime": dt.datetime.now(dt.UTC).isoformat(),
-        "version": tiledmm.__version__,
-        "benchmarks": rows,
-    }
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    results.write_document(Path(args.out), rows, [be])
     if ratio:
         gm = math.exp(statistics.fmean(math.log(r) for r in ratio.values()))
         big = {s: round(r, 3) for s, r in ratio.items() if s[0] == s[1] == s[2] >= 4096}

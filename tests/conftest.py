@@ -34,3 +34,12 @@ def requires_backend(name: str) -> pytest.MarkDecorator:
     """The one way tests skip for a missing backend: ``@requires_backend("cupy")``."""
     why = backend_reason(name)
     return pytest.mark.skipif(why is not None, reason=f"{name} unavailable: {why}")
+
+
+@pytest.fixture(scope="module")
+def torch_cuda():
+    """torch with a CUDA device (the GPU interop tests), else the test skips."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    return torch

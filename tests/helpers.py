@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 from tiledmm.accuracy import matmul_error, rel_error
 
-__all__ = ["available_backends", "matmul_error", "rel_error"]
+__all__ = ["available_backends", "matmul_error", "nvcc_build", "rel_error"]
 
 
 def available_backends() -> list[str]:
@@ -12,3 +15,17 @@ def available_backends() -> list[str]:
     import tiledmm
 
     return sorted(b.name for b in tiledmm.backends() if b.available)
+
+
+def nvcc_build(text: str, tmp_path: Path) -> None:
+    """Compile CUDA source ``text`` for sm_90 as NVRTC would see it (no host headers): no
+    warnings, no register spills (the ``nvcc``-marked tests; no GPU needed)."""
+    src = tmp_path / "k.cu"
+    src.write_text(text)
+    res = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
+         "-o", str(tmp_path / "k.cubin"), str(src)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]

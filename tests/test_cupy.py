@@ -14,6 +14,7 @@ from tiledmm_backends import kernels as K
 
 import tiledmm
 from tests.conftest import requires_backend
+from tests.helpers import nvcc_build
 from tiledmm.accuracy import matmul_error
 
 from ._gemm_checks import (
@@ -157,25 +158,13 @@ def test_cuda_dialect_compiles(cfg, aligned, tmp_path):
         kernel=family, dtype=dtype, block_tile=bt, thread_tile=tt, options=opts,
         threads_per_block=threads, m=100, n=n,
     )  # fmt: skip
-    _nvcc(K.source(family, K.defines(plan, aligned)), tmp_path)
+    nvcc_build(K.source(family, K.defines(plan, aligned)), tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_cuda_dialect_compiles_reduce(dtype, tmp_path):
-    _nvcc(K.reduce_source(dtype), tmp_path)
-
-
-def _nvcc(text: str, tmp_path) -> None:
-    src = tmp_path / "k.cu"
-    src.write_text(text)
-    res = subprocess.run(
-        ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
-         "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
+    nvcc_build(K.reduce_source(dtype), tmp_path)
 
 
 # ----------------------------------------------------------------------- without cupy
@@ -204,7 +193,7 @@ def test_cuda_dialect_compiles_probes(real_bytes, tmp_path):
 
     text = probe_source(_probe_source(), {"REAL_BYTES": real_bytes, "THREADS": 256})
     assert "#include" not in text
-    _nvcc(text, tmp_path)
+    nvcc_build(text, tmp_path)
 
 
 def test_compile_probe_launch_shape(monkeypatch):

@@ -300,14 +300,6 @@ def _cuda_backends():
     return [pytest.param(n, marks=requires_backend(n)) for n in ("cupy", "numba-cuda", "opencl")]
 
 
-@pytest.fixture(scope="module")
-def torch_cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device for torch")
-    return torch
-
-
 def _opencl_on_cpu(backend):
     return backend == "opencl" and not tiledmm.get_backend("opencl").device().is_gpu
 

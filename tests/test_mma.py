@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -16,6 +15,7 @@ from tiledmm_backends import kernels as K
 from tiledmm_backends.kernels import mma_spec
 
 import tiledmm
+from tests.helpers import nvcc_build
 from tiledmm import tensorcore as tc
 from tiledmm.device import host_cpu, reference_h200
 from tiledmm.planner import PlanError, default_mma_geometry, make_plan
@@ -266,15 +266,7 @@ def test_cuda_mma_compiles(cfg, tmp_path):
     kind, (bm, bn, bk), (wm, wn), st, shape, al, *extra = cfg
     d = mma_spec.mma_defines(kind, bm, bn, bk, wm, wn, st, shape, aligned_a=al, aligned_b=al,
                              group_m=8, **(extra or [{}])[0])  # fmt: skip
-    src = tmp_path / "k.cu"
-    src.write_text(K.source(K.MMA, d))
-    res = subprocess.run(
-        ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
-         "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
+    nvcc_build(K.source(K.MMA, d), tmp_path)
 
 
 def test_cupy_declares_mma():

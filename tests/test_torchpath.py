@@ -39,14 +39,6 @@ def torch():
     return pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def torch_cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device for torch")
-    return torch
-
-
 class Bridge:
     """Counts the calls that reach the general bridge (``arrays.matmul_foreign``)."""
 

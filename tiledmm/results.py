@@ -26,6 +26,8 @@ __all__ = [
     "benchmark_entry",
     "machine_info",
     "commit_info",
+    "document",
+    "write_document",
     "write_results",
     "slug",
     "read_benchmarks",
@@ -214,6 +216,32 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
 
+def document(benchmarks: list[dict], backends: Iterable[Backend] = (), **tiledmm_info: Any) -> dict:
+    """A pytest-benchmark JSON document for ``benchmarks`` measured on ``backends`` (machine,
+    commit, date, pytest-benchmark version; ``tiledmm_info`` under the ``tiledmm`` key)."""
+    doc = {
+        "machine_info": machine_info(backends),
+        "commit_info": commit_info(),
+        "benchmarks": benchmarks,
+        "datetime": _dt.datetime.now(_dt.UTC).isoformat(),
+        "version": _pytest_benchmark_version(),
+    }
+    if tiledmm_info:
+        doc["tiledmm"] = tiledmm_info
+    return doc
+
+
+def write_document(path: Path, benchmarks: list[dict], backends: Iterable[Backend] = (),
+                   **tiledmm_info: Any) -> Path:  # fmt: skip
+    """:func:`document` written to ``path`` (the benches' own result files)."""
+    path = Path(path)
+    path.write_text(
+        json.dumps(document(benchmarks, backends, **tiledmm_info), indent=1, default=_jsonable)
+        + "\n"
+    )
+    return path
+
+
 def write_results(res: Any, outdir: Path, name: str | None = None, command: str = "") -> list[Path]:
     """One pytest-benchmark JSON per device (or one file ``NAME.json`` when a name is given)."""
     outdir.mkdir(parents=True, exist_ok=True)
@@ -223,18 +251,10 @@ def write_results(res: Any, outdir: Path, name: str | None = None, command: str 
         groups.setdefault(label, []).append(b)
     if not groups:
         groups[name or "empty"] = []
-    minfo, cinfo = machine_info(res.backends), commit_info()
-    now = _dt.datetime.now(_dt.UTC).isoformat()
     paths = []
     for label, benches in sorted(groups.items()):
-        doc = {
-            "machine_info": minfo,
-            "commit_info": cinfo,
-            "benchmarks": benches,
-            "datetime": now,
-            "version": _pytest_benchmark_version(),
-            "tiledmm": {"command": command, "skipped": res.skipped, "failures": res.failures},
-        }
+        doc = document(benches, res.backends, command=command, skipped=res.skipped,
+                       failures=res.failures)  # fmt: skip
         path = outdir / f"{label}.json"
         path.write_text(json.dumps(doc, indent=2, default=_jsonable) + "\n")
         paths.append(path)
