@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import registry, tuning
+from . import registry, shapefit, tuning
 from .backend import KERNEL_FAMILIES, Backend, Geometry
 from .cache import LRUCache
 from .planner import Plan, PlanError, default_geometry, make_plan
@@ -132,9 +132,9 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
         )
     if fam == "register" and device.is_gpu and block_tile is None and thread_tile is None:
         if cls == "skinny_mn":
-            geo = tuning.orient(geo, m, n)
-        geo = tuning.fit_grid(geo, m, n, device.compute_units, batch)
-    geo = tuning.resolve_split(geo, m, n, k, device.compute_units, batch)
+            geo = shapefit.orient(geo, m, n)
+        geo = shapefit.fit_grid(geo, m, n, device.compute_units, batch)
+    geo = shapefit.resolve_split(geo, m, n, k, device.compute_units, batch)
     if block_tile is not None or thread_tile is not None:
         base = geo
         bt = block_tile or base.block_tile

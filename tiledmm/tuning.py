@@ -29,6 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
+from .shapefit import (  # noqa: F401 - per-product tile adjustments, re-exported here
+    MAX_SPLIT,
+    MIN_SLICE,
+    SMALL_GRID_BLOCKS_PER_SM,
+    auto_split,
+    fit_grid,
+    orient,
+    resolve_split,
+)
 from .store import CachedFile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -315,77 +324,6 @@ def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str,
         if isinstance(g, int | float) and math.isfinite(g) and g > 0:
             out[fam] = float(g)
     return out
-
-
-#: K elements per slice at least, and slices at most, for ``split_k="auto"``
-MIN_SLICE, MAX_SPLIT = 256, 16
-
-
-def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int = 1) -> int:
-    """K slices for ``split_k="auto"``: double them while the grid (blocks x slices) is under
-    two blocks per SM, each slice keeps at least ``MIN_SLICE`` of K, and at most ``MAX_SPLIT``
-    (64x4096x4096 with 64x64 tiles on 132 SMs: 64 blocks, 8 slices; 16x8192x8192: 4)."""
-    bm, bn = block_tile[0], block_tile[1]
-    blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
-    s = 1
-    while blocks * s < 2 * max(1, sms) and k // (2 * s) >= MIN_SLICE and s < MAX_SPLIT:
-        s *= 2
-    return s
-
-
-#: Fewer blocks than this per SM: the register tile is halved along N (see :func:`fit_grid`).
-SMALL_GRID_BLOCKS_PER_SM = 1.5
-
-
-def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometry:
-    """``geo`` with its register tile halved along N (block and thread tile) when its grid
-    leaves SMs idle: fewer than ``SMALL_GRID_BLOCKS_PER_SM`` blocks per SM. One wave of
-    half-size blocks spreads the same work over twice the SMs, and the halved tile keeps the
-    threads per block. Measured on the H200 (benches/tile_choice.py, both CuPy and OpenCL):
-    128x64 beats 128x128 at 1024^3 (0.91 / 1.03 of cuBLAS against 0.54 / 0.57),
-    257x4097x1031 and 1000x3000x777; from 2048^3 (1.9 blocks per SM) 128x128 wins. Only
-    the shared C sources' register tiles (their ``vn`` option; measured there); tiles with a
-    split-K, or already narrower than 128, are left alone."""
-    bm, bn, bk = geo.block_tile
-    tm, tn = geo.thread_tile
-    opts = dict(geo.options)
-    if "vn" not in opts or bn < 128 or tn < 4 or tn % 2 or opts.get("split_k", 1) not in (1, "1"):
-        return geo
-    blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
-    if blocks >= SMALL_GRID_BLOCKS_PER_SM * max(1, sms):
-        return geo
-    opts["vn"] = min(int(opts["vn"]), tn // 2)
-    note = f"{geo.source}; halved to {bm}x{bn // 2} for a grid of {blocks} blocks on {sms} SMs"
-    return replace(geo, block_tile=(bm, bn // 2, bk), thread_tile=(tm, tn // 2),
-                   options=tuple(sorted(opts.items())), source=note)  # fmt: skip
-
-
-def orient(geo: Geometry, m: int, n: int) -> Geometry:
-    """``geo`` with its block and thread tiles (and vector widths) transposed when its short
-    block side lies along the product's long side: a skinny product's tile is narrow along
-    the short dimension (M or N <= 64), whichever of the two it is. On the H200 one class
-    entry served both orientations badly: CuPy's 64x32 ran 16x8192x8192 at 0.48 of cuBLAS
-    where OpenCL's 32x64 ran it at 0.99 (benches/results/h200-shapes.json). Only the shared C
-    sources' register tiles (their ``vn`` option)."""
-    bm, bn, bk = geo.block_tile
-    tm, tn = geo.thread_tile
-    opts = dict(geo.options)
-    if "vn" not in opts or bm == bn or (m < n) == (bm < bn) or m == n:
-        return geo
-    opts["vm"], opts["vn"] = opts.get("vn", 1), opts.get("vm", 1)
-    note = f"{geo.source}; transposed to {bn}x{bm} for a {m}x{n} output"
-    return replace(geo, block_tile=(bn, bm, bk), thread_tile=(tn, tm),
-                   options=tuple(sorted(opts.items())), source=note)  # fmt: skip
-
-
-def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 1) -> Geometry:
-    """``geo`` with ``split_k="auto"`` replaced by :func:`auto_split` for this product (a
-    geometry without it is returned as it is)."""
-    opts = dict(geo.options)
-    if opts.get("split_k") != "auto":
-        return geo
-    opts["split_k"] = auto_split(m, n, k, geo.block_tile, sms, batch)
-    return replace(geo, options=tuple(sorted(opts.items())))
 
 
 # --------------------------------------------------------------------------- writing
