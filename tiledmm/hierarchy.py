@@ -30,8 +30,10 @@ from .dram import LOCKSTEP_BLOCKS as LOCKSTEP_BLOCKS
 from .dram import dram_key, dram_traffic, dram_traffic_cached, miss_fraction
 from .warps import (
     FILL_ACCESSES,
+    SECTOR,
     WARP,
     WAVEFRONT,
+    c_store_sectors,
     gemv_counts,
     gemv_shape,
     naive_counts,
@@ -178,18 +180,26 @@ def gpu_levels(
                                 ("stores", counts.store_wf * blocks * WAVEFRONT),
                                 ("global fills", fills * blocks * WAVEFRONT))),
                    )  # fmt: skip
+    # C stores (each block its tile; split-K: its partial tile): whole 32-byte sectors per
+    # store instruction, through L1 to the L2
+    c_sectors = c_store_sectors(g, s, engine, opts, kernel)
+    c_store = c_sectors * SECTOR * blocks
     l1_bw = dev.level("L1")
     if l1_bw:
         wf_rate = per_sm("L1", l1_bw) / WAVEFRONT
-        out.append(Level("L1", counts.l1_bytes * blocks, dev.clocked("L1", l1_bw) * used / sms,
-                         on_sm * counts.l1_wf / wf_rate,
-                         f"{counts.l1_wf / counts.fma:.3g} wavefronts per warp FMA"))  # fmt: skip
+        l1_wf = counts.l1_wf + c_sectors * SECTOR / WAVEFRONT
+        out.append(Level("L1", counts.l1_bytes * blocks + c_store,
+                         dev.clocked("L1", l1_bw) * used / sms, on_sm * l1_wf / wf_rate,
+                         f"{counts.l1_wf / counts.fma:.3g} load wavefronts per warp FMA",
+                         parts=(("loads", counts.l1_bytes * blocks), ("C stores", c_store))),
+                   )  # fmt: skip
     if kernel == "naive" and "ks" not in g:
         l2 = blocks * g["kp"] * (g["bm"] + g["bn"]) * s  # a sector of A serves 32/s steps
     else:
         l2 = blocks * counts.l1_bytes
     l2_bw = dev.level("L2")
-    out.append(Level("L2", l2, l2_bw, l2 / l2_bw if l2_bw else 0.0))
+    out.append(Level("L2", l2 + c_store, l2_bw, (l2 + c_store) / l2_bw if l2_bw else 0.0,
+                     parts=(("loads", l2), ("C stores", c_store))))  # fmt: skip
     read, written, reduce_bytes = _dram(kernel, g, s, dev, engine, opts, blocks_per_unit,
                                         batch, split)  # fmt: skip
     dram = read + written
@@ -209,7 +219,7 @@ def gpu_levels(
         # neither overlaps another block's main loop (docs/model.md)
         wave = min(blocks, blocks_per_unit * sms)
         first = wave * (g["bm"] + g["bn"]) * g["bk"] * s
-        c_tiles = wave * g["bm"] * g["bn"] * s
+        c_tiles = wave * c_sectors * SECTOR  # the epilogue's store sectors (above)
         phase = dev.latency / (dev.sustained or 1.0) if dev.latency else 0.0
         phase += (first + c_tiles) / l2_bw
         serial += rounds * phase

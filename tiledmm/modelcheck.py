@@ -131,8 +131,8 @@ def model_counters(plan: Plan) -> dict[str, float]:
     out = {
         "dram__bytes_read.sum": read,
         "dram__bytes_write.sum": parts.get("written", float(c_bytes)),
-        "lts__t_bytes.sum": get("L2") + c_bytes,
-        "l1tex__t_bytes.sum": get("L1") + c_bytes,
+        "lts__t_bytes.sum": get("L2"),  # tile loads and the C stores' sectors
+        "l1tex__t_bytes.sum": get("L1"),
         "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": loads / 128,
         "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": stores / 128,
         "l1tex__data_pipe_lsu_wavefronts.sum": data_pipe / 128,

@@ -21,6 +21,7 @@ __all__ = [
     "SECTOR",
     "WAVEFRONT",
     "FILL_ACCESSES",
+    "c_store_sectors",
 ]
 
 WARP = 32
@@ -209,6 +210,34 @@ def _store_wavefronts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> 
         for w0 in range(0, threads, WARP):
             lanes = [addr[t] for t in range(w0, w0 + WARP) if t in addr]
             total += shared_wavefronts(lanes, width) if lanes else 0
+    return total
+
+
+def c_store_sectors(g: dict, s: int, engine: str, opts: dict, kernel: str) -> int:
+    """32-byte sectors one block's C stores move through L1 to the L2, from the warps' store
+    addresses: a store instruction moves every sector its warp touches, whole, however few of
+    its bytes it writes. register.cl's epilogue (gemm-c) stores scalars (SASS: 64 ``STG.E``
+    per thread of 128x128/8x8) at a stride of VN elements along the warp's 16 columns: a
+    32-byte sector gets 32 / (VN s) of its bytes per instruction, and the next VN - 1
+    instructions write the same sectors again (float32 VN 4: 4x the C bytes; float64 VN 2:
+    2x; Nsight's ``l1tex__t_bytes.sum`` is the tile loads plus exactly that, docs/model.md).
+    Every other kernel's warp stores consecutive elements: its C bytes in sectors."""
+    bm, bn = g["bm"], g["bn"]
+    if kernel != "register" or engine != "gemm-c" or not int(opts.get("use_local", 1)):
+        return math.ceil(bm * bn * s / SECTOR)
+    tm, tn = g.get("tm", 1), g.get("tn", 1)
+    vw = 16 // s
+    vm, vn = int(opts.get("vm", min(vw, tm))), int(opts.get("vn", min(vw, tn)))
+    t_n, t_m = bn // tn, bm // tm
+    total = 0
+    for w0 in range(0, t_n * t_m, WARP):  # register.cl: row and column of (i, g, q) per thread
+        lanes = [(t % t_n, t // t_n) for t in range(w0, min(w0 + WARP, t_n * t_m))]
+        for i in range(tm):
+            for gg in range(tn // vn):
+                for q in range(vn):
+                    total += len({((i // vm) * t_m * vm + ty * vm + i % vm,
+                                   (gg * t_n * vn + tx * vn + q) * s // SECTOR)
+                                  for tx, ty in lanes})  # fmt: skip
     return total
 
 
