@@ -12,7 +12,6 @@ import pytest
 from tiledmm import Geometry, make_plan
 from tiledmm.device import calibration_problem, reference_h200
 from tiledmm.hierarchy import miss_fraction, shared_wavefronts
-from tiledmm.warps import c_store_sectors
 from tiledmm.modelcheck import (
     CPU_BAND,
     GPU_BAND,
@@ -21,6 +20,7 @@ from tiledmm.modelcheck import (
     compare_counters,
     format_table,
 )
+from tiledmm.warps import c_store_sectors
 
 RESULTS = Path(__file__).resolve().parent.parent / "benches" / "results"
 H200 = reference_h200()
