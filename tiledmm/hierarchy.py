@@ -296,10 +296,12 @@ def cpu_levels(
         ]
     if kernel == "naive":
         # one output per work-item; B column read with stride N*s: a line per k per
-        # SIMD vector of outputs, served by the smallest cache that holds the column panel
-        # at its aliased capacity, else DRAM at one line per latency per core (a stride of
-        # a page or more defeats the prefetcher).
-        vecs = m * math.ceil(n / lanes) * k
+        # output (each item walks its whole column before the next item starts, so the
+        # line is fetched again per item: the latency rule's per-element misses at 1024^3,
+        # the L2's line rate at 512^3 and 1000x3000x777; docs/model.md), served by the
+        # smallest cache that holds the column panel at its aliased capacity, else DRAM at
+        # one line per latency per core (a stride of a page or more defeats the prefetcher).
+        vecs = m * n * k
         panel = k * LINE  # the B lines one column walk keeps live (a SIMD vector or 1 item)
         stride = n * s
         level = _holding_level(dev, panel, stride)
