@@ -132,6 +132,15 @@ def test_c_stores_move_whole_sectors_as_l1tex_counts_them():
         assert r["ratios"]["l1tex__t_bytes.sum"] == pytest.approx(1.0, abs=0.01), r["row"]
 
 
+def test_naive_kernels_hold_8_blocks_of_256_threads_in_float64_too():
+    """ptxas gives every naive kernel 32 registers (float64 too): 8 blocks of 256 threads per
+    SM, 64 warps, as in float32; Numba's one-load-in-flight loop is latency-bound on them."""
+    p = make_plan(4096, 4096, 4096, dtype="float64", kernel="naive", device=H200,
+                  geometry=Geometry((16, 16, 1), (1, 1)), backend="numba-cuda")  # fmt: skip
+    assert p.occupancy.blocks_per_unit == 8 and p.bound == "latency"
+    assert "64 warps per SM" in p.level("latency").note
+
+
 def test_counters_file_records_the_model_it_was_checked_with():
     data = json.loads((RESULTS / "h200-counters.json").read_text())
     assert data["metadata"]["source"]
@@ -234,7 +243,6 @@ def test_calibration_schema_takes_levels_and_keeps_old_records():
 #: Held GPU rows outside [0.8, 1.25], each with its reason (docs/model.md, "still wrong").
 _SMALL_GRID = "few waves of 128x128 blocks: slower than issue + the lockstep prologue/epilogue"
 _NAIVE_LATENCY = "naive: slower than every level; latency of the missing lines is not modelled"
-_NUMBA_F64 = "Numba float64 naive: measured faster than the latency level predicts"
 _F64_FEW_BLOCKS = (
     "float64 register, 2-3 blocks (16-24 warps) per SM and one or two waves: "
     "slower than the shared/L1 data pipe plus the lockstep phases"
@@ -246,9 +254,6 @@ KNOWN_OUTSIDE = {
     ("opencl", "naive", "float32", (8192, 8192, 8192)): _NAIVE_LATENCY,
     ("cupy", "naive", "float64", (4096, 4096, 4096)): _NAIVE_LATENCY,
     ("opencl", "naive", "float64", (4096, 4096, 4096)): _NAIVE_LATENCY,
-    ("numba-cuda", "naive", "float64", (1024, 1024, 1024)): _NUMBA_F64,
-    ("numba-cuda", "naive", "float64", (4096, 4096, 4096)): _NUMBA_F64,
-    ("numba-cuda", "naive", "float64", (1000, 3000, 777)): _NUMBA_F64,
 }
 
 
@@ -266,7 +271,7 @@ def test_committed_gpu_results_inside_the_band_but_the_listed_rows():
         if not GPU_BAND[0] <= r.ratio <= GPU_BAND[1]
     }
     assert set(outside) == set(KNOWN_OUTSIDE), outside  # a row that comes inside: drop it
-    assert len(held) - len(outside) >= 81
+    assert len(held) - len(outside) >= 84
     assert all(0.5 < r.ratio < 2.0 for r in held)
     assert "worst" in format_table(rows)
 

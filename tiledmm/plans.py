@@ -221,6 +221,14 @@ def mma_words(p: Plan) -> str:
     )
 
 
+#: Registers per thread of the naive kernels (one accumulator, two indices, the bounds):
+#: ptxas (CUDA 13.0, sm_90) allocates 32 for the gemm-c naive kernel in float32 and float64
+#: and 29-32 for Numba's (float64 / float32); the planner's per-dtype estimate (40 for
+#: float64) would hold a float64 naive SM to 6 blocks of 256 threads instead of 8
+#: (docs/model.md).
+NAIVE_REGISTERS = 32
+
+
 def occupancy(
     device: DeviceSpec, kernel: str, threads: int, shared: int, regs: int, blocks: int
 ) -> Occupancy:
@@ -232,6 +240,8 @@ def occupancy(
         )
     warp = max(1, device.warp_size)
     warps = math.ceil(threads / warp)
+    if kernel == "naive":  # what ptxas allocates, whatever the dtype (NAIVE_REGISTERS)
+        regs = min(regs, NAIVE_REGISTERS)
     regs_alloc = math.ceil(regs / 8) * 8  # registers are allocated per warp in chunks
     limits = {
         "threads": device.max_threads_per_unit // (warps * warp),
