@@ -241,11 +241,14 @@ def test_calibration_schema_takes_levels_and_keeps_old_records():
 
 
 #: Held GPU rows outside [0.8, 1.25], each with its reason (docs/model.md, "still wrong").
-_SMALL_GRID = "few waves of 128x128 blocks: slower than issue + the lockstep prologue/epilogue"
+_SMALL_GRID = (
+    "register 128x128 at 1000x3000x777 (the unaligned variant, 2 blocks on the busiest SM): "
+    "25-35% slower than issue; not a resident-warps effect, cause not found (docs/model.md)"
+)
 _NAIVE_LATENCY = "naive: slower than every level; latency of the missing lines is not modelled"
 _F64_FEW_BLOCKS = (
-    "float64 register, 2-3 blocks (16-24 warps) per SM and one or two waves: "
-    "slower than the shared/L1 data pipe plus the lockstep phases"
+    "float64 register 1024^3: 2 blocks (16 warps) per SM in one lockstep round, "
+    "single-staged: slower than the shared/L1 data pipe plus the lockstep phases"
 )
 KNOWN_OUTSIDE = {
     ("cupy", "register", "float32", (1000, 3000, 777)): _SMALL_GRID,
