@@ -16,7 +16,7 @@ from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
 from .hierarchy import Level, cpu_levels, engine_of, gpu_levels
 from .planner_mma import default_mma_geometry, plan_mma
-from .plans import ITEMSIZE, Occupancy, Plan, PlanError, kib, occupancy
+from .plans import ITEMSIZE, NAIVE_REGISTERS, Occupancy, Plan, PlanError, kib, occupancy
 
 __all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "default_geometry",
            "default_mma_geometry"]  # fmt: skip
@@ -51,6 +51,8 @@ def _estimate_registers(kernel: str, thread_tile: tuple[int, int], s: int) -> in
     tm, tn = thread_tile
     if kernel == "register":
         return (tm * tn + tm + tn) * words + 24
+    if kernel == "naive":
+        return NAIVE_REGISTERS  # what ptxas allocates, whatever the dtype (docs/model.md)
     return 24 + 8 * words
 
 
