@@ -59,7 +59,7 @@ def _compile(src: str, name: str = "gemm"):
     return _cupy().RawModule(code=src).get_function(name)
 
 
-class CupyBackend(Backend):
+class CupyBackend(K.SharedSourceTables, Backend):
     name = "cupy"
     aliases = ("cuda",)
     kernels = K.FAMILIES
@@ -100,20 +100,6 @@ class CupyBackend(Backend):
     def devices(self) -> list[DeviceSpec]:
         n = _cupy().cuda.runtime.getDeviceCount()
         return [self._specs.get(i) or self._specs.setdefault(i, _spec(i)) for i in range(n)]
-
-    def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
-                 shape_class: str | None = None) -> Geometry | None:  # fmt: skip
-        """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
-        a class entry before the general one (docs/shapes.md)."""
-        return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
-
-    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
-                        shape_class: str) -> float | None:  # fmt: skip
-        """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly
-        ``shape_class`` through this backend (``kernel="auto"`` compares families by it)."""
-        from ..kernels.shapes import shipped_gflops
-
-        return shipped_gflops(kernel, dtype, device, self.name, shape_class)
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""

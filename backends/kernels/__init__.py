@@ -25,7 +25,7 @@ from . import mma_spec
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
-    "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes",
+    "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
@@ -211,6 +211,28 @@ def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str =
         return None
     src = f"tuned on {device.name}" if "device" in best else f"default for {device.kind}"
     return fit(Geometry.from_dict(best, src), kernel, dtype, device)
+
+
+class SharedSourceTables:
+    """The geometry database's side of a backend that runs these sources (CuPy and OpenCL
+    mix it in): tiles per family, dtype, device and shape class, and the measured GFLOP/s that
+    ``kernel="auto"`` compares families by."""
+
+    name: str
+
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
+                 shape_class: str | None = None) -> Geometry | None:  # fmt: skip
+        """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
+        a class entry before the general one (docs/shapes.md)."""
+        return load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
+
+    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
+                        shape_class: str) -> float | None:  # fmt: skip
+        """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly
+        ``shape_class`` through this backend."""
+        from .shapes import shipped_gflops
+
+        return shipped_gflops(kernel, dtype, device, self.name, shape_class)
 
 
 def fit(geo: Geometry, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:

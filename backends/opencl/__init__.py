@@ -210,7 +210,7 @@ def _strided(x) -> tuple[int, int, int]:
     return x.offset // s, x.strides[0] // s, x.strides[1] // s
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(K.SharedSourceTables, Backend):
     name = "opencl"
     aliases = ("cl",)
     kernels = K.FAMILIES
@@ -259,20 +259,6 @@ class OpenCLBackend(Backend):
 
     def devices(self) -> list[DeviceSpec]:
         return [_spec_cached(d) for d in _all_devices()]
-
-    def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
-                 shape_class: str | None = None) -> Geometry | None:  # fmt: skip
-        """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
-        a class entry before the general one (docs/shapes.md)."""
-        return K.load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
-
-    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
-                        shape_class: str) -> float | None:  # fmt: skip
-        """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly
-        ``shape_class`` through this backend (``kernel="auto"`` compares families by it)."""
-        from ..kernels.shapes import shipped_gflops
-
-        return shipped_gflops(kernel, dtype, device, self.name, shape_class)
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
