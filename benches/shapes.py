@@ -34,7 +34,7 @@ import numpy as np
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import results, tuning  # noqa: E402
+from tiledmm import results, shapefit, tuning  # noqa: E402
 from tiledmm.accuracy import rel_error  # noqa: E402
 from tiledmm.bench import tolerance  # noqa: E402
 
@@ -221,7 +221,7 @@ def sweep(names, dtype, entries_path, save) -> None:
                 for fam in tiledmm.KERNEL_FAMILIES:
                     for geo in cand.candidates(fam, dtype, cls):
                         try:  # split_k="auto" resolved per shape; scores keyed by the candidate
-                            run_geo = tuning.resolve_split(geo, m, n, k, dev.compute_units, nb)
+                            run_geo = shapefit.resolve_split(geo, m, n, k, dev.compute_units, nb)
                             plan = tiledmm.make_plan(
                                 m,
                                 n,

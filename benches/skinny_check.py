@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from batched_check import cupy_times, opencl_times  # noqa: E402
 
 import tiledmm  # noqa: E402
-from tiledmm import make_plan, tuning  # noqa: E402
+from tiledmm import make_plan, shapefit, tuning  # noqa: E402
 
 SHAPES = [(1, 4096, 4096), (4096, 1, 4096), (1, 8192, 8192), (16384, 1, 16384),
           (64, 4096, 4096), (4096, 32, 4096), (16, 8192, 8192), (4096, 64, 4096)]  # fmt: skip
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                     label = f"{name} {fam} {geo.block_tile} {dict(geo.options)}"
                     try:
                         dev = be.device()
-                        geo = tuning.resolve_split(geo, m, n, k, dev.compute_units)
+                        geo = shapefit.resolve_split(geo, m, n, k, dev.compute_units)
                         label += f" (split {dict(geo.options).get('split_k', 1)})"
                         plan = make_plan(m, n, k, dtype="float32", kernel=fam, device=dev,
                                          geometry=geo, backend=name)  # fmt: skip

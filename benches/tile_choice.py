@@ -20,7 +20,7 @@ from pathlib import Path
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import Geometry, tuning  # noqa: E402
+from tiledmm import Geometry, shapefit  # noqa: E402
 from tiledmm.bench import Case, Inputs, Settings, measure_case, vendor_result  # noqa: E402
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
             per_sm = -(-m // 128) * -(-n // 128) / dev.compute_units
             line = [f"{name:6s} {m}x{n}x{k:<5d} {per_sm:5.2f} blocks/SM:"]
             for label, geo in CANDIDATES.items():
-                geo = tuning.resolve_split(geo, m, n, k, dev.compute_units)
+                geo = shapefit.resolve_split(geo, m, n, k, dev.compute_units)
                 try:
                     plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="register",
                                              device=dev, geometry=geo, backend=name)  # fmt: skip

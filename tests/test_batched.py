@@ -150,7 +150,7 @@ def test_batched_views_with_offsets():
 def test_split_k_auto_through_matmul(tmp_path, monkeypatch):
     """A class entry with split_k="auto": kernel="auto"'s dispatch resolves the slices from
     the grid and the device's compute units, and the product is right (PoCL)."""
-    from tiledmm import dispatch, tuning
+    from tiledmm import dispatch, shapefit, tuning
 
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     be = tiledmm.get_backend("opencl")
@@ -166,7 +166,7 @@ def test_split_k_auto_through_matmul(tmp_path, monkeypatch):
         a = rng.standard_normal((8, 1500)).astype("float32")
         b = rng.standard_normal((1500, 7)).astype("float32")
         plan = tiledmm.plan(8, 7, 1500, backend="opencl", kernel="register")
-        want = tuning.auto_split(8, 7, 1500, (16, 16, 4), dev.compute_units)
+        want = shapefit.auto_split(8, 7, 1500, (16, 16, 4), dev.compute_units)
         assert plan.options["split_k"] == want > 1
         got = tiledmm.matmul(a, b, backend="opencl", kernel="register")
         assert rel_error(got, a.astype(np.float64) @ b) < 1e-5

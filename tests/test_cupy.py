@@ -72,7 +72,7 @@ def test_gpu_shape_candidates(cand):
     """Every per-class candidate (split-K, gemv, small tiles): odd 2-D shapes, K = 0, batches
     (split_k="auto" as it resolves for 64x4096x4096 on 132 SMs: 8 slices)."""
     _, fam, g = cand
-    g = tiledmm.tuning.resolve_split(g, 64, 4096, 4096, 132)
+    g = tiledmm.shapefit.resolve_split(g, 64, 4096, 4096, 132)
     geo = (g.block_tile, g.thread_tile, dict(g.options))
     check_geometry("cupy", fam, geo, "float32")
     check_batched("cupy", fam, "float32", geo)

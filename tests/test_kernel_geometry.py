@@ -213,7 +213,7 @@ def test_auto_picks_the_measured_fastest_family_per_class(tmp_path, monkeypatch)
 
 
 def test_auto_split_from_blocks_and_sms():
-    from tiledmm.tuning import auto_split, resolve_split
+    from tiledmm.shapefit import auto_split, resolve_split
 
     assert auto_split(64, 4096, 4096, (64, 64, 16), 132) == 8  # 64 blocks -> 512
     assert auto_split(16, 8192, 8192, (64, 64, 16), 132) == 4
@@ -233,7 +233,7 @@ def test_every_shape_candidate_compiles_once_resolved():
 
     from tiledmm_backends.kernels import shapes
 
-    from tiledmm.tuning import resolve_split
+    from tiledmm.shapefit import resolve_split
 
     probe = {"vector": (1, 4096, 4096), "skinny_mn": (64, 4096, 4096)}
     for cls in tiledmm.tuning.SHAPE_CLASSES:

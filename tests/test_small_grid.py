@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 import tiledmm
-from tiledmm import Geometry, dispatch, tuning
+from tiledmm import Geometry, dispatch, shapefit
 from tiledmm.device import reference_h200
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
@@ -21,7 +21,7 @@ BIG = Geometry((128, 128, 16), (8, 8), REG, source="test")
      (512, 512, 2, True)],
 )  # fmt: skip
 def test_halved_below_one_and_a_half_blocks_per_sm(m, n, batch, halved):
-    g = tuning.fit_grid(BIG, m, n, 132, batch)
+    g = shapefit.fit_grid(BIG, m, n, 132, batch)
     blocks = -(-m // 128) * -(-n // 128) * batch
     assert (blocks < 1.5 * 132) == halved
     if halved:
@@ -36,18 +36,18 @@ def test_left_alone_when_not_the_shared_register_tile():
     split = replace(BIG, options=tuple(sorted({**dict(REG), "split_k": 4}.items())))
     numba_like = Geometry((128, 128, 8), (8, 8), (("layout", "strided"),))
     for g in (narrow, split, numba_like):
-        assert tuning.fit_grid(g, 64, 64, 132) == g
+        assert shapefit.fit_grid(g, 64, 64, 132) == g
 
 
 def test_vector_width_follows_the_halved_thread_tile():
     g = Geometry((128, 128, 16), (8, 4), (("use_local", 1), ("vm", 4), ("vn", 4)))
-    h = tuning.fit_grid(g, 256, 256, 132)
+    h = shapefit.fit_grid(g, 256, 256, 132)
     assert h.thread_tile == (8, 2) and dict(h.options)["vn"] == 2
 
 
 def test_halved_plan_is_valid_on_the_h200():
     dev = reference_h200()
-    g = tuning.fit_grid(BIG, 1024, 1024, dev.compute_units)
+    g = shapefit.fit_grid(BIG, 1024, 1024, dev.compute_units)
     plan = tiledmm.make_plan(1024, 1024, 1024, dtype="float32", kernel="register",
                              device=dev, geometry=g, backend="cupy")  # fmt: skip
     assert plan.block_tile == (128, 64, 16) and plan.grid[0] * plan.grid[1] == 128
@@ -62,18 +62,18 @@ def test_cpu_plans_keep_their_tiles():
 
 def test_skinny_tiles_turn_to_the_short_side():
     tall = Geometry((64, 32, 16), (4, 4), (("pad", 4), ("split_k", "auto"), ("vm", 4), ("vn", 2)))
-    wide = tuning.orient(tall, 16, 8192)  # M short: the narrow side goes along M
+    wide = shapefit.orient(tall, 16, 8192)  # M short: the narrow side goes along M
     assert wide.block_tile == (32, 64, 16) and dict(wide.options)["vm"] == 2
     assert dict(wide.options)["vn"] == 4 and "transposed" in wide.source
-    assert tuning.orient(tall, 4096, 32) == tall  # N short: already narrow along N
-    assert tuning.orient(BIG, 16, 8192) == BIG  # square tiles have no orientation
+    assert shapefit.orient(tall, 4096, 32) == tall  # N short: already narrow along N
+    assert shapefit.orient(BIG, 16, 8192) == BIG  # square tiles have no orientation
     numba_like = Geometry((64, 32, 8), (4, 4), (("layout", "strided"),))
-    assert tuning.orient(numba_like, 16, 8192) == numba_like
+    assert shapefit.orient(numba_like, 16, 8192) == numba_like
 
 
 def test_oriented_skinny_plan_is_valid():
     dev = reference_h200()
-    g = tuning.orient(Geometry((64, 32, 16), (4, 4), REG), 16, 8192)
+    g = shapefit.orient(Geometry((64, 32, 16), (4, 4), REG), 16, 8192)
     plan = tiledmm.make_plan(16, 8192, 8192, dtype="float32", kernel="register", device=dev,
                              geometry=g, backend="cupy")  # fmt: skip
     assert plan.block_tile == (32, 64, 16) and plan.grid == (128, 1)

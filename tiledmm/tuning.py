@@ -29,15 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
-from .shapefit import (  # noqa: F401 - per-product tile adjustments, re-exported here
-    MAX_SPLIT,
-    MIN_SLICE,
-    SMALL_GRID_BLOCKS_PER_SM,
-    auto_split,
-    fit_grid,
-    orient,
-    resolve_split,
-)
 from .store import CachedFile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,8 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
     "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
-    "device_arch", "select", "measured_families", "export", "auto_split", "resolve_split",
-    "fit_grid", "orient",
+    "device_arch", "select", "measured_families", "export",
 ]  # fmt: skip
 
 #: The shape classes, most specific first (issue 11's per-class geometry uses the same names).

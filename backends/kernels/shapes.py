@@ -6,7 +6,7 @@ smaller block tiles and/or split-K (``split_k``: K slices into a workspace, then
 skinny and vector products get the naive family's gemv path (``gemv``: K split over ``ks``
 work-items per output) and small register tiles; batched products keep the square tiles and
 fill the device through the batch (grid z). ``split_k="auto"`` picks the K slices per product
-from the grid and the SM count (``tiledmm.tuning.auto_split``; ``kernel="auto"`` and the sweep
+from the grid and the SM count (``tiledmm.shapefit.auto_split``; ``kernel="auto"`` and the sweep
 resolve it before planning). Every resolved candidate passes ``kernels.defines``.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiledmm import DeviceSpec, Geometry
-from tiledmm.tuning import auto_split, resolve_split
+from tiledmm.shapefit import auto_split, resolve_split
 
 from .. import kernels as K
 
