@@ -116,29 +116,3 @@ def test_numpy_float16_still_matches_numpy():
     a = np.random.default_rng(3).random((5, 7)).astype(np.float16)
     b = np.random.default_rng(4).random((7, 3)).astype(np.float16)
     np.testing.assert_array_equal(tiledmm.matmul(a, b, backend="numpy"), np.matmul(a, b))
-
-
-@pytest.mark.parametrize("backend", ["numpy", "opencl"])
-@pytest.mark.parametrize(
-    ("sa", "sb"),
-    [((7,), (7, 5)), ((6, 7), (7,)), ((7,), (7,)), ((3, 6, 7), (7, 5)), ((2, 1, 6, 7), (3, 7, 5))],
-)  # fmt: skip
-def test_hot_path_for_batched_and_1d_products(backend, sa, sb, monkeypatch):
-    """A batched or 1-D product seen before takes the hot path, with fresh data each call."""
-    from tiledmm import api
-
-    if tiledmm.get_backend(backend).unavailable_reason():
-        pytest.skip(f"{backend} unavailable")
-    rng = np.random.default_rng(5)
-    for call in range(3):
-        if call == 1:  # from now on the full path must not be needed
-
-            def full(*args, **kw):
-                raise AssertionError("the full path ran for a product seen before")
-
-            monkeypatch.setattr(api, "_matmul", full)
-        a, b = rng.random(sa, dtype=np.float32), rng.random(sb, dtype=np.float32)
-        got = tiledmm.matmul(a, b, backend=backend)
-        ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
-        assert np.shape(got) == ref.shape and np.asarray(got).dtype == np.float32
-        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
