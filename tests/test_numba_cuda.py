@@ -206,13 +206,20 @@ def test_simulator_strided_and_default_geometry(sim):
         assert not c["nan"] and c["err"] < 1e-5, c
 
 
+def _written_right(sim: dict, fam: str, tag: str, count: int) -> list[dict]:
+    """The simulator's cases of ``fam`` whose tag starts with ``tag``: ``count`` of them, each
+    fully written (no NaN left) and within float32 rounding of the reference."""
+    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"].startswith(tag)]
+    assert len(cases) == count
+    for c in cases:
+        assert not c["nan"] and c["err"] < 1e-5, c
+    return cases
+
+
 @pytest.mark.parametrize("fam", NUMBA_FAMILIES)
 def test_simulator_launch_sequence(sim, fam):
     """Issue 16.6: 9x7, 6x7, 9x7 in a row (and transposed) compute every row each time."""
-    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"].startswith("sequence")]
-    assert len(cases) == 6
-    for c in cases:
-        assert not c["nan"] and c["err"] < 1e-5, c
+    _written_right(sim, fam, "sequence", 6)
 
 
 def test_simulator_result_kind_follows_like(sim):
@@ -297,20 +304,14 @@ def test_device_spec_from_driver_attribute_names():
 def test_simulator_out_is_an_operand(sim, fam):
     """out= that is one of the operands (2-D and batched): computed through a temporary, not
     launched into memory that other blocks still read."""
-    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"] == "out-is-operand"]
-    assert len(cases) == 3
-    for c in cases:
-        assert not c["nan"] and c["err"] < 1e-5, c
+    _written_right(sim, fam, "out-is-operand", 3)
 
 
 @pytest.mark.parametrize("fam", NUMBA_FAMILIES)
 def test_simulator_batched_one_launch(sim, fam):
     """Broadcast batches (rank 2, K = 0 and 1) through run_batched: one launch, all written."""
-    cases = [c for c in sim["cases"] if c["fam"] == fam and c["tag"].startswith("batched")]
-    assert len(cases) == 8
-    for c in cases:
+    for c in _written_right(sim, fam, "batched", 8):
         assert c["tag"] != "batched-False", c
-        assert not c["nan"] and c["err"] < 1e-5, c
 
 
 def test_engine_choice_and_mlir_source():
