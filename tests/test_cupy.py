@@ -146,6 +146,28 @@ CONFIGS = [
 ]  # fmt: skip
 
 
+@pytest.mark.gpu
+@gpu
+def test_gpu_timings_are_device_time():
+    """Host work inside the timed call (shorter than the spin ahead of it) is not counted; a
+    kernel is: a 3 ms product times at least its FLOPs at the vendor's pace."""
+    import time
+
+    import cupy as cp
+
+    be = tiledmm.get_backend("cupy")
+
+    def host_only():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 1e-4:
+            pass
+
+    assert max(be.timings(host_only, repeat=5)) < 3e-5
+    a = cp.asarray(np.random.default_rng(3).random((2048, 2048), np.float32))
+    t = min(be.timings(lambda: be.vendor_matmul(a, a), repeat=3))
+    assert 2 * 2048**3 / t < 100e12  # a real kernel's time, not zero
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
 @pytest.mark.parametrize("aligned", [True, False])

@@ -35,6 +35,17 @@ _ATTR = dict(
 
 _CP: Any = None
 
+#: how long the spin kernel ahead of each timed call keeps the GPU busy (ns): longer than the
+#: host side of any call timed here (the slowest, 1-D operands through cupy.matmul: ~45 us)
+SPIN_NS = 200_000
+_SPIN_SRC = r"""
+extern "C" __global__ void spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
 
 def _cupy():
     """The cupy module, imported on first use (never at tiledmm import time)."""
@@ -145,19 +156,29 @@ class CupyBackend(K.SharedSourceTables, Backend):
         _cupy().cuda.get_current_stream().synchronize()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
-        """Seconds per call from CUDA events on the current stream (launch jitter excluded)."""
+        """Device seconds per call from CUDA events on the current stream. Each timed call is
+        queued behind a 200 us spin kernel, so the host has enqueued all of ``fn``'s work before
+        the start event fires: the events time the device work, not Python's launch latency
+        (as OpenCL's profiling events do; per-call host cost is benches/interop_overhead.py's)."""
         cp = _cupy()
         for _ in range(warmup):
             fn()
         start, end = cp.cuda.Event(), cp.cuda.Event()
+        spin = self._spin()
         out = []
         for _ in range(repeat):
+            spin((1,), (1,), (np.uint64(SPIN_NS),))
             start.record()
             fn()
             end.record()
             end.synchronize()
             out.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
         return out
+
+    def _spin(self):
+        """A one-thread kernel that busy-waits ``ns`` nanoseconds of the GPU's global timer."""
+        key = ("spin", _cupy().cuda.runtime.getDevice())
+        return self._modules.get_or_make(key, lambda: _compile(_SPIN_SRC, "spin"))
 
     # ------------------------------------------------------------------ compile and launch
 

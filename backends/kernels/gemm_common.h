@@ -112,6 +112,9 @@
 #define ZERO ((real)0)
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))
 
+#ifndef NO_BATCH
+  #define NO_BATCH 0
+#endif
 #ifndef SPLIT_K
   #define SPLIT_K 1 /* K slices per product (partial products into a workspace) */
 #endif
@@ -133,6 +136,9 @@
  * 32-bit element offsets, not the pointers: A, B and C stay kernel parameters, which kept
  * NVRTC's register allocation of the 128x64 (8x4) register kernel at 87 instead of 107
  * (2 resident blocks per SM either way at 256 threads; see docs/kernels.md). */
+#if NO_BATCH /* a single product without split-K: the prologue is empty (K stays constant) */
+#define BATCH_PROLOGUE() do { } while (0)
+#else
 #define BATCH_PROLOGUE()                                                                     \
   do {                                                                                       \
     const int z_ = GROUP_Z() / SPLIT_K, ks_ = GROUP_Z() % SPLIT_K;                           \
@@ -148,5 +154,6 @@
       offB += K ? kb_ * ldb : 0;                                                             \
     }                                                                                        \
   } while (0)
+#endif
 
 #endif /* TILEDMM_GEMM_COMMON_H */
