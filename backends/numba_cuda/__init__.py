@@ -36,6 +36,7 @@ from .. import nvidia
 __all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]
 
 SIM_NAME = "CUDA simulator"
+REDUCE_THREADS = 256  # threads per block of the split-K reduction
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -145,8 +146,37 @@ class NumbaCudaBackend(Backend):
 
         return nb.device_id()
 
-    def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
-        return K.load_geometry(kernel, dtype, device, kernels="numba", backend=self.name)
+    def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
+                 shape_class: str | None = None) -> Geometry:  # fmt: skip
+        """Tiles from the geometry database's "numba" entries; ``shape_class`` picks a class
+        entry before the general one (the gemv path for vectors, split-K for skinny_mn)."""
+        return K.load_geometry(kernel, dtype, device, kernels="numba", backend=self.name,
+                               shape_class=shape_class)  # fmt: skip
+
+    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
+                        shape_class: str) -> float | None:  # fmt: skip
+        """The geometry database's measured GFLOP/s of this backend's ``kernel`` on ``device``
+        for exactly ``shape_class`` ("numba" entries: what ``kernel="auto"`` compares)."""
+        best = None
+        for e in K._entries(str(K.DATABASE)):
+            if (
+                e.get("kernels"),
+                e["family"],
+                e.get("dtype", dtype),
+                e.get("device"),
+                e.get("shape_class"),
+            ) != ("numba", kernel, dtype, device.name, shape_class):
+                continue  # fmt: skip
+            meas = e.get("measured")
+            for r in meas if isinstance(meas, list) else [meas]:
+                g = r.get("gflops") if isinstance(r, dict) else None
+                if (
+                    r.get("backend", self.name) == self.name
+                    and isinstance(g, int | float)
+                    and g > 0
+                ):
+                    best = float(g) if best is None else max(best, float(g))
+        return best
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
@@ -253,13 +283,50 @@ class NumbaCudaBackend(Backend):
         bm, bn, bk = plan.block_tile
         tm, tn = plan.thread_tile
         o = plan.options
+        gemv = 0
+        if plan.kernel == "naive" and o.get("gemv"):  # 1: M short (x @ B), 2: N short (A @ x)
+            gemv = 2 if plan.n < plan.m else 1
         spec = KernelSpec(
             plan.kernel, plan.dtype, bm, bn, bk, tm, tn,
             layout=o.get("layout", "strided"), pad=int(o.get("pad", 0)),
             unroll_k=bool(o.get("unroll_k", False)), stages=int(o.get("stages", 1)),
+            split_k=K.split_k(plan), gemv=gemv, ks=int(o.get("ks", 8)) if gemv else 1,
         )  # fmt: skip
         nb.refresh_cupy()  # CuPy may have been imported after the engine
-        return nb.Launcher(spec, plan.grid)
+        grid = K.launch_shape(plan)[0] if gemv else plan.grid
+        return nb.Launcher(spec, grid)
+
+    def _reducer(self, dtype: str, elements: int) -> Any:
+        """The split-K reduction's launcher for ``elements`` outputs per matrix."""
+        from . import engine as nb
+        from .kernels import KernelSpec
+
+        blocks = -(-elements // REDUCE_THREADS)
+        key = ("reduce", dtype, blocks, nb.device_id())
+        spec = KernelSpec("reduce", dtype, 1, REDUCE_THREADS)
+        return self.launches.get_or_make(key, lambda: nb.Launcher(spec, (blocks, 1)))
+
+    def _launch(self, launch, a, b, c, m: int, n: int, k: int, bt: tuple, cupy_ws: bool) -> None:
+        """One launch over ``bt``'s batch; with split-K (S slices) the slices write partial
+        products into a workspace [S][batch][m][n] (``cupy_ws``: a CuPy array, from its pool)
+        and a second launch sums them into ``c``."""
+        from . import engine as nb
+
+        sk = launch.spec.split_k
+        if sk == 1:
+            launch(a, b, c, m, n, k, bt)
+            return
+        z, nb1, mn = bt[0], bt[1], m * n
+        size = sk * z * mn
+        if size >= 1 << 32:
+            raise ValueError(
+                f"numba-cuda's split-K workspace ({sk} x {z} x {m}x{n} elements) is past 32-bit "
+                "indexing: use fewer K slices (split_k) or the cupy backend"
+            )
+        ws = sys.modules["cupy"].empty(size, c.dtype) if cupy_ws else nb.device_array(size, c.dtype)
+        launch(a, b, ws, m, n, k, (z * sk, nb1, *bt[2:6], nb1 * mn, mn))
+        red = self._reducer(launch.spec.dtype, mn)
+        red(ws, ws, c, m, n, sk, (z, nb1, nb1 * mn, mn, z * mn, 0, bt[6], bt[7]))
 
     def run(self, plan, a, b, out) -> None:
         from . import engine as nb
@@ -273,16 +340,17 @@ class NumbaCudaBackend(Backend):
         launch = self.launcher(plan)
         if launch.fast and _direct(a) and _direct(b) and _direct(out):
             if not nb.overlaps(out, a, b):  # (an out= that is an operand: through a temporary)
-                launch(a, b, out, m, n, k)  # CuPy arrays as they are: pointer and size only
+                # CuPy arrays as they are: pointer and size only
+                self._launch(launch, a, b, out, m, n, k, nb.NOBATCH, True)
                 return
         a = a if nb.is_numba_array(a) and a.is_c_contiguous() else _contig(a)
         b = b if nb.is_numba_array(b) and b.is_c_contiguous() else _contig(b)
         c = out if nb.is_numba_array(out) else nb.wrap(out)
         if c.is_c_contiguous() and not nb.overlaps(c, a, b):
-            launch(a, b, c, m, n, k)
+            self._launch(launch, a, b, c, m, n, k, nb.NOBATCH, False)
             return
         tmp = nb.device_array((m, n), c.dtype)
-        launch(a, b, tmp, m, n, k)
+        self._launch(launch, a, b, tmp, m, n, k, nb.NOBATCH, False)
         nb.copy2d(tmp, c)
 
     def run_batched(self, plan, a, b, out) -> bool:
@@ -310,7 +378,8 @@ class NumbaCudaBackend(Backend):
         # flat views need .size and a pointer: CuPy arrays have them (fast path), others wrap
         direct = nb.SIMULATOR or (launch.fast and _direct(a) and _direct(b) and _direct(out))
         wrap = (lambda x: x) if direct else nb.wrap
-        launch(wrap(a), wrap(b), wrap(out), m, n, k, bt)
+        cupy_ws = direct and not nb.SIMULATOR
+        self._launch(launch, wrap(a), wrap(b), wrap(out), m, n, k, bt, cupy_ws)
         return True
 
 

@@ -38,9 +38,14 @@ class KernelSpec:
     pad: int = 0  # shared-memory row padding of the transposed A tile (bank conflicts)
     unroll_k: bool = True  # unroll the BK loop in the source (else a constant-bound range loop)
     stages: int = 1  # register family: 2 double-buffers the shared tiles (one barrier per step)
+    split_k: int = 1  # K slices: grid z holds batch x slices, partial products to a workspace
+    gemv: int = 0  # naive family's gemv path: 1 = M short (x @ B), 2 = N short (A @ x)
+    ks: int = 1  # gemv: threads along K per output (a power of two: a tree reduction)
 
     @property
     def threads(self) -> int:
+        if self.gemv:
+            return self.bn * self.ks
         return (self.bm // self.tm) * (self.bn // self.tn)
 
     @property
@@ -50,7 +55,9 @@ class KernelSpec:
         if self.family == "register":
             s += f"_{self.layout}_p{self.pad}" + ("" if self.unroll_k else "_loopk")
             s += "_s2" if self.stages == 2 else ""
-        return s
+        if self.gemv:
+            s += f"_gemv{self.gemv}_ks{self.ks}"
+        return s + (f"_split{self.split_k}" if self.split_k > 1 else "")
 
 
 _IMPORTS = {
@@ -69,7 +76,7 @@ SIG = "void({dt}[::1], {dt}[::1], {dt}[::1], " + ", ".join(["uint32"] * 10) + ")
 
 @cuda.jit(SIG, cache=True)
 def kernel(A, B, C, m, n, k, nb1, sa0, sa1, sb0, sb1, sc0, sc1):
-    z = u32(cuda.blockIdx.z)
+    z = {z}
     z0 = u32(z // nb1)
     z1 = u32(z - z0 * nb1)
     offA = u32(z0 * sa0 + z1 * sa1)
@@ -82,16 +89,48 @@ def _ind(lines: list[str], depth: int) -> list[str]:
     return ["    " * depth + s for s in lines]
 
 
+def _k0(s: KernelSpec) -> str:
+    """The first K index of this block's slice (0 without split-K)."""
+    return "kbeg" if s.split_k > 1 else "u32(0)"
+
+
+def _kend(s: KernelSpec) -> str:
+    """The end of this block's K slice (``k`` without split-K)."""
+    return "kend" if s.split_k > 1 else "k"
+
+
+def _slice(s: KernelSpec) -> list[str]:
+    """Split-K: this block's slice ``[kbeg, kend)`` of K (a multiple of BK long; slices past
+    K are empty and write zeros) and its partial product's place in the workspace, which
+    holds gridDim.z / S products per slice (the batch)."""
+    sk, bk = s.split_k, s.bk
+    return [
+        f"sl = u32(u32(cuda.blockIdx.z) % u32({sk}))",
+        f"kslice = u32(u32(u32(u32(u32(k + u32({sk - 1})) // u32({sk})) + u32({bk - 1}))"
+        f" // u32({bk})) * u32({bk}))",
+        "kbeg = u32(sl * kslice)",
+        "kend = u32(kbeg + kslice)",
+        "if kbeg > k:",
+        "    kbeg = k",
+        "if kend > k:",
+        "    kend = k",
+        f"offC = u32(offC + sl * u32(u32(cuda.gridDim.z) // u32({sk})) * m * n)",
+    ]
+
+
 def _naive(s: KernelSpec) -> list[str]:
+    if s.gemv:
+        return _gemv(s)
+    k0 = " + kbeg" if s.split_k > 1 else ""
     return [
         "tid = u32(cuda.threadIdx.x)",
         f"row = u32(u32(cuda.blockIdx.y) * u32({s.bm}) + tid // u32({s.bn}))",
         f"col = u32(u32(cuda.blockIdx.x) * u32({s.bn}) + tid % u32({s.bn}))",
         "if row < m and col < n:",
         "    acc = DT(0)",
-        "    a = u32(offA + row * k)",
-        "    b = u32(offB + col)",
-        "    for _ in range(k):",
+        f"    a = u32(offA + row * k{k0})",
+        f"    b = u32(offB{k0.replace('kbeg', 'kbeg * n')} + col)",
+        f"    for _ in range({'u32(kend - kbeg)' if k0 else 'k'}):",
         "        acc += A[a] * B[b]",
         "        a = u32(a + u32(1))",
         "        b = u32(b + n)",
@@ -116,8 +155,9 @@ def _tile_fetch(s: KernelSpec, k0: str = "k0") -> list[str]:
     slots past the tile), so edge tiles are zero-filled."""
     out = []
     for name, slot, idx, guard, cols in _tile_elements(s):
+        kl = _kend(s)
         grow, gcol, ld, lim_r, lim_c = (
-            ("row0", k0, "k", "m", "k") if name == "A" else (k0, "col0", "n", "k", "n")
+            ("row0", k0, "k", "m", kl) if name == "A" else (k0, "col0", "n", kl, "n")
         )
         v = f"v{name}{slot}"
         body = [
@@ -178,8 +218,8 @@ def _tiled(s: KernelSpec) -> list[str]:
         f"tx = u32(tid % u32({s.bn}))",
         f"arow = u32(ty * u32({s.bk}))",
         "acc = DT(0)",
-        "k0 = u32(0)",
-        "while k0 < k:",
+        f"k0 = {_k0(s)}",
+        f"while k0 < {_kend(s)}:",
     ]
     body = _tile_loads(s, a_stride, a_transposed=False) + ["cuda.syncthreads()"]
     body += [f"acc += As[u32(arow + u32({kk}))] * Bs[u32({kk * s.bn}) + tx]" for kk in range(s.bk)]
@@ -239,20 +279,21 @@ def _register(s: KernelSpec) -> list[str]:
         product = [line for kk in range(s.bk) for line in step(str(kk))]
     else:
         product = [f"for kk in range(u32({s.bk})):"] + _ind(step("u32(kk)"), 1)
-    lines += ["k0 = u32(0)"]
+    lines += [f"k0 = {_k0(s)}"]
+    kend = _kend(s)
     if double:
         # the next tile goes global -> registers before this one's products and registers ->
         # the other buffer after them: one barrier per K step
         lines += _tile_loads(s, a_stride) + ["cuda.syncthreads()", "sa = u32(0)", "sb = u32(0)"]
-        body = [f"kn = u32(k0 + u32({s.bk}))", "if kn < k:"] + _ind(_tile_fetch(s, "kn"), 1)
+        body = [f"kn = u32(k0 + u32({s.bk}))", f"if kn < {kend}:"] + _ind(_tile_fetch(s, "kn"), 1)
         body += product
         body += [f"na = u32(u32({s.bk * a_stride}) - sa)", f"nb = u32(u32({s.bk * s.bn}) - sb)"]
-        body += ["if kn < k:"] + _ind(_tile_stash(s, a_stride, a_base="na", b_base="nb"), 1)
+        body += [f"if kn < {kend}:"] + _ind(_tile_stash(s, a_stride, a_base="na", b_base="nb"), 1)
         body += ["cuda.syncthreads()", "k0 = kn", "sa = na", "sb = nb"]
     else:
         body = _tile_loads(s, a_stride) + ["cuda.syncthreads()"] + product
         body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
-    lines += ["while k0 < k:"] + _ind(body, 1)
+    lines += [f"while k0 < {kend}:"] + _ind(body, 1)
     for i in range(s.tm):
         lines += [f"gr = u32(row0 + ra{i})", "if gr < m:"]
         inner = ["base = u32(offC + gr * n)"]
@@ -266,12 +307,114 @@ def _register(s: KernelSpec) -> list[str]:
     return lines
 
 
+#: gemv: loads issued per thread before their FMAs (memory-level parallelism)
+GEMV_UNROLL = 4
+
+
+def _gemv(s: KernelSpec) -> list[str]:
+    """The naive family's memory-bound path for one short output side (vectors, M or N = 1).
+
+    gemv 1 (M short, x @ B): a block owns BM rows x BN columns; thread ``cv + BN * kl`` walks
+    K from ``kl`` in steps of KS for column ``cv``: a warp reads consecutive columns of a B
+    row (coalesced), A's element is the same across the warp (broadcast). gemv 2 (N short,
+    A @ x): a block owns BN rows x BM columns; thread ``tx + KS * ty`` walks row ``ty``'s K
+    from ``tx`` in steps of KS: a warp reads consecutive elements of an A row. Each thread
+    issues GEMV_UNROLL loads before their FMAs; the KS partial sums of an output meet in a
+    tree in shared memory. Rows/columns past the matrix read its last one and are not stored.
+    """
+    bm, bn, ks, u = s.bm, s.bn, s.ks, GEMV_UNROLL
+    if ks < 1 or ks & (ks - 1):
+        raise ValueError(f"gemv: ks must be a power of two, got {ks}")
+    k0, kend = _k0(s), _kend(s)
+    lines = [f"red = cuda.shared.array({bm * bn * ks}, DT)", "tid = u32(cuda.threadIdx.x)"]
+    if s.gemv == 1:
+        lines += [
+            f"lane = u32(tid % u32({bn}))",
+            f"kl = u32(tid // u32({bn}))",
+            f"row0 = u32(u32(cuda.blockIdx.y) * u32({bm}))",
+            f"c = u32(u32(cuda.blockIdx.x) * u32({bn}) + lane)",
+            "cc = c if c < n else u32(n - u32(1))",
+        ]
+        short, nshort, step = "row0", "m", "kl"
+        long_ld = lambda kk: f"B[u32(offB + {kk} * n + cc)]"  # noqa: E731
+        short_ld = lambda i, kk: f"A[u32(p{i} + {kk})]"  # noqa: E731
+        lines += [f"p{i} = u32(offA + min(u32(row0 + u32({i})), u32(m - u32(1))) * k)"
+                  for i in range(bm)]  # fmt: skip
+        slot = lambda i, ln: f"u32(u32({ln} * u32({bm}) + u32({i})) * u32({bn}) + lane)"  # noqa: E731
+        store = lambda i: f"C[u32(offC + u32(row0 + u32({i})) * n + c)]"  # noqa: E731
+        ok = "c < n"
+    else:
+        lines += [
+            f"lane = u32(tid % u32({ks}))",
+            f"ty = u32(tid // u32({ks}))",
+            f"r = u32(u32(cuda.blockIdx.y) * u32({bn}) + ty)",
+            f"col0 = u32(u32(cuda.blockIdx.x) * u32({bm}))",
+            "p = u32(offA + min(r, u32(m - u32(1))) * k)",
+        ]
+        short, nshort, step = "col0", "n", "lane"
+        lines += [f"q{i} = u32(offB + min(u32(col0 + u32({i})), u32(n - u32(1))))"
+                  for i in range(bm)]  # fmt: skip
+        long_ld = lambda kk: f"A[u32(p + {kk})]"  # noqa: E731
+        short_ld = lambda i, kk: f"B[u32(q{i} + {kk} * n)]"  # noqa: E731
+        slot = lambda i, ln: f"u32(u32(u32({i}) * u32({bn}) + ty) * u32({ks}) + {ln})"  # noqa: E731
+        store = lambda i: f"C[u32(offC + r * n + col0 + u32({i}))]"  # noqa: E731
+        ok = "r < m"
+    lines += [f"acc{i} = DT(0)" for i in range(bm)]
+    lines += [f"kk = u32({k0} + {step})"]
+    body = [f"v{j} = {long_ld(f'u32(kk + u32({j * ks}))')}" for j in range(u)]
+    body += [f"acc{i} += {short_ld(i, f'u32(kk + u32({j * ks}))')} * v{j}"
+             for j in range(u) for i in range(bm)]  # fmt: skip
+    body += [f"kk = u32(kk + u32({u * ks}))"]
+    lines += [f"while u32(kk + u32({(u - 1) * ks})) < {kend}:"] + _ind(body, 1)
+    tail = ["v0 = " + long_ld("kk")] + [f"acc{i} += {short_ld(i, 'kk')} * v0" for i in range(bm)]
+    lines += [f"while kk < {kend}:"] + _ind(tail + [f"kk = u32(kk + u32({ks}))"], 1)
+    lines += [f"red[{slot(i, step)}] = acc{i}" for i in range(bm)] + ["cuda.syncthreads()"]
+    half = ks // 2
+    while half:
+        add = [f"red[{slot(i, step)}] += red[{slot(i, f'u32({step} + u32({half}))')}]"
+               for i in range(bm)]  # fmt: skip
+        lines += [f"if {step} < u32({half}):"] + _ind(add, 1) + ["cuda.syncthreads()"]
+        half //= 2
+    out = []
+    for i in range(bm):
+        out += [
+            f"if u32({short} + u32({i})) < {nshort}:",
+            f"    {store(i)} = red[{slot(i, 'u32(0)')}]",
+        ]
+    lines += [f"if {step} == u32(0) and {ok}:"] + _ind(out, 1)
+    return lines
+
+
+def _reduce(s: KernelSpec) -> list[str]:
+    """The split-K reduction, in the GEMM signature: C's matrix z (offC, from sc0/sc1) is the
+    sum over ``k`` slices of the workspace A's matrix z (offA, from sa0/sa1), slices ``sb0``
+    elements apart; one output element per thread (``bn`` threads per block)."""
+    return [
+        f"e = u32(u32(cuda.blockIdx.x) * u32({s.bn}) + u32(cuda.threadIdx.x))",
+        "if e < u32(m * n):",
+        "    w = u32(offA + e)",
+        "    acc = DT(0)",
+        "    for _ in range(k):",
+        "        acc += A[w]",
+        "        w = u32(w + sb0)",
+        "    C[u32(offC + e)] = acc",
+    ]
+
+
 def source(s: KernelSpec, engine: str = "numba-cuda") -> str:
     """The Python source of the module defining ``kernel`` for ``s``, importing ``cuda`` from
     ``engine`` ("numba-cuda": ``numba.cuda``; "numba-cuda-mlir": ``numba_cuda_mlir.cuda``)."""
     if s.bm % s.tm or s.bn % s.tn:
         raise ValueError(f"block tile {s.bm}x{s.bn} is not a multiple of thread tile {s.tm}x{s.tn}")
-    body = {"naive": _naive, "tiled": _tiled, "register": _register}[s.family](s)
+    fams = {"naive": _naive, "tiled": _tiled, "register": _register, "reduce": _reduce}
+    body = fams[s.family](s)
+    if s.split_k > 1:
+        body = _slice(s) + body
     imports = _IMPORTS[engine].format(dt=s.dtype)
-    head = _HEADER.format(name=s.name, engine=engine, imports=imports, dt=s.dtype)
+    z = (
+        f"u32(u32(cuda.blockIdx.z) // u32({s.split_k}))"
+        if s.split_k > 1
+        else "u32(cuda.blockIdx.z)"
+    )
+    head = _HEADER.format(name=s.name, engine=engine, imports=imports, dt=s.dtype, z=z)
     return head + "\n".join(_ind(body, 1)) + "\n"
