@@ -35,9 +35,11 @@ def _from_bf16(x: np.ndarray) -> np.ndarray:
     return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def _tf32(x: np.ndarray) -> np.ndarray:
+def _tf32(x: np.ndarray, even: bool = False) -> np.ndarray:
+    """float32 -> TF32 values: to nearest, ties away (cvt.rna) or to even (cvt.rn)."""
     u = x.astype(np.float32).view(np.uint32)
-    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    add = np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1)) if even else np.uint32(0x1000)
+    return ((u + add) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
 
 
 # ------------------------------------------------------------------ the scalar path on PoCL
@@ -56,6 +58,24 @@ SCALAR = [
     # they are: a piece the stage pass misses fails the 1e-6 bound against rounded inputs)
     ("tf32", 32, 16, 8, 2, 1, 3, None, 0, 0, {"tf32_round": 2}),
     ("tf32", 32, 32, 16, 2, 2, 2, None, 1, 1, {"tf32_round": 2, "tf32_ldsm": True}),
+    # TF32 to nearest even: in the loop (3); in shared memory, stage kt+1 rounded while stage kt
+    # is multiplied (4: a stage rounded late or not at all fails the bound against RNE inputs)
+    ("tf32", 32, 16, 8, 2, 1, 3, None, 0, 0, {"tf32_round": 3}),
+    ("tf32", 32, 32, 16, 2, 2, 3, None, 1, 1, {"tf32_round": 4, "tf32_ldsm": True}),
+    (
+        "tf32",
+        32,
+        16,
+        16,
+        2,
+        1,
+        2,
+        None,
+        0,
+        0,
+        {"tf32_round": 4, "copy_after": 1, "tf32_round_at": 0},
+    ),
+    ("tf32", 32, 16, 32, 2, 1, 4, None, 0, 1, {"tf32_round": 4, "tf32_round_at": 3}),
     # the stage multiplied in two parts around the next stage's copies (COPY_AFTER)
     ("f64", 32, 16, 16, 2, 1, 3, (16, 8, 8), 0, 1, {"copy_after": 1}),
     ("f16", 32, 32, 32, 1, 2, 2, None, 1, 1, {"copy_after": 1}),
@@ -88,8 +108,9 @@ def pocl():
     pytest.skip("no PoCL platform")
 
 
-def _operands(kind: str, rng, shape: tuple[int, ...]):
-    """(storage array, float64 values the kernel multiplies) for one operand."""
+def _operands(kind: str, rng, shape: tuple[int, ...], even: bool = False):
+    """(storage array, float64 values the kernel multiplies) for one operand (``even``: TF32
+    rounded to nearest even)."""
     x = rng.standard_normal(shape)
     if kind == "f64":
         return x, x
@@ -100,7 +121,7 @@ def _operands(kind: str, rng, shape: tuple[int, ...]):
         b = _bf16(x)
         return b, _from_bf16(b)
     f = x.astype(np.float32)
-    return f, _tf32(f)
+    return f, _tf32(f, even)
 
 
 @pytest.mark.parametrize("cfg", SCALAR, ids=lambda c: "-".join(map(str, c[:7])))
@@ -117,8 +138,9 @@ def test_scalar_tile_walk_on_pocl(pocl, cfg):
     for m, n, k in ((37, 29 if al_b == 0 else 24, 45), (5, 8, 3), (40, 32, 2 * bk)):
         if al_a and k % ch or al_b and n % ch:  # aligned variants need 16-byte rows
             k, n = -(-k // ch) * ch, -(-n // ch) * ch
-        a, a64 = _operands(kind, rng, (2, m, k))
-        b, b64 = _operands(kind, rng, (2, k, n))
+        even = defs.get("TF32_RNA") in (3, 4)
+        a, a64 = _operands(kind, rng, (2, m, k), even)
+        b, b64 = _operands(kind, rng, (2, k, n), even)
         out_dt = {"f64": np.float64, "tf32": np.float32, "f16": np.float16}.get(kind, np.uint16)
         c = np.full((2, m, n), 0x7FC1 if kind == "bf16" else np.nan).astype(out_dt)
         mf = cl.mem_flags
@@ -242,6 +264,10 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
     ("tf32", (128, 256, 32), (2, 4), 3, None, True, {"tf32_round": 2, "tf32_ldsm": True}),
     ("tf32", (128, 128, 32), (2, 2), 3, None, True, {"tf32_round": 2, "min_blocks": 2}),
     ("f16", (128, 128, 32), (2, 2), 4, None, True, {"copy_after": 1}),
+    ("tf32", (128, 256, 32), (2, 4), 3, None, True, {"tf32_round": 3, "tf32_ldsm": True}),
+    ("tf32", (128, 256, 32), (2, 4), 4, None, True, {"tf32_round": 4, "tf32_ldsm": True}),
+    ("tf32", (128, 128, 32), (2, 2), 4, None, True, {"tf32_round": 4, "min_blocks": 2}),
+    ("tf32", (128, 256, 32), (2, 4), 3, None, False, {"tf32_round": 4, "copy_after": 1}),
     (
         "tf32",
         (128, 256, 32),

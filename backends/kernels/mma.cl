@@ -91,9 +91,22 @@
  * inner loop); 2 each thread rounds the pieces it copied in place in the stage tile, once, after
  * its cp.async wait and before the barrier (ties away as cvt.rna; about a quarter of the
  * conversions for 64x64 warp tiles, outside the HMMA stream); 0 the raw float32 bits, which the
- * tensor core truncates. */
+ * tensor core truncates. 3 and 4 round to nearest even (cvt.rn.tf32.f32: one F2FP instruction
+ * on sm_90, the integer code before sm_90 and off CUDA): 3 every fragment register as 1; 4 in
+ * the stage tile as 2, but off the barrier's path: halfway through multiplying stage kt
+ * (TF32_ROUND_AT k-steps in, after the next copies are issued) each thread waits for its own
+ * copies of stage kt+1 and rounds them, so the rounding overlaps the other warps' HMMAs and the
+ * next barrier publishes it. */
 #ifndef TF32_RNA
   #define TF32_RNA 1
+#endif
+#define TF32_IN_LOOP (MMA_KIND == 4 && (TF32_RNA == 1 || TF32_RNA == 3))
+#define TF32_IN_STAGE (MMA_KIND == 4 && (TF32_RNA == 2 || TF32_RNA == 4))
+#define TF32_EVEN (TF32_RNA == 3 || TF32_RNA == 4)
+#if defined(TILEDMM_CUDA) && defined(__CUDA_ARCH__)
+  #define TF32_CVT_RN (__CUDA_ARCH__ >= 900) /* cvt.rn.tf32.f32 exists from sm_90 */
+#else
+  #define TF32_CVT_RN 0
 #endif
 /* TF32_LDSM 1: A fragments by one ldmatrix.x4 each instead of four 4-byte shared loads (B has
  * no 32-bit transposing ldmatrix: it keeps the 4-byte loads) */
@@ -119,6 +132,18 @@
 #else
   #define CCOL(j, s) ((j) * FN + (s)) /* column of n slot s of fragment j in the warp tile */
   #define BS_COL(k, c) (c)            /* where column c of B stage row k is stored */
+#endif
+/* TF32_RNA 4: k-steps of stage kt multiplied before stage kt+1 is awaited and rounded (at
+ * least COPY_AT: the wait counts the copies issued this iteration; default half the stage) */
+#ifndef TF32_ROUND_AT
+  #define TF32_ROUND_AT (BK / FK / 2)
+#endif
+#if TF32_ROUND_AT * FK < COPY_AT
+  #define ROUND_AT COPY_AT
+#elif TF32_ROUND_AT * FK < BK
+  #define ROUND_AT (TF32_ROUND_AT * FK)
+#else
+  #define ROUND_AT BK
 #endif
 #if KK_UNROLL == 1
   #define KK_LOOP _Pragma("unroll 1")
@@ -175,6 +200,14 @@ INLINE float tf32_round(const float f)
   return U2F((x + 0x1000u) & 0xffffe000u);
 }
 
+INLINE float tf32_round_even(const float f)
+{
+  const unsigned x = F2U(f);
+  if ((x & 0x7f800000u) == 0x7f800000u)
+    return f;
+  return U2F((x + 0xfffu + ((x >> 13) & 1u)) & 0xffffe000u);
+}
+
 #if MMA_KIND == 1
   #define TO_ACC(x) (x)
   #define TO_OUT(x) (x)
@@ -184,11 +217,14 @@ INLINE float tf32_round(const float f)
 #elif MMA_KIND == 3
   #define TO_ACC(x) bf2f(x)
   #define TO_OUT(x) out16(x)
-#elif TF32_RNA == 2 /* the stage tiles hold rounded values already (round_stage) */
+#elif TF32_IN_STAGE /* the stage tiles hold rounded values already (round_stage) */
   #define TO_ACC(x) (x)
   #define TO_OUT(x) (x)
 #elif TF32_RNA == 1
   #define TO_ACC(x) tf32_round(x)
+  #define TO_OUT(x) (x)
+#elif TF32_RNA == 3
+  #define TO_ACC(x) tf32_round_even(x)
   #define TO_OUT(x) (x)
 #else /* truncation, as the tensor core reads raw float32 bits */
   #define TO_ACC(x) U2F(F2U(x) & 0xffffe000u)
@@ -426,14 +462,20 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 
 #elif MMA_PTX && MMA_KIND == 4
 
-/* the fragment register of x: rounded here (TF32_RNA 1), already rounded in the stage tile (2)
- * or truncated by the tensor core (0) */
+/* the fragment register of x: rounded here (TF32_RNA 1: ties away, 3: to even), already rounded
+ * in the stage tile (2, 4) or truncated by the tensor core (0) */
 INLINE unsigned to_tf32(const float x)
 {
   #if TF32_RNA == 1
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
+  #elif TF32_RNA == 3 && TF32_CVT_RN
+  unsigned r;
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+  #elif TF32_RNA == 3
+  return F2U(tf32_round_even(x));
   #else
   return F2U(x);
   #endif
@@ -453,7 +495,7 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
       const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 4);
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
-    #if TF32_RNA == 1
+    #if TF32_IN_LOOP
       UNROLL for (int q = 0; q < 4; ++q) a[i][q] = to_tf32(U2F(a[i][q]));
     #endif
   #else
@@ -517,10 +559,16 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 
 /* ---------------------------------------------------------------- TF32 stage rounding */
 
-#if MMA_KIND == 4 && TF32_RNA == 2
+#if TF32_IN_STAGE
 INLINE float rna_tf32(const float x)
 {
-  #if MMA_PTX && defined(TILEDMM_CUDA)
+  #if MMA_PTX && TF32_EVEN && TF32_CVT_RN
+  unsigned r;
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return U2F(r);
+  #elif TF32_EVEN
+  return tf32_round_even(x);
+  #elif MMA_PTX && defined(TILEDMM_CUDA)
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return U2F(r);
@@ -618,8 +666,14 @@ KERNEL MMA_SIGNATURE
     CP_COMMIT();
   }
   int rd = 0, wt = STAGES - 1; /* stage read now, stage written next */
+#if MMA_KIND == 4 && TF32_RNA == 4 /* stage 0 rounded here, stage kt+1 during iteration kt */
+  CP_WAIT();
+  round_stage(As, Bs, ar, ac, br, bc);
+#endif
   for (int kt = 0; kt < kt_n; ++kt) {
+#if !(MMA_KIND == 4 && TF32_RNA == 4)
     CP_WAIT(); /* tile kt has landed (this thread's copies) ... */
+#endif
 #if MMA_KIND == 4 && TF32_RNA == 2
     round_stage(As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, ar, ac, br, bc);
 #endif
@@ -632,7 +686,20 @@ KERNEL MMA_SIGNATURE
       load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
                  gb_step, b_n, ldb, K, nxt * BK, inside && (nxt + 1) * BK <= K, ar, ac, br, bc);
     CP_COMMIT();
-#if COPY_AT < BK
+#if MMA_KIND == 4 && TF32_RNA == 4
+  #if COPY_AT < ROUND_AT
+    compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane, COPY_AT,
+                  ROUND_AT);
+  #endif
+    if (kt + 1 < kt_n) { /* this thread's copies of tile kt+1 have landed: round them */
+      CP_WAIT();
+      const int r1 = rd + 1 == STAGES ? 0 : rd + 1;
+      round_stage(As + r1 * BM * SA_LD, Bs + r1 * BK * SB_LD, ar, ac, br, bc);
+    }
+  #if ROUND_AT < BK
+    compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane, ROUND_AT, BK);
+  #endif
+#elif COPY_AT < BK
     compute_stage(acc, As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, wr, wc, lane, COPY_AT, BK);
 #endif
     rd = rd + 1 == STAGES ? 0 : rd + 1;

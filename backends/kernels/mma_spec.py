@@ -5,7 +5,8 @@ on a GPU machine. One place computes the padded shared-memory leading dimensions
 and the host agree on the dynamic shared-memory size.
 
 Kinds (``MMA_KIND``): ``f64`` (DMMA, f64 in and out), ``f16`` / ``bf16`` (16-bit in, f32
-accumulate, 16-bit out), ``tf32`` (f32 in and out, inputs rounded to TF32 by ``cvt.rna``).
+accumulate, 16-bit out), ``tf32`` (f32 in and out, inputs rounded to TF32 by ``cvt.rna`` or
+``cvt.rn``).
 Fragment shapes (``mma.sync`` M x N x K per warp instruction): f64 8x8x4 (sm_80), 16x8x4,
 16x8x8, 16x8x16 (sm_90); f16/bf16 16x8x16; tf32 16x8x8.
 """
@@ -80,7 +81,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 scalar: bool = False, kk_unroll: int | None = None,
                 min_blocks: int | None = None, tf32_round: int = 1,
                 tf32_ldsm: bool = False, tf32_bvec: bool = False,
-                copy_after: int = 0) -> dict[str, int]:  # fmt: skip
+                copy_after: int = 0, tf32_round_at: int | None = None,
+                ) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
@@ -90,8 +92,11 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     ``min_blocks``: resident blocks per SM the register allocation must allow.
     TF32 only: ``tf32_round`` 1 rounds every fragment register (cvt.rna in the inner loop), 2 each
     thread rounds the pieces it copied once per stage (in shared memory, before the barrier), 0
-    truncates (the raw float32 bits); ``tf32_ldsm``: A fragments by ldmatrix.x4; ``tf32_bvec``:
-    B fragments by 16-byte loads (warp tiles 64 wide, BN a multiple of 32; see mma.cl).
+    truncates (the raw float32 bits); 3 and 4 round to nearest even (cvt.rn: one instruction on
+    sm_90), 3 in the inner loop, 4 in shared memory while the previous stage is multiplied
+    (``tf32_round_at`` k-steps into it; default half the stage); ``tf32_ldsm``: A fragments by
+    ldmatrix.x4; ``tf32_bvec``: B fragments by 16-byte loads (warp tiles 64 wide, BN a multiple
+    of 32; see mma.cl).
     ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
     (0: right after the barrier, ahead of every fragment load)."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
@@ -113,15 +118,19 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     if kk_unroll is None:
         kk_unroll = int(kind == "f64")
     if kind == "tf32":
-        if tf32_round not in (0, 1, 2):
-            raise ValueError(f"tf32_round must be 0, 1 or 2, not {tf32_round!r}")
+        if tf32_round not in (0, 1, 2, 3, 4):
+            raise ValueError(f"tf32_round must be 0, 1, 2, 3 or 4, not {tf32_round!r}")
         extra |= {"TF32_RNA": int(tf32_round), "TF32_LDSM": int(tf32_ldsm)}
+        if tf32_round_at is not None:
+            if not 0 <= tf32_round_at <= bk // fk:
+                raise ValueError(f"tf32_round_at must be 0..{bk // fk} k-steps")
+            extra["TF32_ROUND_AT"] = int(tf32_round_at)
         if tf32_bvec and (bn // warps_n != 64 or bn % 32):
             raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_bvec needs warp tiles 64 "
                              "columns wide and BN a multiple of 32")  # fmt: skip
         extra["TF32_BVEC"] = int(tf32_bvec)
-    elif tf32_bvec:
-        raise ValueError("tf32_bvec is for TF32 only")
+    elif tf32_bvec or tf32_round_at is not None:
+        raise ValueError("tf32_bvec and tf32_round_at are for TF32 only")
     return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
