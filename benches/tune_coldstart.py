@@ -26,8 +26,9 @@ from pathlib import Path
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import results, tuning  # noqa: E402
+from tiledmm import results, shapefit, tuning  # noqa: E402
 from tiledmm.bench import Case, Inputs, Settings, extra_info, measure_case, vendor_result  # noqa: E402
+from tiledmm.planner import default_geometry  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from shapes import SHAPES  # noqa: E402
@@ -75,7 +76,10 @@ def main(argv=None) -> int:
         case = Case(be, Inputs(m, n, k, args.dtype, seed=11))
         got = {}
         for src, cache in (("cold", args.cold_cache), ("shipped", None)):
-            geo = geometry(be, args.dtype, cls, cache)
+            geo = geometry(be, args.dtype, cls, cache) or default_geometry(
+                FAMILY, args.dtype, be.device()
+            )
+            geo = shapefit.for_product(geo, FAMILY, m, n, k, be.device(), cls)  # as dispatch
             plan = tiledmm.make_plan(m, n, k, dtype=args.dtype, kernel=FAMILY, device=be.device(),
                                      geometry=geo, backend=be.name)  # fmt: skip
             err, times = measure_case(case, plan, settings)

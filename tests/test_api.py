@@ -240,7 +240,7 @@ def _bound(monkeypatch, m=13, n=8, k=12, dtype="float32", pad=False, **opts):
         return call
 
     be = cc.CupyBackend()
-    be.launches = SimpleNamespace(get=lambda plan, dev, al: (raw_kernel(al), [2, 3], (16, 16)))
+    be.launches = SimpleNamespace(get=lambda plan, dev, al, one: (raw_kernel(al), [2, 3], (16, 16)))
     plan = SimpleNamespace(kernel=opts.pop("kernel", "tiled"), dtype=dtype, m=m, n=n, k=k,
                            options=opts)  # fmt: skip
     return be.bind(plan), fns

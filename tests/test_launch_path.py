@@ -65,7 +65,7 @@ def _plan(m, n, k, kernel="register"):
 
 def _run(a, b, out, kernel="register"):
     ad, builds = HostArrays(), []
-    launches = launch.Launches(lambda plan, aligned: builds.append(aligned) or "call")
+    launches = launch.Launches(lambda plan, aligned, single: builds.append(aligned) or "call")
     launch.run(ad, launches, _plan(a.shape[0], b.shape[1], a.shape[1], kernel), a, b, out)
     return ad.calls, builds
 
@@ -123,7 +123,7 @@ def test_32_bit_check_comes_before_any_copy(transposed):
     a = Huge((m, k), (4, 4 * m) if transposed else (4 * k, 4))
     b, out = Huge((k, 8), (32, 4)), Huge((m, 8), (32, 4))
     ad = HostArrays()
-    launches = launch.Launches(lambda plan, aligned: "call")
+    launches = launch.Launches(lambda plan, aligned, single: "call")
     with pytest.raises(ValueError, match="operand A .*32-bit indexing.*backend='numpy'"):
         launch.run(ad, launches, _plan(m, 8, k, "naive"), a, b, out)
     assert ad.calls == []  # nothing copied, allocated or launched
@@ -131,11 +131,41 @@ def test_32_bit_check_comes_before_any_copy(transposed):
 
 def test_launch_cache_is_keyed_by_launch_and_bounded():
     builds = []
-    launches = launch.Launches(lambda plan, aligned: builds.append(plan) or len(builds), 3)
+    launches = launch.Launches(lambda plan, aligned, single: builds.append(plan) or len(builds), 3)
     p1, p1_again = _plan(64, 64, 64), _plan(64, 64, 64)
     assert p1 is not p1_again and p1.launch_key == p1_again.launch_key
     assert launches.get(p1, 0, True) == launches.get(p1_again, 0, True) == 1
     assert launches.get(p1, 1, True) == 2  # another device
+    assert launches.get(p1, 1, True, single=True) == 3  # the batch prologue compiled out
     for n in range(1, 10):
         launches.get(_plan(n, 64, 64), 0, True)
-    assert len(launches.cache) == 3 and len(builds) == 11
+    assert len(launches.cache) == 3 and len(builds) == 12
+
+
+def test_single_products_compile_without_the_batch_prologue():
+    """One product without K slices builds with NO_BATCH; a split-K (or batched) launch keeps
+    the prologue (its grid z walks K slices and matrices)."""
+    seen = []
+
+    def build(plan, aligned, single):
+        seen.append(single)
+        return single
+
+    class Ad(HostArrays):
+        def enqueue(self, call, *args):
+            self.calls.append("enqueue")
+
+        def reduce(self, *args):
+            self.calls.append("reduce")
+
+    ad, launches = Ad(), launch.Launches(build)
+    rng = np.random.default_rng(5)
+    a, b = rng.random((33, 517), np.float32), rng.random((517, 9), np.float32)
+    launch.run(ad, launches, _plan(33, 9, 517), a, b, np.empty((33, 9), np.float32))
+    geo = tiledmm.Geometry((32, 32, 8), (4, 4), (("split_k", 2), ("use_local", 1)))
+    split = tiledmm.make_plan(33, 9, 517, dtype="float32", kernel="register", device=GPU,
+                              geometry=geo)  # fmt: skip
+    launch.run(ad, launches, split, a, b, np.empty((33, 9), np.float32))
+    assert seen == [True, False] and ad.calls.count("reduce") == 1
+    assert K.defines(split, True, single=True).get("NO_BATCH") is None  # slices keep it
+    assert K.defines(_plan(33, 9, 517), True, single=True)["NO_BATCH"] == 1

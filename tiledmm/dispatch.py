@@ -130,11 +130,10 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
         geo = replace(
             geo, options=tuple(sorted({**dict(geo.options), "precision": precision}.items()))
         )
-    if fam == "register" and device.is_gpu and block_tile is None and thread_tile is None:
-        if cls == "skinny_mn":
-            geo = shapefit.orient(geo, m, n)
-        geo = shapefit.fit_grid(geo, m, n, device.compute_units, batch)
-    geo = shapefit.resolve_split(geo, m, n, k, device.compute_units, batch)
+    if block_tile is None and thread_tile is None:
+        geo = shapefit.for_product(geo, fam, m, n, k, device, cls, batch)
+    else:
+        geo = shapefit.resolve_split(geo, m, n, k, device.compute_units, batch)
     if block_tile is not None or thread_tile is not None:
         base = geo
         bt = block_tile or base.block_tile

@@ -7,11 +7,12 @@ the geometry, the product and the device's SM count; dispatch applies them on GP
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from .backend import Geometry
 
 __all__ = ["MIN_SLICE", "MAX_SPLIT", "SMALL_GRID_BLOCKS_PER_SM", "auto_split", "resolve_split",
-           "fit_grid", "orient"]  # fmt: skip
+           "fit_grid", "orient", "for_product"]  # fmt: skip
 
 
 #: K elements per slice at least, and slices at most, for ``split_k="auto"``
@@ -83,3 +84,16 @@ def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 
         return geo
     opts["split_k"] = auto_split(m, n, k, geo.block_tile, sms, batch)
     return replace(geo, options=tuple(sorted(opts.items())))
+
+
+def for_product(geo: Geometry, family: str, m: int, n: int, k: int, device: Any, shape_class: str,
+                batch: int = 1) -> Geometry:  # fmt: skip
+    """What runs for a stored geometry on this product (dispatch, the tuner and the benches
+    apply the same steps): on a GPU a register tile is turned to a skinny product's short side
+    and fitted to the grid; ``split_k="auto"`` becomes a slice count."""
+    sms = device.compute_units
+    if family == "register" and device.is_gpu:
+        if shape_class == "skinny_mn":
+            geo = orient(geo, m, n)
+        geo = fit_grid(geo, m, n, sms, batch)
+    return resolve_split(geo, m, n, k, sms, batch)

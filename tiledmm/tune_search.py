@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tuning
+from . import shapefit, tuning
 from .accuracy import rel_error
 from .backend import Backend, Geometry
 from .planner import PlanError, default_geometry, make_plan
@@ -72,9 +72,14 @@ class Task:
         self.host: Any = None
 
     def plan(self, g: Geometry, shape: tuple[int, int, int] | None = None):
+        """The plan dispatch would run for stored geometry ``g`` on the task's shape (or
+        ``shape``): ``shapefit.for_product`` applied, as ``tiledmm.matmul`` applies it."""
         m, n, k = shape or self.shape[1:]
+        b = 1 if shape else self.shape[0]
+        t = self.tuner
+        g = shapefit.for_product(g, self.family, m, n, k, t.device,
+                                 tuning.shape_class(m, n, k, b), b)  # fmt: skip
         try:
-            t = self.tuner
             return make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
                              geometry=g, backend=t.be.name)  # fmt: skip
         except PlanError:

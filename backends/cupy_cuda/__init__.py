@@ -182,15 +182,15 @@ class CupyBackend(K.SharedSourceTables, Backend):
 
     # ------------------------------------------------------------------ compile and launch
 
-    def function(self, plan, aligned: bool = True):
+    def function(self, plan, aligned: bool = True, single: bool = False):
         """The compiled ``gemm`` for ``plan`` (cached per source and device)."""
-        src = K.source(plan.kernel, K.defines(plan, aligned))
+        src = K.source(plan.kernel, K.defines(plan, aligned, single))
         key = (src, _cupy().cuda.runtime.getDevice())
         return self._modules.get_or_make(key, lambda: _compile(src))
 
-    def _build(self, plan, aligned: bool):
+    def _build(self, plan, aligned: bool, single: bool = False):
         grid, block = K.launch_shape(plan)
-        return self.function(plan, aligned), grid, block
+        return self.function(plan, aligned, single), grid, block
 
     def run(self, plan, a, b, out) -> None:
         launch.run(ARRAYS, self.launches, plan, a, b, out)
@@ -299,7 +299,7 @@ class Bound:
             return False
         call = self.calls[aligned]
         if call is None:
-            fn, grid, block = self.launches.get(self.plan, self.dev, aligned)
+            fn, grid, block = self.launches.get(self.plan, self.dev, aligned, True)
             # CuPy's Function behind the RawKernel, for this device (the kernel's own call takes
             # keywords only and looks the device's Function up on every launch)
             fn = getattr(fn, "kernel", fn)

@@ -145,10 +145,10 @@ def install(cls: type) -> type:
     cls.kernels = tuple(cls.kernels) + (K.MMA,)
     cls.mma_dtypes = MMA_DTYPES  # what the API may route to kernel="mma" (float32: TF32 only)
 
-    def _build(self, plan, aligned: bool):
+    def _build(self, plan, aligned: bool, single: bool = False):
         if plan.kernel == K.MMA:
             return build(_cupy(self), plan, aligned)
-        return base_build(self, plan, aligned)
+        return base_build(self, plan, aligned, single)
 
     def run_(self, plan, a, b, out) -> None:
         if plan.kernel == K.MMA:

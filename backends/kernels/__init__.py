@@ -90,8 +90,9 @@ def mma_smem_bytes(defs: dict[str, int]) -> int:
     return mma_spec.smem_bytes(defs)
 
 
-def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
-    """Compile-time parameters for ``plan``; raises ValueError for tiles the source can't run."""
+def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str, int]:
+    """Compile-time parameters for ``plan``; raises ValueError for tiles the source can't run.
+    ``single``: the launch is one product without K slices (the batch prologue compiles out)."""
     if plan.kernel == MMA:
         return mma_defines(plan, aligned, aligned)
     s = itemsize(plan.dtype)
@@ -102,6 +103,8 @@ def defines(plan: Any, aligned: bool = False) -> dict[str, int]:
     d = dict(REAL_BYTES=s, BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, THREADS=plan.threads_per_block)
     fam = plan.kernel
     d["SPLIT_K"] = split_k(plan)
+    if single and d["SPLIT_K"] == 1:
+        d["NO_BATCH"] = 1
     if fam == "naive" and opt.get("gemv"):  # the skinny path: K split over KS items per output
         ks = int(opt.get("ks", 8))
         d["GEMV_T"] = int(plan.n < plan.m)  # which output side is short

@@ -76,23 +76,26 @@ class Adapter(Protocol):
 
 
 class Launches:
-    """Compiled launches, at most ``maxsize``, keyed by ``(plan.launch_key, device, aligned)``.
+    """Compiled launches, at most ``maxsize``, keyed by ``(plan.launch_key, device, aligned,
+    single)``: ``single`` launches (one product, no K slices) are built with the batch prologue
+    compiled out (``NO_BATCH``; the prologue cost the 128x128 register kernel 8% at 4096^3).
 
     The last plan is also remembered by identity (holding it, so its id cannot be reused): a
     loop over one shape skips building the key."""
 
-    def __init__(self, build: Callable[[Any, bool], Any], maxsize: int = 256) -> None:
+    def __init__(self, build: Callable[[Any, bool, bool], Any], maxsize: int = 256) -> None:
         self._build = build
         self.cache: LRUCache[Any] = LRUCache(maxsize)
         self._last: tuple | None = None
 
-    def get(self, plan: Any, device: Hashable, aligned: bool) -> Any:
+    def get(self, plan: Any, device: Hashable, aligned: bool, single: bool = False) -> Any:
         last = self._last
-        if last is not None and last[0] is plan and last[1] == device and last[2] is aligned:
-            return last[3]
-        key = (plan.launch_key, device, aligned)
-        call = self.cache.get_or_make(key, lambda: self._build(plan, aligned))
-        self._last = (plan, device, aligned, call)
+        if (last is not None and last[0] is plan and last[1] == device and last[2] is aligned
+                and last[3] is single):  # fmt: skip
+            return last[4]
+        key = (plan.launch_key, device, aligned, single)
+        call = self.cache.get_or_make(key, lambda: self._build(plan, aligned, single))
+        self._last = (plan, device, aligned, single, call)
         return call
 
 
@@ -165,7 +168,7 @@ def run(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) ->
     aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16)
     if not aligned and K.pad_pays(plan):
         return _prepare(ad, launches, plan, a, b, out)
-    ad.enqueue(launches.get(plan, ad.device_id(), aligned), m, n, k,
+    ad.enqueue(launches.get(plan, ad.device_id(), aligned, True), m, n, k,
                la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc)  # fmt: skip
 
 
@@ -213,8 +216,8 @@ def _launch(ad: Adapter, launches: Launches, plan: Any, aligned: bool, mnk: tupl
             bt: tuple) -> None:  # fmt: skip
     """One GEMM launch over ``bt``'s batch; with split-K, into a workspace, then reduced."""
     m, n, k = mnk
-    call = launches.get(plan, ad.device_id(), aligned)
     sk = K.split_k(plan)
+    call = launches.get(plan, ad.device_id(), aligned, single=sk == 1 and bt is NOBATCH)
     if sk == 1 or not k:  # (K = 0: every slice writes zeros into out itself, sCk = 0)
         bt = bt if sk == 1 else (bt[0] * sk,) + tuple(bt[1:])
         ad.enqueue(call, m, n, k, la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc, bt)

@@ -117,8 +117,8 @@ class OpenCLState:
         cl, _ = _cl()
         return getattr(cl.Program(self.ctx, src).build(options=["-cl-mad-enable"]), name)
 
-    def _build(self, plan, aligned: bool):
-        defs = K.defines(plan, aligned)
+    def _build(self, plan, aligned: bool, single: bool = False):
+        defs = K.defines(plan, aligned, single)
         if self.pocl and defs.get("STAGES", 1) > 1:  # see docs/kernels.md, "not reached"
             raise ValueError(
                 "stages=2 (double-buffered register tiles) is miscompiled by PoCL: wrong "

@@ -132,10 +132,10 @@ def install(cls: type, state_cls: type, env: str, pick: Any) -> type:
     def kernels(self) -> tuple[str, ...]:
         return K.FAMILIES + ((K.MMA,) if offered(self, env, pick) else ())
 
-    def _build(self, plan, aligned: bool):
+    def _build(self, plan, aligned: bool, single: bool = False):
         if plan.kernel == K.MMA:
             return build(self, plan, aligned)
-        return base_build(self, plan, aligned)
+        return base_build(self, plan, aligned, single)
 
     def geometry_(self, kernel, dtype, device, shape_class=None):
         if kernel == K.MMA:
