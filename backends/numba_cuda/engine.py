@@ -374,14 +374,43 @@ device_array = cuda.device_array
 synchronize = cuda.synchronize
 
 
+#: sleeps of 1 us (nominal: ``nanosleep`` takes 0-2x) the spin kernel ahead of each timed call
+#: makes: longer than the host side of any call timed here (tens of microseconds)
+SPIN_SLEEPS = 400
+
+
+@cuda.jit
+def _spin(sleeps):  # one thread that keeps the GPU busy while the host enqueues the timed call
+    for _ in range(sleeps):
+        cuda.nanosleep(_U32(1000))
+
+
+def _spin_launch():
+    """A launch of :func:`_spin` on the default stream, or None where it cannot compile."""
+    try:
+        with small_grids_on_purpose():
+            launch = _spin[1, 1]
+        launch(_U32(1))
+        return launch
+    except Exception:  # noqa: BLE001 - no nanosleep in this engine or device: host time included
+        return None
+
+
 def event_seconds(fn, repeat: int, warmup: int) -> list[float]:
-    """Per-call device time of ``fn()`` between CUDA events."""
+    """Device seconds per call of ``fn()`` between CUDA events on the default stream. Each
+    timed call is queued behind a spin kernel (:data:`SPIN_SLEEPS`), so the host has enqueued
+    all of ``fn``'s work before the start event fires: the events time the device work, not
+    Python's launch path (as the CuPy backend's timings do, and OpenCL's profiling events;
+    the per-call host cost is ``benches/numba_overhead.py``'s)."""
+    spin = _spin_launch()
     for _ in range(warmup):
         fn()
     cuda.synchronize()
     out = []
     for _ in range(repeat):
         start, end = cuda.event(), cuda.event()
+        if spin is not None:
+            spin(_U32(SPIN_SLEEPS))
         start.record()
         fn()
         end.record()
