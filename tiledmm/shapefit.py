@@ -42,19 +42,37 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
     threads per block. Measured on the H200 (benches/tile_choice.py, both CuPy and OpenCL):
     128x64 beats 128x128 at 1024^3 (0.91 / 1.03 of cuBLAS against 0.54 / 0.57),
     257x4097x1031 and 1000x3000x777; from 2048^3 (1.9 blocks per SM) 128x128 wins. Only
-    the shared C sources' register tiles (their ``vn`` option; measured there); tiles with a
-    split-K, or already narrower than 128, are left alone."""
+    the shared C sources' register tiles (their ``vn`` option; measured there), once; a tile
+    with the option ``min_tile`` (numba-cuda's) keeps halving, its longer side first, while
+    the grid is small and both block sides stay >= ``min_tile`` (thread tiles >= 2). Tiles
+    with a split-K, or (``vn``) already narrower than 128, are left alone."""
     bm, bn, bk = geo.block_tile
     tm, tn = geo.thread_tile
     opts = dict(geo.options)
-    if "vn" not in opts or bn < 128 or tn < 4 or tn % 2 or opts.get("split_k", 1) not in (1, "1"):
+    floor = int(opts.get("min_tile", 0))
+    if ("vn" not in opts and not floor) or opts.get("split_k", 1) not in (1, "1"):
         return geo
-    blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
-    if blocks >= SMALL_GRID_BLOCKS_PER_SM * max(1, sms):
+    blocks = first = -(-m // bm) * -(-n // bn) * max(1, batch)
+    while blocks < SMALL_GRID_BLOCKS_PER_SM * max(1, sms):
+        n_ok = tn >= 4 and tn % 2 == 0 and (bn // 2 >= floor if floor else bn >= 128)
+        m_ok = floor > 0 and tm >= 4 and tm % 2 == 0 and bm // 2 >= floor
+        if n_ok and (bn >= bm or not m_ok):
+            bn, tn = bn // 2, tn // 2
+            if "vn" in opts:
+                opts["vn"] = min(int(opts["vn"]), tn)
+        elif m_ok:
+            bm, tm = bm // 2, tm // 2
+            if "vm" in opts:
+                opts["vm"] = min(int(opts["vm"]), tm)
+        else:
+            break
+        blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
+        if not floor:
+            break
+    if blocks == first:
         return geo
-    opts["vn"] = min(int(opts["vn"]), tn // 2)
-    note = f"{geo.source}; halved to {bm}x{bn // 2} for a grid of {blocks} blocks on {sms} SMs"
-    return replace(geo, block_tile=(bm, bn // 2, bk), thread_tile=(tm, tn // 2),
+    note = f"{geo.source}; halved to {bm}x{bn} for a grid of {first} blocks on {sms} SMs"
+    return replace(geo, block_tile=(bm, bn, bk), thread_tile=(tm, tn),
                    options=tuple(sorted(opts.items())), source=note)  # fmt: skip
 
 
@@ -64,13 +82,15 @@ def orient(geo: Geometry, m: int, n: int) -> Geometry:
     the short dimension (M or N <= 64), whichever of the two it is. On the H200 one class
     entry served both orientations badly: CuPy's 64x32 ran 16x8192x8192 at 0.48 of cuBLAS
     where OpenCL's 32x64 ran it at 0.99 (benches/results/h200-shapes.json). Only the shared C
-    sources' register tiles (their ``vn`` option)."""
+    sources' register tiles (their ``vn`` option) and tiles with ``min_tile`` (numba-cuda's)."""
     bm, bn, bk = geo.block_tile
     tm, tn = geo.thread_tile
     opts = dict(geo.options)
-    if "vn" not in opts or bm == bn or (m < n) == (bm < bn) or m == n:
+    fits = "vn" in opts or "min_tile" in opts
+    if not fits or bm == bn or (m < n) == (bm < bn) or m == n:
         return geo
-    opts["vm"], opts["vn"] = opts.get("vn", 1), opts.get("vm", 1)
+    if "vn" in opts:
+        opts["vm"], opts["vn"] = opts.get("vn", 1), opts.get("vm", 1)
     note = f"{geo.source}; transposed to {bn}x{bm} for a {m}x{n} output"
     return replace(geo, block_tile=(bn, bm, bk), thread_tile=(tn, tm),
                    options=tuple(sorted(opts.items())), source=note)  # fmt: skip
