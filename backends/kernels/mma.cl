@@ -145,6 +145,27 @@
 #else
   #define ROUND_AT BK
 #endif
+/* TF32_PIPE (TF32): fragments double-buffered in registers, each k-step's loads issued before the
+ * previous k-step's multiplies, across the stage boundary too. The barrier comes once the
+ * stage's last fragments are in registers, so after it the stage just read takes the copies of
+ * tile kt+STAGES (STAGES tiles in flight, not STAGES-1) and the next tile's first fragments
+ * load; the last k-step is multiplied after that (1) or before the barrier (2). Stage rounding
+ * (TF32_RNA 2, 4) happens TF32_ROUND_AT k-steps into the stage (2: just before the barrier).
+ * (Half the last k-step on either side of the barrier spills at 64x64 warp tiles.) */
+#ifndef TF32_PIPE
+  #define TF32_PIPE 0
+#endif
+#if TF32_PIPE && MMA_KIND != 4
+  #error "mma.cl: TF32_PIPE is for TF32 (MMA_KIND 4)"
+#endif
+#if TF32_PIPE && ((BK / FK) % 2 || COPY_AFTER)
+  #error "mma.cl: TF32_PIPE needs an even number of k-steps per stage and no COPY_AFTER"
+#endif
+#if TF32_RNA == 4 && TF32_ROUND_AT < BK / FK
+  #define PIPE_ROUND_KS TF32_ROUND_AT
+#else
+  #define PIPE_ROUND_KS (BK / FK - 1)
+#endif
 #if KK_UNROLL == 1
   #define KK_LOOP _Pragma("unroll 1")
 #else
@@ -284,9 +305,11 @@ INLINE unsigned smem_addr(const LOCAL_PTR void *p)
   #define CP_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
   #define CP_WAIT() asm volatile("cp.async.wait_group " STR(MMA_WAIT) ";\n" ::: "memory")
   #define MMA_WAIT (STAGES - 2)
+  #define CP_WAIT_FIRST() asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 1) : "memory")
 #else
   #define CP_COMMIT() do { } while (0)
   #define CP_WAIT() do { } while (0)
+  #define CP_WAIT_FIRST() do { } while (0)
 #endif
 
 INLINE void copy_piece(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const int n, const int v)
@@ -481,13 +504,17 @@ INLINE unsigned to_tf32(const float x)
   #endif
 }
 
-INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
-                          const int k_lo, const int k_hi)
+/* the fragments of k-step kk: A (MI x 4 registers), B (NI x 2) */
+  #define FRAG_A unsigned
+  #define FRAG_A_DIMS [4]
+  #define FRAG_B unsigned
+  #define FRAG_B_DIMS [2]
+INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem_t *as,
+                      const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                      const int kk)
 {
   const int g = lane >> 2, t = lane & 3;
-  UNROLL for (int kk = k_lo; kk < k_hi; kk += 8) {
-    unsigned a[MI][4], b[NI][2];
+  {
     UNROLL for (int i = 0; i < MI; ++i) { /* a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) */
   #if TF32_LDSM
       /* the four 8x4-float blocks of the fragment are ldmatrix's four 8x8 b16 matrices: lane
@@ -525,15 +552,31 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
       b[j][1] = to_tf32(pb[4 * SB_LD]);
     }
   #endif
-    UNROLL for (int i = 0; i < MI; ++i)
-      UNROLL for (int j = 0; j < NI; ++j) {
-        float *c = acc[i][j];
-        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
-              "r"(b[j][1]));
-      }
+  }
+}
+
+INLINE void mma_frag(acc_t acc[MI][NI][CF], unsigned a[MI][4], unsigned b[NI][2], const int i_lo,
+                     const int i_hi)
+{
+  UNROLL for (int i = i_lo; i < i_hi; ++i)
+    UNROLL for (int j = 0; j < NI; ++j) {
+      float *c = acc[i][j];
+      asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
+            "r"(b[j][1]));
+    }
+}
+
+INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                          const int k_lo, const int k_hi)
+{
+  UNROLL for (int kk = k_lo; kk < k_hi; kk += 8) {
+    unsigned a[MI][4], b[NI][2];
+    load_frag(a, b, as, bs, wr, wc, lane, kk);
+    mma_frag(acc, a, b, 0, MI);
   }
 }
 
@@ -554,6 +597,43 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
         acc[i][j][e] = s;
       }
 }
+
+  #if MMA_KIND == 4
+/* the values of k-step kk this lane's C elements need (rows g, g+8 of each A fragment, n slots
+ * 2t, 2t+1 of each B fragment), read from the stage when loaded, as the registers of the PTX
+ * path are (TF32_PIPE: the stage may be overwritten before they are multiplied) */
+  #define FRAG_A acc_t
+  #define FRAG_A_DIMS [2][FK]
+  #define FRAG_B acc_t
+  #define FRAG_B_DIMS [2][FK]
+INLINE void load_frag(acc_t a[MI][2][FK], acc_t b[NI][2][FK], const LOCAL_PTR elem_t *as,
+                      const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                      const int kk)
+{
+  const int g = lane >> 2, t = lane & 3;
+  for (int q = 0; q < FK; ++q) {
+    for (int i = 0; i < MI; ++i)
+      for (int h = 0; h < 2; ++h)
+        a[i][h][q] = TO_ACC(as[(wr + i * FM + g + 8 * h) * SA_LD + kk + q]);
+    for (int j = 0; j < NI; ++j)
+      for (int h = 0; h < 2; ++h)
+        b[j][h][q] = TO_ACC(bs[(kk + q) * SB_LD + BS_COL(kk + q, wc + CCOL(j, 2 * t + h))]);
+  }
+}
+
+INLINE void mma_frag(acc_t acc[MI][NI][CF], acc_t a[MI][2][FK], acc_t b[NI][2][FK],
+                     const int i_lo, const int i_hi)
+{
+  for (int i = i_lo; i < i_hi; ++i)
+    for (int j = 0; j < NI; ++j)
+      for (int e = 0; e < CF; ++e) {
+        acc_t s = acc[i][j][e];
+        for (int q = 0; q < FK; ++q)
+          s = FMA(a[i][e >> 1][q], b[j][e & 1][q], s);
+        acc[i][j][e] = s;
+      }
+}
+  #endif
 
 #endif
 
@@ -659,6 +739,57 @@ KERNEL MMA_SIGNATURE
   const int inside = row0 + BM <= M && col0 + BN <= N;
 
   const int kt_n = (K + BK - 1) / BK;
+#if TF32_PIPE
+  UNROLL for (int s = 0; s < STAGES; ++s) { /* STAGES tiles in flight */
+    if (s < kt_n)
+      load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, ga, ga_step, a_rows, gb, gb_step,
+                 b_n, ldb, K, s * BK, inside && (s + 1) * BK <= K, ar, ac, br, bc);
+    CP_COMMIT();
+  }
+  CP_WAIT_FIRST(); /* this thread's copies of tile 0 */
+  #if TF32_IN_STAGE
+  round_stage(As, Bs, ar, ac, br, bc);
+  #endif
+  BARRIER();
+  FRAG_A fa[2][MI] FRAG_A_DIMS;
+  FRAG_B fb[2][NI] FRAG_B_DIMS;
+  load_frag(fa[0], fb[0], As, Bs, wr, wc, lane, 0);
+  int rd = 0;
+  for (int kt = 0; kt < kt_n; ++kt) {
+    const int nx = rd + 1 == STAGES ? 0 : rd + 1; /* the stage of tile kt+1 */
+    UNROLL for (int ks = 0; ks < BK / FK; ++ks) {
+  #if TF32_IN_STAGE
+      if (ks == PIPE_ROUND_KS && kt + 1 < kt_n) { /* this thread's copies of tile kt+1 */
+        CP_WAIT();
+        round_stage(As + nx * BM * SA_LD, Bs + nx * BK * SB_LD, ar, ac, br, bc);
+      }
+  #endif
+      if (ks + 1 < BK / FK) { /* the next k-step's loads, then this one's multiplies */
+        load_frag(fa[(ks + 1) & 1], fb[(ks + 1) & 1], As + rd * BM * SA_LD, Bs + rd * BK * SB_LD,
+                  wr, wc, lane, (ks + 1) * FK);
+      } else if (kt + 1 < kt_n) {
+  #if TF32_PIPE == 2 /* the last k-step's multiplies queue up before the barrier */
+        mma_frag(acc, fa[1], fb[1], 0, MI);
+  #endif
+  #if !TF32_IN_STAGE
+        CP_WAIT(); /* this thread's copies of tile kt+1 */
+  #endif
+        BARRIER(); /* tile kt+1 is everyone's; tile kt is in everyone's registers */
+        const int nt = kt + STAGES; /* into the stage of tile kt, read by no one now */
+        if (nt < kt_n)
+          load_stage(As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
+                     gb_step, b_n, ldb, K, nt * BK, inside && (nt + 1) * BK <= K, ar, ac, br, bc);
+        CP_COMMIT();
+        load_frag(fa[0], fb[0], As + nx * BM * SA_LD, Bs + nx * BK * SB_LD, wr, wc, lane, 0);
+      }
+  #if TF32_PIPE == 2
+      if (ks + 1 < BK / FK || kt + 1 == kt_n)
+  #endif
+        mma_frag(acc, fa[ks & 1], fb[ks & 1], 0, MI);
+    }
+    rd = nx;
+  }
+#else
   UNROLL for (int s = 0; s < STAGES - 1; ++s) {
     if (s < kt_n)
       load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, ga, ga_step, a_rows, gb, gb_step,
@@ -705,6 +836,7 @@ KERNEL MMA_SIGNATURE
     rd = rd + 1 == STAGES ? 0 : rd + 1;
     wt = wt + 1 == STAGES ? 0 : wt + 1;
   }
+#endif
 
   /* C fragment (i, j), element e of this lane: row g (+8 for e >= 2), n slot 2t + (e & 1)
    * (column CCOL); two adjacent columns are one store where C's rows keep pairs aligned */

@@ -82,7 +82,7 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 min_blocks: int | None = None, tf32_round: int = 1,
                 tf32_ldsm: bool = False, tf32_bvec: bool = False,
                 copy_after: int = 0, tf32_round_at: int | None = None,
-                ) -> dict[str, int]:  # fmt: skip
+                tf32_pipe: int = 0) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
@@ -94,9 +94,12 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     thread rounds the pieces it copied once per stage (in shared memory, before the barrier), 0
     truncates (the raw float32 bits); 3 and 4 round to nearest even (cvt.rn: one instruction on
     sm_90), 3 in the inner loop, 4 in shared memory while the previous stage is multiplied
-    (``tf32_round_at`` k-steps into it; default half the stage); ``tf32_ldsm``: A fragments by
-    ldmatrix.x4; ``tf32_bvec``: B fragments by 16-byte loads (warp tiles 64 wide, BN a multiple
-    of 32; see mma.cl).
+    (``tf32_round_at`` k-steps into it; default half the stage); ``tf32_pipe`` 1/2: fragments
+    double-buffered across the stage boundary, STAGES tiles in flight, the stage's last k-step
+    multiplied after (1) or before (2) the barrier (an even number of k-steps per stage, no
+    ``copy_after``; 16-byte aligned operands only, others take the plain loop); ``tf32_ldsm``: A
+    fragments by ldmatrix.x4; ``tf32_bvec``: B fragments by 16-byte loads (warp tiles 64 wide,
+    BN a multiple of 32; see mma.cl).
     ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
     (0: right after the barrier, ahead of every fragment load)."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
@@ -125,12 +128,21 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
             if not 0 <= tf32_round_at <= bk // fk:
                 raise ValueError(f"tf32_round_at must be 0..{bk // fk} k-steps")
             extra["TF32_ROUND_AT"] = int(tf32_round_at)
+        if tf32_pipe and not (aligned_a and aligned_b):
+            tf32_pipe = 0  # one-element copies need the registers: the plain loop (no spills)
+        if tf32_pipe:
+            if tf32_pipe not in (1, 2):
+                raise ValueError(f"tf32_pipe must be 0, 1 or 2, not {tf32_pipe!r}")
+            if (bk // fk) % 2 or copy_after:
+                raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_pipe needs an even "
+                                 "number of k-steps per stage and no copy_after")  # fmt: skip
+            extra["TF32_PIPE"] = int(tf32_pipe)
         if tf32_bvec and (bn // warps_n != 64 or bn % 32):
             raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_bvec needs warp tiles 64 "
                              "columns wide and BN a multiple of 32")  # fmt: skip
         extra["TF32_BVEC"] = int(tf32_bvec)
-    elif tf32_bvec or tf32_round_at is not None:
-        raise ValueError("tf32_bvec and tf32_round_at are for TF32 only")
+    elif tf32_bvec or tf32_round_at is not None or tf32_pipe:
+        raise ValueError("tf32_bvec, tf32_round_at and tf32_pipe are for TF32 only")
     return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
