@@ -89,27 +89,28 @@ CONFIGS = {
     ],
     # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rna: cvt.rna on every fragment register in the
     # inner loop (a compare and an add on sm_90); rn: cvt.rn (to nearest even, one F2FP on
-    # sm_90) on every fragment register; rs4: cvt.rn once per stage in shared memory, stage kt+1
-    # rounded halfway through stage kt (r1: one k-step in); trunc: raw bits (the tensor core
-    # truncates: 2.7x cuBLAS's error, a speed reference only, never a default); ldsm: A
-    # fragments by ldmatrix.x4; mb2: 2 blocks per SM; ca1: the first k-step's fragment loads
-    # issued ahead of the next stage's copies.
+    # sm_90) on every fragment register; rs4: cvt.rn once per stage in shared memory, tile kt+1
+    # rounded halfway through multiplying tile kt; trunc: raw bits (the tensor core truncates:
+    # 2.7x cuBLAS's error, a speed reference only, never a default); ldsm: A fragments by
+    # ldmatrix.x4; mb2: 2 blocks per SM; ca1: the first k-step's fragment loads ahead of the
+    # next stage's copies; p1/p2: fragments double-buffered across stages, STAGES tiles in
+    # flight, the last k-step multiplied after (p1) or before (p2) the barrier.
     "tf32": [
         ("128x256x32/2x4/s4/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None, {"ldsm": 1, "ca": 1}),
         ("128x128x32/2x2/s3/mb2/trunc/ldsm", "tf32", 128, 128, 32, 2, 2, 3, None,
          {"rna": 0, "ldsm": 1, "min_blocks": 2}),
-        ("128x256x32/2x4/s4/rn/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "ca": 1}),
         ("128x128x32/2x2/s3/mb2/rn/ldsm", "tf32", 128, 128, 32, 2, 2, 3, None,
          {"rna": 3, "ldsm": 1, "min_blocks": 2}),
-        ("128x256x32/2x4/s4/rs4/ldsm", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 4, "ldsm": 1}),
-        ("128x256x32/2x4/s4/rs4/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 4, "ldsm": 1, "ca": 1}),
         ("128x128x32/2x2/s3/mb2/rs4/ldsm", "tf32", 128, 128, 32, 2, 2, 3, None,
          {"rna": 4, "ldsm": 1, "min_blocks": 2}),
-        ("128x128x32/2x2/s3/mb2/rs4/ldsm/r1", "tf32", 128, 128, 32, 2, 2, 3, None,
-         {"rna": 4, "ldsm": 1, "min_blocks": 2, "rat": 1}),
+        ("128x128x32/2x2/s3/mb2/rn/ldsm/p1", "tf32", 128, 128, 32, 2, 2, 3, None,
+         {"rna": 3, "ldsm": 1, "min_blocks": 2, "pipe": 1}),
+        ("128x128x32/2x2/s3/mb2/rn/ldsm/p2", "tf32", 128, 128, 32, 2, 2, 3, None,
+         {"rna": 3, "ldsm": 1, "min_blocks": 2, "pipe": 2}),
+        ("128x128x32/2x2/s3/mb2/rs4/ldsm/p1", "tf32", 128, 128, 32, 2, 2, 3, None,
+         {"rna": 4, "ldsm": 1, "min_blocks": 2, "pipe": 1}),
+        ("128x256x32/2x4/s3/rn/ldsm/p1", "tf32", 128, 256, 32, 2, 4, 3, None,
+         {"rna": 3, "ldsm": 1, "pipe": 1}),
     ],
 }
 # fmt: on
@@ -164,7 +165,8 @@ class Runner:
                                   tf32_ldsm=bool(extra.get("ldsm")),
                                   tf32_bvec=bool(extra.get("bvec")),
                                   copy_after=extra.get("ca", 0),
-                                  tf32_round_at=extra.get("rat"))  # fmt: skip
+                                  tf32_round_at=extra.get("rat"),
+                                  tf32_pipe=extra.get("pipe", 0))  # fmt: skip
             defs.update(extra.get("defs", {}))
             t = time.monotonic()
             smem = ms.smem_bytes(defs)
@@ -356,6 +358,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
                 tf32_bvec=defs.get("TF32_BVEC", 0) if kind == "tf32" else None,
                 copy_after=defs.get("COPY_AFTER", 0),
                 tf32_round_at=defs.get("TF32_ROUND_AT") if kind == "tf32" else None,
+                tf32_pipe=defs.get("TF32_PIPE", 0) if kind == "tf32" else None,
                 cvta_asm=defs.get("SMEM_CVTA_ASM", 0),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
