@@ -5,7 +5,10 @@
 Each warp issues ``ACC`` independent ``mma.sync`` per iteration on constant fragments, 8 warps
 per block, 4 blocks per SM: the rate the tensor cores give the synchronous warp instruction,
 which bounds every ``mma.cl`` configuration (Hopper's full rate needs ``wgmma``). Kinds: TF32
-m16n8k8, f16 m16n8k16 (f32 accumulate), f64 m16n8k8 (sm_90) and m8n8k4. Prints TFLOP/s and
+m16n8k8, f16 m16n8k16 (f32 accumulate), f64 m16n8k8 (sm_90) and m8n8k4. Then TF32 at the
+occupancy of the mma.cl tiles (``tf32_w<warps per scheduler>_acc<independent mma>``): 64x64
+warp tiles run 2 warps per scheduler (8 per SM) with 32 independent accumulators each, so the
+ceiling they can reach is this one, not the 8-warps-per-scheduler figure. Prints TFLOP/s and
 writes them as JSON.
 """
 
@@ -27,8 +30,14 @@ OPS = {
 }  # fmt: skip
 
 
-def source(kind: str) -> str:
+#: (name, blocks per SM, warps per block, independent mma per warp): TF32 at mma.cl's occupancy
+OCCUPANCY = [("tf32_w2_acc32", 1, 8, 32), ("tf32_w2_acc16", 1, 8, 16), ("tf32_w1_acc32", 1, 4, 32),
+             ("tf32_w4_acc16", 2, 8, 16)]  # fmt: skip
+
+
+def source(kind: str, acc: int = ACC, threads: int = 256) -> str:
     op, na, nb, nc, _, reg, ct = OPS[kind]
+    ACC = acc  # noqa: N806 - the template's name
     it = "double" if reg == "d" else "unsigned"
     init = "1.0 + 1e-3 * threadIdx.x"
     if reg != "d":
@@ -41,7 +50,7 @@ def source(kind: str) -> str:
     ins = ", ".join([f'"{reg}"(a[{i}])' for i in range(na)]
                     + [f'"{reg}"(b[{i}])' for i in range(nb)])  # fmt: skip
     return f"""
-extern "C" __global__ void __launch_bounds__(256) probe({ct} *out, int iters)
+extern "C" __global__ void __launch_bounds__({threads}) probe({ct} *out, int iters)
 {{
   {ct} c[{ACC}][{nc}];
   {it} a[{na}], b[{nb}];
@@ -60,27 +69,30 @@ extern "C" __global__ void __launch_bounds__(256) probe({ct} *out, int iters)
 """
 
 
-def measure(cp, kind: str, iters: int = 4096) -> dict:
-    fn = cp.RawKernel(source(kind), "probe")
+def measure(cp, kind: str, iters: int = 4096, per_sm: int = 4, warps: int = 8,
+            acc: int = ACC) -> dict:  # fmt: skip
+    threads = 32 * warps
+    fn = cp.RawKernel(source(kind, acc, threads), "probe")
     props = cp.cuda.runtime.getDeviceProperties(0)
     sms = props["multiProcessorCount"]
-    blocks = 4 * sms
+    blocks = per_sm * sms
     ct = cp.float64 if OPS[kind][6] == "double" else cp.float32
-    out = cp.empty(blocks * 256, dtype=ct)
+    out = cp.empty(blocks * threads, dtype=ct)
     args = (out, cp.int32(iters))
-    fn((blocks,), (256,), args)
+    fn((blocks,), (threads,), args)
     cp.cuda.runtime.deviceSynchronize()
     s, e = cp.cuda.Event(), cp.cuda.Event()
     best = float("inf")
     for _ in range(5):
         s.record()
-        fn((blocks,), (256,), args)
+        fn((blocks,), (threads,), args)
         e.record()
         e.synchronize()
         best = min(best, cp.cuda.get_elapsed_time(s, e) / 1e3)
-    flops = OPS[kind][4] * ACC * iters * blocks * 8
+    flops = OPS[kind][4] * acc * iters * blocks * warps
     return {"tflops": flops / best / 1e12, "seconds": best, "blocks": blocks,
-            "warps_per_block": 8, "independent_mma_per_warp": ACC, "op": OPS[kind][0]}  # fmt: skip
+            "warps_per_block": warps, "independent_mma_per_warp": acc,
+            "op": OPS[kind][0]}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -97,6 +109,17 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001 - report and go on
             res[kind] = {"error": str(exc)[-1500:]}
             print(f"mma.sync ceiling {kind}: {exc}", flush=True)
+    for name, per_sm, warps, acc in OCCUPANCY:
+        try:
+            res[name] = measure(cp, "tf32", 2048, per_sm, warps, acc)
+            print(
+                f"mma.sync ceiling {name:<14} {res[name]['tflops']:8.1f} TFLOP/s "
+                f"({per_sm * warps // 4} warps per scheduler, {acc} independent)",
+                flush=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            res[name] = {"error": str(exc)[-1500:]}
+            print(f"mma.sync ceiling {name}: {exc}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(res))
     return 0
