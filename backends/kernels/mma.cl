@@ -149,8 +149,11 @@
  * previous k-step's multiplies, across the stage boundary too. The barrier comes once the
  * stage's last fragments are in registers, so after it the stage just read takes the copies of
  * tile kt+STAGES (STAGES tiles in flight, not STAGES-1) and the next tile's first fragments
- * load; the last k-step is multiplied after that (1) or before the barrier (2). Stage rounding
- * (TF32_RNA 2, 4) happens TF32_ROUND_AT k-steps into the stage (2: just before the barrier).
+ * load; the last k-step is multiplied after that (1) or before the barrier (2). 3: after the
+ * barrier only the next fragments load and the last k-step multiplies; the copies (of tile
+ * kt+STAGES-1, into the stage of tile kt-1) wait until the next tile's first k-step is issued
+ * (STAGES-1 tiles in flight, as without the pipe). Stage rounding (TF32_RNA 2, 4) happens
+ * TF32_ROUND_AT k-steps into the stage (2: just before the barrier).
  * (Half the last k-step on either side of the barrier spills at 64x64 warp tiles.) */
 #ifndef TF32_PIPE
   #define TF32_PIPE 0
@@ -161,10 +164,17 @@
 #if TF32_PIPE && ((BK / FK) % 2 || COPY_AFTER)
   #error "mma.cl: TF32_PIPE needs an even number of k-steps per stage and no COPY_AFTER"
 #endif
-#if TF32_RNA == 4 && TF32_ROUND_AT < BK / FK
+#if TF32_RNA == 4 && TF32_PIPE == 3 && TF32_ROUND_AT < 1
+  #define PIPE_ROUND_KS 1 /* after the k-step 0 copies: the wait counts them */
+#elif TF32_RNA == 4 && TF32_ROUND_AT < BK / FK
   #define PIPE_ROUND_KS TF32_ROUND_AT
 #else
   #define PIPE_ROUND_KS (BK / FK - 1)
+#endif
+#if TF32_PIPE == 3
+  #define PIPE_PRO (STAGES - 1) /* tiles loaded ahead of the loop */
+#else
+  #define PIPE_PRO STAGES
 #endif
 #if KK_UNROLL == 1
   #define KK_LOOP _Pragma("unroll 1")
@@ -740,13 +750,17 @@ KERNEL MMA_SIGNATURE
 
   const int kt_n = (K + BK - 1) / BK;
 #if TF32_PIPE
-  UNROLL for (int s = 0; s < STAGES; ++s) { /* STAGES tiles in flight */
+  UNROLL for (int s = 0; s < PIPE_PRO; ++s) { /* tiles in flight */
     if (s < kt_n)
       load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, ga, ga_step, a_rows, gb, gb_step,
                  b_n, ldb, K, s * BK, inside && (s + 1) * BK <= K, ar, ac, br, bc);
     CP_COMMIT();
   }
-  CP_WAIT_FIRST(); /* this thread's copies of tile 0 */
+  #if TF32_PIPE == 3
+  CP_WAIT(); /* this thread's copies of tile 0 */
+  #else
+  CP_WAIT_FIRST();
+  #endif
   #if TF32_IN_STAGE
   round_stage(As, Bs, ar, ac, br, bc);
   #endif
@@ -775,17 +789,28 @@ KERNEL MMA_SIGNATURE
         CP_WAIT(); /* this thread's copies of tile kt+1 */
   #endif
         BARRIER(); /* tile kt+1 is everyone's; tile kt is in everyone's registers */
+  #if TF32_PIPE != 3
         const int nt = kt + STAGES; /* into the stage of tile kt, read by no one now */
         if (nt < kt_n)
           load_stage(As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
                      gb_step, b_n, ldb, K, nt * BK, inside && (nt + 1) * BK <= K, ar, ac, br, bc);
         CP_COMMIT();
+  #endif
         load_frag(fa[0], fb[0], As + nx * BM * SA_LD, Bs + nx * BK * SB_LD, wr, wc, lane, 0);
       }
   #if TF32_PIPE == 2
       if (ks + 1 < BK / FK || kt + 1 == kt_n)
   #endif
         mma_frag(acc, fa[ks & 1], fb[ks & 1], 0, MI);
+  #if TF32_PIPE == 3
+      if (ks == 0) { /* tile kt+STAGES-1 into the stage of tile kt-1 (free since the barrier) */
+        const int nt = kt + STAGES - 1, wt = rd == 0 ? STAGES - 1 : rd - 1;
+        if (nt < kt_n)
+          load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
+                     gb_step, b_n, ldb, K, nt * BK, inside && (nt + 1) * BK <= K, ar, ac, br, bc);
+        CP_COMMIT();
+      }
+  #endif
     }
     rd = nx;
   }

@@ -94,10 +94,11 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     thread rounds the pieces it copied once per stage (in shared memory, before the barrier), 0
     truncates (the raw float32 bits); 3 and 4 round to nearest even (cvt.rn: one instruction on
     sm_90), 3 in the inner loop, 4 in shared memory while the previous stage is multiplied
-    (``tf32_round_at`` k-steps into it; default half the stage); ``tf32_pipe`` 1/2: fragments
+    (``tf32_round_at`` k-steps into it; default half the stage); ``tf32_pipe`` 1/2/3: fragments
     double-buffered across the stage boundary, STAGES tiles in flight, the stage's last k-step
-    multiplied after (1) or before (2) the barrier (an even number of k-steps per stage, no
-    ``copy_after``; 16-byte aligned operands only, others take the plain loop); ``tf32_ldsm``: A
+    multiplied after (1) or before (2) the barrier, or (3) the copies deferred past the next
+    tile's first k-step (STAGES-1 in flight); an even number of k-steps per stage, no
+    ``copy_after``; 16-byte aligned operands only, others take the plain loop; ``tf32_ldsm``: A
     fragments by ldmatrix.x4; ``tf32_bvec``: B fragments by 16-byte loads (warp tiles 64 wide,
     BN a multiple of 32; see mma.cl).
     ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
@@ -131,8 +132,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         if tf32_pipe and not (aligned_a and aligned_b):
             tf32_pipe = 0  # one-element copies need the registers: the plain loop (no spills)
         if tf32_pipe:
-            if tf32_pipe not in (1, 2):
-                raise ValueError(f"tf32_pipe must be 0, 1 or 2, not {tf32_pipe!r}")
+            if tf32_pipe not in (1, 2, 3):
+                raise ValueError(f"tf32_pipe must be 0, 1, 2 or 3, not {tf32_pipe!r}")
             if (bk // fk) % 2 or copy_after:
                 raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_pipe needs an even "
                                  "number of k-steps per stage and no copy_after")  # fmt: skip
