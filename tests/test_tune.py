@@ -201,6 +201,42 @@ def test_tuner_records_failures_selects_only_correct_and_resumes(cache):
     }
 
 
+def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch):
+    """random+local tries the winners of earlier tasks right after the default; two tasks of
+    one class end with one geometry: the best geometric mean over both."""
+    be = Fake()
+    tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    small = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    big = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
+    k16 = tune.geo_key(Geometry((16, 16, 16)))
+    tuner.winners["tiled"] = [k16]
+    order = [tune.geo_key(g) for g in tuner.order(big)]
+    assert order[1] == k16 and len(order) == len(set(order)) == len(big.space)
+    speed = {8: 1.0, 16: 3.0, 32: 2.0, 64: 2.5}  # fake GFLOP/s by block size and task
+
+    def measured(task, g, data):
+        rec = tune.Tuner.evaluate(tuner, task, g, data)
+        if rec["status"] == "ok":
+            bm = g.block_tile[0]
+            rec["gflops"] = speed[bm] * (2.0 if task is big and bm == 64 else 1.0)
+        return rec
+
+    monkeypatch.setattr(tuner, "evaluate", measured)
+    for t in (small, big):
+        data = (*tuner.operands(t.shape), np.empty(t.shape[1:3], np.float32))
+        t.host = data[:5]
+        for g in t.space:
+            tuner.evaluate(t, g, data)
+    small.choice, big.choice = (
+        dict(small.results[k16]),
+        dict(big.results[tune.geo_key(Geometry((64, 64, 64)))]),
+    )
+    tuner.unify([small, big])  # 16: 3 x 3; 64: 2.5 x 5 -> 64 has the better geometric mean
+    assert (
+        small.choice["geometry"] == big.choice["geometry"] == tune.geo_key(Geometry((64, 64, 64)))
+    )
+
+
 def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):
     be = Fake()
     tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)

@@ -162,6 +162,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    tuner.unify(tasks)  # one winner per family and shape class
     for t in tasks:  # last: the vendor library's threads must not slow the candidates down
         if t.host is not None:
             tuner.vendor_gflops(t, t.host)

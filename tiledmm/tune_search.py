@@ -26,6 +26,7 @@ from .planner import PlanError, default_geometry, make_plan
 __all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
 
 EXHAUSTIVE_MAX = 64
+EXPLORE_SHARE = 0.4  # of a task's time: random exploring stops after it (local search follows)
 TOL = {"float16": 5e-3, "float32": 1e-4, "float64": 1e-10}
 ODD_CHECK = (97, 131, 67)  # the winner's extra correctness check: edges in every dimension
 
@@ -63,8 +64,12 @@ class Task:
         space = tuner.be.search_space(family, dt, dev) or []
         seen, self.space = set(), []
         for g in [x for x in base if x is not None] + list(space):
-            if geo_key(g) not in seen and self.plan(g) is not None:
-                seen.add(geo_key(g))
+            plan = self.plan(g)
+            if plan is None or geo_key(g) in seen:
+                continue
+            runs = _runs_as(plan)  # two stored geometries that run alike on this shape: one
+            if runs not in seen:
+                seen.update((geo_key(g), runs))
                 self.space.append(g)
         self.pruned = len(space) + len(base) - len(self.space)
         self.choice: dict | None = None
@@ -105,6 +110,7 @@ class Tuner:
         self.np_rng = np.random.default_rng(seed)
         self.log = log or log_path(self.device.name, be.name)
         self.history = self._read_log() if resume else {}
+        self.winners: dict[str, list[str]] = {}  # family -> geometries that won earlier tasks
         self.run_id = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.vendor: dict[str, float] = {}
 
@@ -232,8 +238,9 @@ class Tuner:
         out = self.be.asarray(np.zeros(task.shape[1:3], dt), dt)
         data = (*host, out)
         task.host = host
-        stop = time.monotonic() + share
-        order = self.order(task)
+        start = time.monotonic()
+        stop = start + share
+        order = self.order(task, start + EXPLORE_SHARE * share)
         for g in order:
             if time.monotonic() > stop or self.left() <= 0:
                 break
@@ -243,9 +250,12 @@ class Tuner:
                 bar.update(1)
         self.confirm(task, data)
 
-    def order(self, task: Task):
+    def order(self, task: Task, explore_until: float = math.inf):
         """Candidates in the order the strategy visits them (a generator: local search reads
-        the results so far)."""
+        the results so far). random+local: the default, then the winners of this run's earlier
+        tasks of the family (good tiles for one shape are the best first guess for the next),
+        then a random sample (a tenth of the space, or until ``explore_until``: the budget
+        decides how much of it is exploring), then local search around the best so far."""
         space = task.space
         exhaustive = self.strategy == "exhaustive" or (
             self.strategy == "auto" and len(space) <= EXHAUSTIVE_MAX
@@ -255,11 +265,18 @@ class Tuner:
         if exhaustive:
             yield from rest
             return
-        pool = rest[:]
+        done = {geo_key(space[0])}
+        by_key = {geo_key(g): g for g in rest}
+        for gk in self.winners.get(task.family, []):
+            if gk in by_key and gk not in done:
+                done.add(gk)
+                yield by_key[gk]
+        pool = [g for g in rest if geo_key(g) not in done]
         self.rng.shuffle(pool)
         explore = max(8, len(pool) // 10)
-        done = {geo_key(space[0])}
-        for g in pool[:explore]:
+        for i, g in enumerate(pool[:explore]):
+            if i >= 8 and time.monotonic() > explore_until:
+                break
             done.add(geo_key(g))
             yield g
         while len(done) < len(space):
@@ -292,6 +309,8 @@ class Tuner:
                 self._write(cand)
         if not top:
             return
+        won = self.winners.setdefault(task.family, [])
+        won.extend(c["geometry"] for c in top if c["geometry"] not in won)
         racers = [c for c in top if c["geometry"] != dk]
         fits = task.plan(task.default) is not None
         geos = ([task.default] if fits else []) + [geometry_of(c["geometry"]) for c in racers]
@@ -310,6 +329,34 @@ class Tuner:
         if eligible:
             t, i = min(eligible)
             task.choice = dict(racers[i], gflops=task.flops / t / 1e9, seconds=t)
+
+    def unify(self, tasks: list[Task]) -> None:
+        """Tasks of one family and shape class (4096^3 and 8192^3 are both ``square``) share
+        one database entry: of their winners, the one with the best geometric mean over all of
+        them (each measured on every such task; mostly from the log) becomes each one's choice."""
+        groups: dict[tuple[str, str], list[Task]] = {}
+        for t in tasks:
+            if t.choice:
+                groups.setdefault((t.family, t.cls), []).append(t)
+        for group in (g for g in groups.values() if len(g) > 1):
+            best, score = None, -math.inf
+            for gk in dict.fromkeys(t.choice["geometry"] for t in group):
+                recs = [self._measured(t, gk) for t in group]
+                if all(r is not None for r in recs):
+                    s = statistics.fmean(math.log(r["gflops"]) for r in recs)
+                    if s > score:
+                        best, score = recs, s
+            for t, r in zip(group, best or [], strict=False):
+                t.choice = dict(r)
+
+    def _measured(self, task: Task, gk: str) -> dict | None:
+        """``task``'s ok record of geometry ``gk``, measuring it if the search did not."""
+        r = task.results.get(gk)
+        if r is None and task.host is not None and task.plan(geometry_of(gk)) is not None:
+            dt = np.dtype(self.dtype)
+            out = self.be.asarray(np.zeros(task.shape[1:3], dt), dt)
+            r = self.evaluate(task, geometry_of(gk), (*task.host, out))
+        return r if r is not None and r["status"] == "ok" else None
 
     def odd_ok(self, task: Task, g: Geometry) -> bool:
         plan = task.plan(g, ODD_CHECK)
@@ -339,6 +386,14 @@ class Tuner:
 def geometry_of(key: str) -> Geometry:
     bt, tt, opts = json.loads(key)
     return Geometry(tuple(bt), tuple(tt), tuple(tuple(o) for o in opts), source="tiledmm tune")
+
+
+def _runs_as(plan: Any) -> str:
+    """What a plan launches (tiles and options, ``split_k`` 1 as none): candidates that differ
+    only before ``shapefit.for_product`` (``split_k="auto"`` resolving to 1, a tile halved to
+    one already listed) are one candidate."""
+    opts = sorted((k, v) for k, v in plan.options.items() if not (k == "split_k" and v in (1, "1")))
+    return json.dumps([list(plan.block_tile), list(plan.thread_tile), opts], default=str)
 
 
 def _distance(g: Geometry, key: list) -> int:

@@ -6,8 +6,9 @@ pruned by the constraints :func:`~tiledmm_backends.kernels.defines` checks (vect
 multiples) and, for the generated kernels, by the source generator's own (block a multiple of
 the thread tile). The planner's device limits (threads, shared memory, registers) prune the
 rest in the tuner. Sets follow the kernels' knobs: block tile, thread tile, vector sub-blocks,
-padding, launch grouping and stages on GPUs; the barrier-free micro-kernel's height, vector
-width and K block on CPUs (PoCL).
+padding, launch grouping, stages and ``split_k="auto"`` (K slices resolved per product by
+``shapefit``; the tuner drops the variants that resolve alike) on GPUs; the barrier-free
+micro-kernel's height, vector width and K block on CPUs (PoCL).
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ def feasible(kernel: str, dtype: str, geo: Geometry) -> bool:
     threads = (bm // tm) * (bn // tn) if bm % tm == 0 and bn % tn == 0 else 0
     if not threads:
         return False
+    opts = dict(geo.options)
+    if opts.get("split_k") == "auto":  # resolved per product; any count checks the same
+        opts["split_k"] = 2
     plan = SimpleNamespace(kernel=kernel, dtype=dtype, block_tile=(bm, bn, bk),
                            thread_tile=(tm, tn), threads_per_block=threads,
-                           options=dict(geo.options))  # fmt: skip
+                           options=opts)  # fmt: skip
     try:
         defines(plan)
     except ValueError:
@@ -67,14 +71,15 @@ def _gemm_c(kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
     elif kernel == "tiled":  # CPU: B tile transposed, one SIMD vector of partial sums per item
         for bm, bn, bk in itertools.product((8, 16, 32, 64), (8, 16, 32, 64), (16, 32, 64, 128)):
             out.append(_geo((bm, bn, bk), b_transposed=1, split=lanes))
-    elif device.is_gpu:  # register, local-memory tiles
-        for bm, bn, bk, (tm, tn), pad, g, st in itertools.product(
+    elif device.is_gpu:  # register, local-memory tiles; K slices where the grid asks for them
+        for bm, bn, bk, (tm, tn), pad, g, st, split in itertools.product(
             (32, 64, 128, 256), (32, 64, 128, 256), (8, 16, 32),
-            ((2, 2), (4, 4), (8, 4), (4, 8), (8, 8)), (0, vw), (1, 8), (1, 2),
+            ((2, 2), (4, 4), (8, 4), (4, 8), (8, 8)), (0, vw), (1, 8), (1, 2), (None, "auto"),
         ):  # fmt: skip
             vm, vn = min(vw, tm), min(vw, tn)
-            out.append(_geo((bm, bn, bk), (tm, tn), use_local=1, vm=vm, vn=vn, pad=pad,
-                            group_m=g, stages=st))  # fmt: skip
+            opts = dict(use_local=1, vm=vm, vn=vn, pad=pad, group_m=g, stages=st)
+            out.append(_geo((bm, bn, bk), (tm, tn), **opts, **({"split_k": split} if split
+                                                                 else {})))  # fmt: skip
     else:  # register on a CPU: barrier-free vector micro-kernel
         for tm, tv, rows, cols, kc in itertools.product(
             (2, 4, 6, 8), (1, 2), (4, 8, 16), (2, 4, 8), (0, 128, 256, 512)
