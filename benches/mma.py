@@ -96,8 +96,8 @@ CONFIGS = {
     # next stage's copies; p1/p2/p3: fragments double-buffered across stages, STAGES tiles in
     # flight, the last k-step multiplied after (p1) or before (p2) the barrier, or (p3) only the
     # next fragments and the last k-step right after the barrier, the copies a k-step later
-    # (STAGES-1 in flight). rn vs rna: if F2FP (a conversion) runs at the slow conversion rate
-    # on sm_90, one per fragment register costs more than cvt.rna's compare and add.
+    # (STAGES-1 in flight). rs4 is the hedge should F2FP (cvt.rn) issue at sm_90's slow
+    # conversion rate: a quarter of the conversions of rn (cvt.rna with the pipe spills).
     "tf32": [
         ("128x256x32/2x4/s4/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None, {"ldsm": 1, "ca": 1}),
         ("128x128x32/2x2/s3/mb2/trunc/ldsm", "tf32", 128, 128, 32, 2, 2, 3, None,
@@ -110,8 +110,8 @@ CONFIGS = {
          {"rna": 3, "ldsm": 1, "pipe": 1}),
         ("128x256x32/2x4/s4/rn/ldsm/p3", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3}),
-        ("128x256x32/2x4/s4/ldsm/p1", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"ldsm": 1, "pipe": 1}),
+        ("128x128x32/2x2/s3/mb2/rs4/ldsm/p1", "tf32", 128, 128, 32, 2, 2, 3, None,
+         {"rna": 4, "ldsm": 1, "min_blocks": 2, "pipe": 1}),
         ("128x256x32/2x4/s4/rs4/ldsm/p1", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 4, "ldsm": 1, "pipe": 1}),
     ],
