@@ -154,6 +154,47 @@ _SIM_SCRIPT = textwrap.dedent(
             case(f"batched-{done}", fam, "float32", m, n, k, c.copy_to_host(), a, b)
             c = tiledmm.matmul(a, b, backend="numba-cuda", kernel=fam)
             case("batched-api", fam, "float32", m, n, k, c, a, b)
+    # split-K (K slices into a workspace, then the reduction; every family, K = 0, a broadcast
+    # batch) and the gemv path (both orientations, with split-K; float64 once) at odd shapes
+    G, dev = tiledmm.Geometry, be_obj.device()
+    geos = [("register", G((8, 16, 4), (2, 4), (("split_k", 3), ("stages", 2), ("unroll_k", 1)))),
+            ("register", G((16, 16, 4), (4, 4), (("split_k", 2),))),
+            ("tiled", G((8, 8, 8), (1, 1), (("split_k", 2),))),
+            ("naive", G((4, 8, 1), (1, 1), (("split_k", 3),))),
+            ("naive", G((2, 4, 1), (1, 1), (("gemv", 1), ("ks", 4)))),
+            ("naive", G((3, 8, 1), (1, 1), (("gemv", 1), ("ks", 2), ("split_k", 2))))]
+    for i, (fam, geo) in enumerate(geos):
+        for m, n, k, dt in ((1, 37, 45, "float32"), (23, 2, 30, "float64"), (5, 1, 0, "float32")):
+            plan = tiledmm.make_plan(m, n, k, dtype=dt, kernel=fam, device=dev, geometry=geo,
+                                     backend="numba-cuda")
+            a = rng.standard_normal((m, k)).astype(dt)
+            b = rng.standard_normal((k, n)).astype(dt)
+            c = cuda.to_device(np.full((m, n), np.nan, dt))
+            be_obj.run(plan, cuda.to_device(a), cuda.to_device(b), c)
+            case(f"sliced-{i}", fam, dt, m, n, k, c.copy_to_host(), a, b)
+        a = rng.standard_normal((3, 7, 13)).astype("float32")
+        b = rng.standard_normal((1, 13, 2)).astype("float32")
+        plan = tiledmm.make_plan(7, 2, 13, dtype="float32", kernel=fam, device=dev, geometry=geo,
+                                 backend="numba-cuda")
+        c = cuda.to_device(np.full((3, 7, 2), np.nan, "float32"))
+        done = be_obj.run_batched(plan, cuda.to_device(a), cuda.to_device(b), c)
+        case(f"sliced-batch-{done}", fam, "float32", 7, 2, 13, c.copy_to_host(), a, b)
+    # the classes' own paths through the API: 1-D operands (the vector entry: gemv) and a
+    # skinny product (register, 3 K slices, the tile turned to the short side)
+    x = rng.standard_normal(29).astype("float32")
+    big = rng.standard_normal((29, 19)).astype("float32")
+    for fam in be.kernels:
+        r = tiledmm.matmul(x, big, backend="numba-cuda", kernel=fam)  # (29,) @ (29, 19)
+        case("class-vector", fam, "float32", 1, 19, 29, r[None], x[None], big)
+        r = tiledmm.matmul(big.T, x * 2, backend="numba-cuda", kernel=fam)  # (19, 29) @ (29,)
+        case("class-vector-T", fam, "float32", 19, 1, 29, r[:, None], big.T, x[:, None] * 2)
+        a = rng.standard_normal((40, 37)).astype("float32")
+        b = rng.standard_normal((37, 3)).astype("float32")
+        r = tiledmm.matmul(a, b, backend="numba-cuda", kernel=fam)
+        case("class-skinny", fam, "float32", 40, 3, 37, r, a, b)
+    out["plans"] = {f"{fam}-{m}x{n}": dict(tile=list(p.block_tile), opts=dict(p.options))
+                    for fam in be.kernels for m, n in ((1, 19), (19, 1), (40, 3))
+                    for p in [tiledmm.plan(m, n, 37, backend="numba-cuda", kernel=fam)]}
     # NaN and Inf propagate as in numpy
     a = np.array([[np.nan, 1.0], [np.inf, 1.0]], "float32")
     b = np.ones((2, 3), "float32")
@@ -312,6 +353,26 @@ def test_simulator_batched_one_launch(sim, fam):
     """Broadcast batches (rank 2, K = 0 and 1) through run_batched: one launch, all written."""
     for c in _written_right(sim, fam, "batched", 8):
         assert c["tag"] != "batched-False", c
+
+
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
+def test_simulator_split_k_and_gemv(sim, fam):
+    """Split-K (K slices, the reduction; K = 0; a broadcast batch) and the gemv path (both
+    orientations, with split-K) at odd shapes: every output written, float64 reference."""
+    count = {"register": 2, "tiled": 1, "naive": 3}[fam] * 4
+    for c in _written_right(sim, fam, "sliced", count):
+        assert c["tag"] != "sliced-batch-False", c
+
+
+@pytest.mark.parametrize("fam", NUMBA_FAMILIES)
+def test_simulator_class_paths(sim, fam):
+    """1-D operands and a skinny product through the API, with each family's class tiles."""
+    _written_right(sim, fam, "class-", 3)
+    plans = sim["plans"]
+    for mn in ("1x19", "19x1"):  # the vector class entry: naive runs the gemv path
+        assert plans[f"naive-{mn}"]["opts"] == {"gemv": 1, "ks": 4}
+    skinny = plans["register-40x3"]  # the simulator's 8x16 skinny tile, turned to 16x8
+    assert skinny["tile"] == [16, 8, 4] and skinny["opts"]["split_k"] == 3
 
 
 def test_engine_choice_and_mlir_source():

@@ -69,7 +69,7 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
         blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
         if not floor:
             break
-    if blocks == first:
+    if (bm, bn) == geo.block_tile[:2]:
         return geo
     note = f"{geo.source}; halved to {bm}x{bn} for a grid of {first} blocks on {sms} SMs"
     return replace(geo, block_tile=(bm, bn, bk), thread_tile=(tm, tn),

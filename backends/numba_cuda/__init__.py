@@ -157,24 +157,17 @@ class NumbaCudaBackend(Backend):
                         shape_class: str) -> float | None:  # fmt: skip
         """The geometry database's measured GFLOP/s of this backend's ``kernel`` on ``device``
         for exactly ``shape_class`` ("numba" entries: what ``kernel="auto"`` compares)."""
+        want = ("numba", kernel, dtype, device.name, shape_class)
         best = None
         for e in K._entries(str(K.DATABASE)):
-            if (
-                e.get("kernels"),
-                e["family"],
-                e.get("dtype", dtype),
-                e.get("device"),
-                e.get("shape_class"),
-            ) != ("numba", kernel, dtype, device.name, shape_class):
-                continue  # fmt: skip
-            meas = e.get("measured")
+            have = (e.get("kernels"), e["family"], e.get("dtype", dtype), e.get("device"),
+                    e.get("shape_class"))  # fmt: skip
+            meas = e.get("measured") if have == want else None
             for r in meas if isinstance(meas, list) else [meas]:
-                g = r.get("gflops") if isinstance(r, dict) else None
-                if (
-                    r.get("backend", self.name) == self.name
-                    and isinstance(g, int | float)
-                    and g > 0
-                ):
+                if not isinstance(r, dict) or r.get("backend", self.name) != self.name:
+                    continue
+                g = r.get("gflops")
+                if isinstance(g, int | float) and g > 0:
                     best = float(g) if best is None else max(best, float(g))
         return best
 
