@@ -308,7 +308,7 @@ def _register(s: KernelSpec) -> list[str]:
 
 
 #: gemv: loads issued per thread before their FMAs (memory-level parallelism)
-GEMV_UNROLL = 4
+GEMV_UNROLL = 8
 
 
 def _gemv(s: KernelSpec) -> list[str]:
