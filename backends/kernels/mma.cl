@@ -12,7 +12,9 @@
  *   (loads that needed shuffling into the tuple made the compiler rebuild it for every DMMA).
  * MMA_KIND 2/3: f16/bf16 in (stored as 16-bit words), f32 accumulate, f16/bf16 out; 16x8x16
  *   with ldmatrix.x4 (A) and ldmatrix.x4.trans (B).
- * MMA_KIND 4: f32 in/out, inputs rounded to TF32 (cvt.rna), 16x8x8.
+ * MMA_KIND 4: f32 in/out, inputs rounded to TF32 (TF32_RNA: cvt.rna or cvt.rn, per fragment
+ *   register or once per stage in shared memory), 16x8x8; TF32_PIPE double-buffers fragments
+ *   across the stage boundary.
  *
  * MMA_PTX (CUDA; OpenCL only with MMA_PTX_OPENCL, an experiment for NVIDIA's compiler) uses the
  * PTX instructions. Otherwise (PoCL in CI, or MMA_SCALAR 1) the same tile walk, stages, padded
