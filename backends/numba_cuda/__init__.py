@@ -36,7 +36,6 @@ from .. import nvidia
 __all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]
 
 SIM_NAME = "CUDA simulator"
-REDUCE_THREADS = 256  # threads per block of the split-K reduction
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -289,37 +288,14 @@ class NumbaCudaBackend(Backend):
         grid = K.launch_shape(plan)[0] if gemv else plan.grid
         return nb.Launcher(spec, grid)
 
-    def _reducer(self, dtype: str, elements: int) -> Any:
-        """The split-K reduction's launcher for ``elements`` outputs per matrix."""
-        from . import engine as nb
-        from .kernels import KernelSpec
-
-        blocks = -(-elements // REDUCE_THREADS)
-        key = ("reduce", dtype, blocks, nb.device_id())
-        spec = KernelSpec("reduce", dtype, 1, REDUCE_THREADS)
-        return self.launches.get_or_make(key, lambda: nb.Launcher(spec, (blocks, 1)))
-
     def _launch(self, launch, a, b, c, m: int, n: int, k: int, bt: tuple, cupy_ws: bool) -> None:
-        """One launch over ``bt``'s batch; with split-K (S slices) the slices write partial
-        products into a workspace [S][batch][m][n] (``cupy_ws``: a CuPy array, from its pool)
-        and a second launch sums them into ``c``."""
-        from . import engine as nb
-
-        sk = launch.spec.split_k
-        if sk == 1:
+        """One launch over ``bt``'s batch (with split-K: the slices, then the reduction)."""
+        if launch.spec.split_k == 1:
             launch(a, b, c, m, n, k, bt)
-            return
-        z, nb1, mn = bt[0], bt[1], m * n
-        size = sk * z * mn
-        if size >= 1 << 32:
-            raise ValueError(
-                f"numba-cuda's split-K workspace ({sk} x {z} x {m}x{n} elements) is past 32-bit "
-                "indexing: use fewer K slices (split_k) or the cupy backend"
-            )
-        ws = sys.modules["cupy"].empty(size, c.dtype) if cupy_ws else nb.device_array(size, c.dtype)
-        launch(a, b, ws, m, n, k, (z * sk, nb1, *bt[2:6], nb1 * mn, mn))
-        red = self._reducer(launch.spec.dtype, mn)
-        red(ws, ws, c, m, n, sk, (z, nb1, nb1 * mn, mn, z * mn, 0, bt[6], bt[7]))
+        else:
+            from .skinny import launch_split
+
+            launch_split(self.launches, launch, a, b, c, m, n, k, bt, cupy_ws)
 
     def run(self, plan, a, b, out) -> None:
         from . import engine as nb

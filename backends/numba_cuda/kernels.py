@@ -120,7 +120,9 @@ def _slice(s: KernelSpec) -> list[str]:
 
 def _naive(s: KernelSpec) -> list[str]:
     if s.gemv:
-        return _gemv(s)
+        from .skinny import gemv_body
+
+        return gemv_body(s)
     k0 = " + kbeg" if s.split_k > 1 else ""
     return [
         "tid = u32(cuda.threadIdx.x)",
@@ -307,107 +309,16 @@ def _register(s: KernelSpec) -> list[str]:
     return lines
 
 
-#: gemv: loads issued per thread before their FMAs (memory-level parallelism)
-GEMV_UNROLL = 8
-
-
-def _gemv(s: KernelSpec) -> list[str]:
-    """The naive family's memory-bound path for one short output side (vectors, M or N = 1).
-
-    gemv 1 (M short, x @ B): a block owns BM rows x BN columns; thread ``cv + BN * kl`` walks
-    K from ``kl`` in steps of KS for column ``cv``: a warp reads consecutive columns of a B
-    row (coalesced), A's element is the same across the warp (broadcast). gemv 2 (N short,
-    A @ x): a block owns BN rows x BM columns; thread ``tx + KS * ty`` walks row ``ty``'s K
-    from ``tx`` in steps of KS: a warp reads consecutive elements of an A row. Each thread
-    issues GEMV_UNROLL loads before their FMAs; the KS partial sums of an output meet in a
-    tree in shared memory. Rows/columns past the matrix read its last one and are not stored.
-    """
-    bm, bn, ks, u = s.bm, s.bn, s.ks, GEMV_UNROLL
-    if ks < 1 or ks & (ks - 1):
-        raise ValueError(f"gemv: ks must be a power of two, got {ks}")
-    k0, kend = _k0(s), _kend(s)
-    lines = [f"red = cuda.shared.array({bm * bn * ks}, DT)", "tid = u32(cuda.threadIdx.x)"]
-    if s.gemv == 1:
-        lines += [
-            f"lane = u32(tid % u32({bn}))",
-            f"kl = u32(tid // u32({bn}))",
-            f"row0 = u32(u32(cuda.blockIdx.y) * u32({bm}))",
-            f"c = u32(u32(cuda.blockIdx.x) * u32({bn}) + lane)",
-            "cc = c if c < n else u32(n - u32(1))",
-        ]
-        short, nshort, step = "row0", "m", "kl"
-        long_ld = lambda kk: f"B[u32(offB + {kk} * n + cc)]"  # noqa: E731
-        short_ld = lambda i, kk: f"A[u32(p{i} + {kk})]"  # noqa: E731
-        lines += [f"p{i} = u32(offA + min(u32(row0 + u32({i})), u32(m - u32(1))) * k)"
-                  for i in range(bm)]  # fmt: skip
-        slot = lambda i, ln: f"u32(u32({ln} * u32({bm}) + u32({i})) * u32({bn}) + lane)"  # noqa: E731
-        store = lambda i: f"C[u32(offC + u32(row0 + u32({i})) * n + c)]"  # noqa: E731
-        ok = "c < n"
-    else:
-        lines += [
-            f"lane = u32(tid % u32({ks}))",
-            f"ty = u32(tid // u32({ks}))",
-            f"r = u32(u32(cuda.blockIdx.y) * u32({bn}) + ty)",
-            f"col0 = u32(u32(cuda.blockIdx.x) * u32({bm}))",
-            "p = u32(offA + min(r, u32(m - u32(1))) * k)",
-        ]
-        short, nshort, step = "col0", "n", "lane"
-        lines += [f"q{i} = u32(offB + min(u32(col0 + u32({i})), u32(n - u32(1))))"
-                  for i in range(bm)]  # fmt: skip
-        long_ld = lambda kk: f"A[u32(p + {kk})]"  # noqa: E731
-        short_ld = lambda i, kk: f"B[u32(q{i} + {kk} * n)]"  # noqa: E731
-        slot = lambda i, ln: f"u32(u32(u32({i}) * u32({bn}) + ty) * u32({ks}) + {ln})"  # noqa: E731
-        store = lambda i: f"C[u32(offC + r * n + col0 + u32({i}))]"  # noqa: E731
-        ok = "r < m"
-    lines += [f"acc{i} = DT(0)" for i in range(bm)]
-    lines += [f"kk = u32({k0} + {step})"]
-    body = [f"v{j} = {long_ld(f'u32(kk + u32({j * ks}))')}" for j in range(u)]
-    body += [f"acc{i} += {short_ld(i, f'u32(kk + u32({j * ks}))')} * v{j}"
-             for j in range(u) for i in range(bm)]  # fmt: skip
-    body += [f"kk = u32(kk + u32({u * ks}))"]
-    lines += [f"while u32(kk + u32({(u - 1) * ks})) < {kend}:"] + _ind(body, 1)
-    tail = ["v0 = " + long_ld("kk")] + [f"acc{i} += {short_ld(i, 'kk')} * v0" for i in range(bm)]
-    lines += [f"while kk < {kend}:"] + _ind(tail + [f"kk = u32(kk + u32({ks}))"], 1)
-    lines += [f"red[{slot(i, step)}] = acc{i}" for i in range(bm)] + ["cuda.syncthreads()"]
-    half = ks // 2
-    while half:
-        add = [f"red[{slot(i, step)}] += red[{slot(i, f'u32({step} + u32({half}))')}]"
-               for i in range(bm)]  # fmt: skip
-        lines += [f"if {step} < u32({half}):"] + _ind(add, 1) + ["cuda.syncthreads()"]
-        half //= 2
-    out = []
-    for i in range(bm):
-        out += [
-            f"if u32({short} + u32({i})) < {nshort}:",
-            f"    {store(i)} = red[{slot(i, 'u32(0)')}]",
-        ]
-    lines += [f"if {step} == u32(0) and {ok}:"] + _ind(out, 1)
-    return lines
-
-
-def _reduce(s: KernelSpec) -> list[str]:
-    """The split-K reduction, in the GEMM signature: C's matrix z (offC, from sc0/sc1) is the
-    sum over ``k`` slices of the workspace A's matrix z (offA, from sa0/sa1), slices ``sb0``
-    elements apart; one output element per thread (``bn`` threads per block)."""
-    return [
-        f"e = u32(u32(cuda.blockIdx.x) * u32({s.bn}) + u32(cuda.threadIdx.x))",
-        "if e < u32(m * n):",
-        "    w = u32(offA + e)",
-        "    acc = DT(0)",
-        "    for _ in range(k):",
-        "        acc += A[w]",
-        "        w = u32(w + sb0)",
-        "    C[u32(offC + e)] = acc",
-    ]
-
-
 def source(s: KernelSpec, engine: str = "numba-cuda") -> str:
     """The Python source of the module defining ``kernel`` for ``s``, importing ``cuda`` from
     ``engine`` ("numba-cuda": ``numba.cuda``; "numba-cuda-mlir": ``numba_cuda_mlir.cuda``)."""
     if s.bm % s.tm or s.bn % s.tn:
         raise ValueError(f"block tile {s.bm}x{s.bn} is not a multiple of thread tile {s.tm}x{s.tn}")
-    fams = {"naive": _naive, "tiled": _tiled, "register": _register, "reduce": _reduce}
-    body = fams[s.family](s)
+    if s.family == "reduce":
+        from .skinny import reduce_body as body_of
+    else:
+        body_of = {"naive": _naive, "tiled": _tiled, "register": _register}[s.family]
+    body = body_of(s)
     if s.split_k > 1:
         body = _slice(s) + body
     imports = _IMPORTS[engine].format(dt=s.dtype)
