@@ -320,6 +320,30 @@ def test_gpu_family_correct(fam, dt):
         assert matmul_error(c, a, b) < (1e-5 if dt == "float32" else 1e-12), (m, n, k)
 
 
+@pytest.mark.gpu
+@requires_backend("numba-cuda")
+@pytest.mark.skipif(SIMULATING, reason="real GPU shapes are too slow for the simulator")
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_gpu_class_paths_correct(dt):
+    """``kernel="auto"`` per class on the device's own tiles: 1-D operands (gemv), skinny
+    products (split-K, oriented tiles), a small grid (halved tiles), a batch; all written."""
+    rng = np.random.default_rng()
+    cases = [
+        ((1000,), (1000, 777)),
+        ((777, 1000), (1000,)),
+        ((40, 3001), (3001, 2000)),
+        ((3001, 2000), (2000, 24)),
+        ((500, 300), (300, 515)),
+        ((3, 65, 90), (90, 70)),
+    ]
+    for sa, sb in cases:
+        a, b = rng.standard_normal(sa).astype(dt), rng.standard_normal(sb).astype(dt)
+        c = tiledmm.matmul(a, b, backend="numba-cuda")
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        err = np.abs(c - want).max() / np.abs(want).max()
+        assert c.shape == want.shape and err < (1e-5 if dt == "float32" else 1e-12), (sa, sb)
+
+
 def test_device_spec_from_driver_attribute_names():
     """Every attribute read is a real CU_DEVICE_ATTRIBUTE_* name (a typo crashed a GPU run)."""
     drv = pytest.importorskip("cuda.bindings.driver")
