@@ -7,7 +7,7 @@ best per class and family and writes them as ``backends/kernels/geometry.json`` 
 
     python benches/numba_classes.py --entries numba-classes.json [--classes vector,skinny_mn]
 
-The candidates are :data:`CANDIDATES` (one place; float32). Each distinct tile, split and gemv
+The candidates are :data:`CANDIDATES` (one place; float32), the shapes :data:`PROBLEMS`. Each distinct tile, split and gemv
 orientation compiles once (Numba, cached on disk): the first run pays the compiles.
 """
 
@@ -65,6 +65,8 @@ _BATCHED = [
     _g("register", (128, 64, 8), (8, 4), **_REG),
     _g("register", (64, 64, 8), (4, 4), **_REG),
 ]
+#: the shapes per class: the shape sweep's, and the small squares the halving is for
+PROBLEMS = dict(SWEEP, square=[(256, 256, 256), (512, 512, 512)] + SWEEP["square"])
 #: class -> (family, geometry) candidates for numba-cuda (float32, GPU)
 CANDIDATES = {"square": _SQUARE, "odd": _SQUARE, "skinny_k": _SQUARE[:3], "skinny_mn": _SKINNY,
               "batched": _BATCHED, "vector": _VECTOR}  # fmt: skip
@@ -83,7 +85,7 @@ def sweep(classes: list[str], dtype: str = "float32") -> list[dict]:
     rng = np.random.default_rng(5)
     found = []
     for cls in classes:
-        probs, bshape = SWEEP[cls], SWEEP_BATCH.get(cls, ())
+        probs, bshape = PROBLEMS[cls], SWEEP_BATCH.get(cls, ())
         nb = math.prod(bshape or (1,))
         scores: dict[int, list[float]] = {}
         for m, n, k in probs:
