@@ -357,6 +357,8 @@ def load(paths: list[str | Path]) -> list[dict]:
                 continue  # (rows of a cluster run belong to the Dask report, docs/dask.md)
             if e.get("precision") == "tf32":
                 continue  # float32 inputs on tensor cores are not IEEE float32 (docs/mma.md)
+            if "tuned_from" in e:
+                continue  # tuner experiments (cold vs shipped tiles: docs/tuning.md)
             why = row_problem(e)
             if why:
                 bad.append(f"benchmark {i} ({b.get('name', '?')}): {why}")
