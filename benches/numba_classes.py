@@ -7,8 +7,9 @@ best per class and family and writes them as ``backends/kernels/geometry.json`` 
 
     python benches/numba_classes.py --entries numba-classes.json [--classes vector,skinny_mn]
 
-The candidates are :data:`CANDIDATES` (one place; float32), the shapes :data:`PROBLEMS`. Each distinct tile, split and gemv
-orientation compiles once (Numba, cached on disk): the first run pays the compiles.
+The candidates are :data:`CANDIDATES` (one place; float32), the shapes :data:`PROBLEMS`. Each
+distinct tile, split and gemv orientation compiles once (Numba, cached on disk): the first run
+pays the compiles.
 """
 
 from __future__ import annotations
