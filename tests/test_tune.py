@@ -51,7 +51,8 @@ def test_shape_classes():
     with pytest.raises(ValueError):
         tune.parse_budget("soon")
     classes = [c for c, _ in tune.tasks_for("squares,odd,skinny,batched,100x200x300", 256)]
-    assert classes == ["square", "odd", "skinny_k", "skinny_mn", "batched", "odd"]
+    assert classes == ["square", "odd", "odd", "skinny_k", "skinny_mn", "skinny_mn", "batched",
+                       "odd"]  # fmt: skip
     for cls, (b, m, n, k) in tune.tasks_for("squares,odd,skinny,batched", 256):
         assert shape_class(m, n, k, b) == cls
 

@@ -46,12 +46,23 @@ def parse_budget(text: str) -> float:
 
 
 def class_shape(cls: str, n: int) -> tuple[int, int, int, int]:
-    """(batch, M, N, K) representing a shape class at scale ``n``."""
+    """(batch, M, N, K) representing a shape class at scale ``n`` (the first of
+    :func:`class_shapes`)."""
+    return class_shapes(cls, n)[0]
+
+
+def class_shapes(cls: str, n: int) -> list[tuple[int, int, int, int]]:
+    """(batch, M, N, K) shapes representing a shape class at scale ``n``: two where one tile
+    serves the class badly (on the H200 a skinny tile tuned at N = 48 ran M = 16 at 0.57 of
+    the shipped one; mid-size odd products fill the grid differently from large ones). The
+    tuner keeps one geometry per class, the best geometric mean over its shapes."""
     q = max(8, n // 4)
     shapes = {
-        "square": (1, n, n, n), "odd": (1, n - 23, n - 9, n - 1),
-        "skinny_k": (1, n, n, max(8, min(128, n // 4))), "skinny_mn": (1, n, 48, n),
-        "batched": (8, q, q, q), "vector": (1, n, 1, n),
+        "square": [(1, n, n, n)],
+        "odd": [(1, n - 23, n - 9, n - 1), (1, q + 7, 3 * q - 3, n // 5 + 9)],
+        "skinny_k": [(1, n, n, max(8, min(128, n // 4)))],
+        "skinny_mn": [(1, n, 48, n), (1, 16, n, n)],
+        "batched": [(8, q, q, q)], "vector": [(1, n, 1, n)],
     }  # fmt: skip
     return shapes[cls]
 
@@ -70,7 +81,7 @@ def tasks_for(spec: str, n: int) -> list[tuple[str, tuple[int, int, int, int]]]:
             if cls not in tuning.SHAPE_CLASSES:
                 names = ", ".join((*tuning.SHAPE_CLASSES, *CLASS_ALIASES))
                 raise ValueError(f"--shapes: {item!r} is no shape class ({names}) or MxNxK")
-            out.append((cls, class_shape(cls, n)))
+            out += [(cls, shape) for shape in class_shapes(cls, n)]
     return out
 
 
