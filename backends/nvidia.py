@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tiledmm import DeviceSpec
 
-__all__ = ["LANES", "lanes", "device_spec", "STATIC_SHARED"]
+__all__ = ["LANES", "lanes", "device_spec", "STATIC_SHARED", "MEMORY_BANDWIDTH", "known_bandwidth"]
 
 #: FP32 and FP64 FMA lanes per SM by compute capability (CUDA C Programming Guide, "Arithmetic
 #: Instructions" throughput table). Datacenter parts have fast FP64; consumer parts 2 per SM.
@@ -27,6 +27,31 @@ LANES: dict[tuple[int, int], tuple[int, int]] = {
 }
 #: Static ``__shared__`` arrays are capped at 48 KiB per block (the kernels use only those).
 STATIC_SHARED = 48 * 1024
+
+
+#: Peak memory bandwidth (bytes/s, vendor data sheets) by a piece of the device name, for
+#: APIs that do not report the memory clock (OpenCL): without it the OpenCL rows of one GPU
+#: used a 3 TB/s guess where CUDA read 4.8 TB/s from the device (H200), so their DRAM
+#: fractions disagreed by 1.6x. First match wins: longer names first.
+MEMORY_BANDWIDTH: tuple[tuple[str, float], ...] = (
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),
+    ("V100", 9.0e11),
+    ("L40S", 8.64e11),
+    ("L4", 3.0e11),
+    ("A10", 6.0e11),
+    ("RTX 4090", 1.008e12),
+    ("T4", 3.2e11),
+)
+
+
+def known_bandwidth(name: str) -> float | None:
+    """The data-sheet memory bandwidth of a GPU named ``name`` (:data:`MEMORY_BANDWIDTH`)."""
+    return next((bw for part, bw in MEMORY_BANDWIDTH if part in name), None)
 
 
 def lanes(cc: tuple[int, int]) -> tuple[int, int]:
@@ -50,6 +75,8 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
     if "mem_clock_khz" in a:
         bw = 2 * a["mem_clock_khz"] * 1e3 * a["bus_bits"] / 8
         mem = f"{a['bus_bits']}-bit memory at {a['mem_clock_khz'] / 1e6:.2f} GHz DDR"
+    elif known_bandwidth(name):
+        bw, mem = float(known_bandwidth(name)), "the data sheet's memory bandwidth"
     else:
         bw, mem = float(a["bandwidth"]), "a guessed bandwidth (not reported)"
     optin = int(a.get("shared_optin", STATIC_SHARED))

@@ -112,6 +112,21 @@ def test_nvidia_spec_h200_peak():
     assert t4.peak("float32") / t4.peak("float64") == 32
 
 
+def test_nvidia_bandwidth_without_a_memory_clock():
+    """OpenCL reports no memory clock: known parts get the data sheet's bandwidth (the CUDA
+    backends' figure for the same GPU, within 1%), unknown ones the caller's guess."""
+    base = dict(sms=132, clock_khz=1980000)
+    mem = dict(mem_clock_khz=3134312, bus_bits=6144)  # what CUDA reports: 4.81 TB/s
+    cuda = nvidia.device_spec("NVIDIA H200", (9, 0), base | mem, launch_overhead=5e-6)
+    ocl = nvidia.device_spec("NVIDIA H200", (9, 0), base | {"bandwidth": 3e12},
+                             launch_overhead=8e-6)  # fmt: skip
+    assert abs(ocl.bandwidth / cuda.bandwidth - 1) < 0.01 and "data sheet" in ocl.ceilings_source
+    other = nvidia.device_spec("NVIDIA Future GPU", (9, 0), dict(sms=1, clock_khz=1e6,
+                               bandwidth=3e12), launch_overhead=8e-6)  # fmt: skip
+    assert other.bandwidth == 3e12 and "guessed" in other.ceilings_source
+    assert nvidia.known_bandwidth("NVIDIA H100 PCIe") == 2.0e12  # the longer name first
+
+
 def _db(tmp_path, entries):
     import json
 
