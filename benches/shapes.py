@@ -198,8 +198,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def sweep(names, dtype, entries_path, save) -> None:
-    """Candidates per class on two shapes each; the best per class and backend."""
+def sweep(names, dtype, entries_path, save, classes=()) -> None:
+    """Candidates per class (all, or ``classes``) on two shapes each; the best per class and
+    backend."""
     from tiledmm_backends.kernels import shapes as cand
 
     rng = np.random.default_rng(5)
@@ -210,6 +211,8 @@ def sweep(names, dtype, entries_path, save) -> None:
             continue
         dev = be.device()
         for cls, probs in SWEEP.items():
+            if classes and cls not in classes:
+                continue
             bshape = SWEEP_BATCH.get(cls, ())
             scores: dict[tuple, list[float]] = {}
             for m, n, k in probs:
@@ -300,12 +303,14 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="store_true", help="time the per-class candidates")
     p.add_argument("--entries", default="", help="--sweep: write the best entries here")
     p.add_argument("--save", action="store_true", help="--sweep: add them to the user database")
+    p.add_argument("--classes", default="", help="--sweep: only these classes (comma list)")
     args = p.parse_args(argv)
     avail = {r.name for r in tiledmm.backends() if r.available}
     names = [b for b in args.backends.split(",") if b in avail]
     print(f"backends: {names} (available: {sorted(avail)})", flush=True)
     if args.sweep:
-        sweep(names, "float32", args.entries, args.save)
+        only = tuple(c for c in args.classes.split(",") if c)
+        sweep(names, "float32", args.entries, args.save, only)
         return 0
     vendor_be = tiledmm.get_backend("cupy") if "cupy" in avail else None
     shapes = SHAPES if not args.sizes else [SHAPES[int(i)] for i in args.sizes.split(",")]
