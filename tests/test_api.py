@@ -365,3 +365,32 @@ def test_hot_path_for_batched_and_1d_products(backend, sa, sb, monkeypatch):
         ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
         assert np.shape(got) == ref.shape and np.asarray(got).dtype == np.float32
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("sa", "sb"), [((7,), (7, 5)), ((6, 7), (7,))])
+@pytest.mark.parametrize("takes", [True, False])
+def test_hot_path_1d_uses_the_bound_launch(sa, sb, takes, monkeypatch):
+    """A 1-D product seen before goes through the backend's bound launch (as 2-D ones do):
+    (k,) read as (1, k) or (k, 1), the result allocated in its final 1-D shape; a launch that
+    declines (False) falls back to the shaped path."""
+    from tiledmm import api, torchpath
+
+    calls = []
+
+    class Bound:
+        def arrays(self, a, b, c):
+            calls.append((a.shape, b.shape, c.shape))
+            if takes:
+                c[...] = np.matmul(a.astype(np.float64), b).astype(c.dtype)
+            return takes
+
+    monkeypatch.setattr(torchpath, "bound", lambda be, plan: Bound())
+    api._fast.clear()
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        a, b = rng.random(sa, dtype=np.float32), rng.random(sb, dtype=np.float32)
+        got = tiledmm.matmul(a, b, backend="numpy")
+        ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        assert got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
+    assert len(calls) == 2 and calls[0] == (sa, sb, ref.shape)  # calls 2 and 3: the hot path

@@ -182,6 +182,10 @@ def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
     if be.device_key() != dkey:
         return None
     if shaped is not None:  # batched or 1-D operands: the full path's launch, minus its checks
+        if go is not None:  # 1-D, no batch: the bound launch reads (k,) as (1, k) or (k, 1)
+            R = be.empty(shaped[-1], rdt, like=a)
+            if go.arrays(be.asarray(a, rdt), be.asarray(b, rdt), R):
+                return be.to_numpy(R) if host else R
         return _shaped_launch(be, plan, rdt, host, shaped, a, b)
     R = be.empty((plan.m, plan.n), rdt, like=a)
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
@@ -278,7 +282,8 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
         if precision is None and out is None:
             plain = not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1)
             shaped = None if plain else (tuple(batch), m, n, k, a1, b1, pa, pb, rshape)
-            go = torchpath.bound(be, plan) if plain else None
+            vector = not batch and A.ndim == 2 and B.ndim == 2 and (a1 or b1) and len(rshape)
+            go = torchpath.bound(be, plan) if plain or vector else None
             entry = (be, plan, rdt, host, be.device_key(), go, be.accepts(a), shaped)
             _remember(_fast_key(backend, kernel, a, b), entry)
         elif precision is None and not batch and not (a1 or b1):  # out= given: 2-D entries
