@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KernelSpec", "source"]
+__all__ = ["KernelSpec", "source", "indent", "k_start", "k_end"]
 
 
 @dataclass(frozen=True)
@@ -85,16 +85,16 @@ def kernel(A, B, C, m, n, k, nb1, sa0, sa1, sb0, sb1, sc0, sc1):
 """
 
 
-def _ind(lines: list[str], depth: int) -> list[str]:
+def indent(lines: list[str], depth: int) -> list[str]:
     return ["    " * depth + s for s in lines]
 
 
-def _k0(s: KernelSpec) -> str:
+def k_start(s: KernelSpec) -> str:
     """The first K index of this block's slice (0 without split-K)."""
     return "kbeg" if s.split_k > 1 else "u32(0)"
 
 
-def _kend(s: KernelSpec) -> str:
+def k_end(s: KernelSpec) -> str:
     """The end of this block's K slice (``k`` without split-K)."""
     return "kend" if s.split_k > 1 else "k"
 
@@ -157,7 +157,7 @@ def _tile_fetch(s: KernelSpec, k0: str = "k0") -> list[str]:
     slots past the tile), so edge tiles are zero-filled."""
     out = []
     for name, slot, idx, guard, cols in _tile_elements(s):
-        kl = _kend(s)
+        kl = k_end(s)
         grow, gcol, ld, lim_r, lim_c = (
             ("row0", k0, "k", "m", kl) if name == "A" else (k0, "col0", "n", kl, "n")
         )
@@ -169,7 +169,7 @@ def _tile_fetch(s: KernelSpec, k0: str = "k0") -> list[str]:
             f"if gr < {lim_r} and gc < {lim_c}:",
             f"    {v} = {name}[u32(off{name} + gr * {ld} + gc)]",
         ]
-        out += [f"{v} = DT(0)"] + ([guard] + _ind(body, 1) if guard else body)
+        out += [f"{v} = DT(0)"] + ([guard] + indent(body, 1) if guard else body)
     return out
 
 
@@ -192,7 +192,7 @@ def _tile_stash(
             at = f"{r} * u32({cols}) + {c}"
         base = a_base if name == "A" else b_base
         store = [f"{name}s[u32({base + ' + ' if base else ''}{at})] = v{name}{slot}"]
-        out += [guard] + _ind(store, 1) if guard else store
+        out += [guard] + indent(store, 1) if guard else store
     return out
 
 
@@ -220,13 +220,13 @@ def _tiled(s: KernelSpec) -> list[str]:
         f"tx = u32(tid % u32({s.bn}))",
         f"arow = u32(ty * u32({s.bk}))",
         "acc = DT(0)",
-        f"k0 = {_k0(s)}",
-        f"while k0 < {_kend(s)}:",
+        f"k0 = {k_start(s)}",
+        f"while k0 < {k_end(s)}:",
     ]
     body = _tile_loads(s, a_stride, a_transposed=False) + ["cuda.syncthreads()"]
     body += [f"acc += As[u32(arow + u32({kk}))] * Bs[u32({kk * s.bn}) + tx]" for kk in range(s.bk)]
     body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
-    lines += _ind(body, 1)
+    lines += indent(body, 1)
     lines += [
         "gr = u32(row0 + ty)",
         "gc = u32(col0 + tx)",
@@ -280,22 +280,22 @@ def _register(s: KernelSpec) -> list[str]:
     if s.unroll_k:
         product = [line for kk in range(s.bk) for line in step(str(kk))]
     else:
-        product = [f"for kk in range(u32({s.bk})):"] + _ind(step("u32(kk)"), 1)
-    lines += [f"k0 = {_k0(s)}"]
-    kend = _kend(s)
+        product = [f"for kk in range(u32({s.bk})):"] + indent(step("u32(kk)"), 1)
+    lines += [f"k0 = {k_start(s)}"]
+    kend = k_end(s)
     if double:
         # the next tile goes global -> registers before this one's products and registers ->
         # the other buffer after them: one barrier per K step
         lines += _tile_loads(s, a_stride) + ["cuda.syncthreads()", "sa = u32(0)", "sb = u32(0)"]
-        body = [f"kn = u32(k0 + u32({s.bk}))", f"if kn < {kend}:"] + _ind(_tile_fetch(s, "kn"), 1)
+        body = [f"kn = u32(k0 + u32({s.bk}))", f"if kn < {kend}:"] + indent(_tile_fetch(s, "kn"), 1)
         body += product
         body += [f"na = u32(u32({s.bk * a_stride}) - sa)", f"nb = u32(u32({s.bk * s.bn}) - sb)"]
-        body += [f"if kn < {kend}:"] + _ind(_tile_stash(s, a_stride, a_base="na", b_base="nb"), 1)
+        body += [f"if kn < {kend}:"] + indent(_tile_stash(s, a_stride, a_base="na", b_base="nb"), 1)
         body += ["cuda.syncthreads()", "k0 = kn", "sa = na", "sb = nb"]
     else:
         body = _tile_loads(s, a_stride) + ["cuda.syncthreads()"] + product
         body += ["cuda.syncthreads()", f"k0 = u32(k0 + u32({s.bk}))"]
-    lines += [f"while k0 < {kend}:"] + _ind(body, 1)
+    lines += [f"while k0 < {kend}:"] + indent(body, 1)
     for i in range(s.tm):
         lines += [f"gr = u32(row0 + ra{i})", "if gr < m:"]
         inner = ["base = u32(offC + gr * n)"]
@@ -305,7 +305,7 @@ def _register(s: KernelSpec) -> list[str]:
                 "if gc < n:",
                 f"    C[u32(base + gc)] = {acc[i][j]}",
             ]
-        lines += _ind(inner, 1)
+        lines += indent(inner, 1)
     return lines
 
 
@@ -328,4 +328,4 @@ def source(s: KernelSpec, engine: str = "numba-cuda") -> str:
         else "u32(cuda.blockIdx.z)"
     )
     head = _HEADER.format(name=s.name, engine=engine, imports=imports, dt=s.dtype, z=z)
-    return head + "\n".join(_ind(body, 1)) + "\n"
+    return head + "\n".join(indent(body, 1)) + "\n"

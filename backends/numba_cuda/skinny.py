@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .kernels import KernelSpec, _ind, _k0, _kend
+from .kernels import KernelSpec, indent, k_end, k_start
 
 __all__ = ["GEMV_UNROLL", "REDUCE_THREADS", "gemv_body", "reduce_body", "launch_split"]
 
@@ -60,7 +60,7 @@ def gemv_body(s: KernelSpec) -> list[str]:
     if ks < 1 or ks & (ks - 1):
         raise ValueError(f"gemv: ks must be a power of two, got {ks}")
     o, dims = _ORIENT[s.gemv], dict(bm=bm, bn=bn, ks=ks)
-    step, kend = o["step"], _kend(s)
+    step, kend = o["step"], k_end(s)
 
     def slot(i: int, ln: str) -> str:
         return o["slot"].format(i=i, ln=ln, **dims)
@@ -70,26 +70,26 @@ def gemv_body(s: KernelSpec) -> list[str]:
 
     lines = [f"red = cuda.shared.array({bm * bn * ks}, DT)", "tid = u32(cuda.threadIdx.x)"]
     lines += [x.format(**dims) for x in o["setup"]] + [o["per"].format(i=i) for i in range(bm)]
-    lines += [f"acc{i} = DT(0)" for i in range(bm)] + [f"kk = u32({_k0(s)} + {step})"]
+    lines += [f"acc{i} = DT(0)" for i in range(bm)] + [f"kk = u32({k_start(s)} + {step})"]
     kks = [f"u32(kk + u32({j * ks}))" for j in range(u)]
     body = [f"v{j} = {o['long'].format(kk=kks[j])}" for j in range(u)]
     body += [fma(i, kks[j], f"v{j}") for j in range(u) for i in range(bm)]
     lines += [f"while u32(kk + u32({(u - 1) * ks})) < {kend}:"]
-    lines += _ind(body + [f"kk = u32(kk + u32({u * ks}))"], 1)
+    lines += indent(body + [f"kk = u32(kk + u32({u * ks}))"], 1)
     tail = [f"v0 = {o['long'].format(kk='kk')}"] + [fma(i, "kk", "v0") for i in range(bm)]
-    lines += [f"while kk < {kend}:"] + _ind(tail + [f"kk = u32(kk + u32({ks}))"], 1)
+    lines += [f"while kk < {kend}:"] + indent(tail + [f"kk = u32(kk + u32({ks}))"], 1)
     lines += [f"red[{slot(i, step)}] = acc{i}" for i in range(bm)] + ["cuda.syncthreads()"]
     half = ks // 2
     while half:
         other = f"u32({step} + u32({half}))"
         add = [f"red[{slot(i, step)}] += red[{slot(i, other)}]" for i in range(bm)]
-        lines += [f"if {step} < u32({half}):"] + _ind(add, 1) + ["cuda.syncthreads()"]
+        lines += [f"if {step} < u32({half}):"] + indent(add, 1) + ["cuda.syncthreads()"]
         half //= 2
     out = []
     for i in range(bm):
         out += [f"if u32({o['first']} + u32({i})) < {o['count']}:",
                 f"    {o['store'].format(i=i)} = red[{slot(i, 'u32(0)')}]"]  # fmt: skip
-    return lines + [f"if {step} == u32(0) and {o['ok']}:"] + _ind(out, 1)
+    return lines + [f"if {step} == u32(0) and {o['ok']}:"] + indent(out, 1)
 
 
 def reduce_body(s: KernelSpec) -> list[str]:
