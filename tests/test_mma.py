@@ -84,6 +84,9 @@ SCALAR = [
     ("tf32", 32, 16, 32, 2, 1, 3, None, 1, 1, {"tf32_round": 2, "tf32_pipe": 1}),
     ("tf32", 32, 16, 16, 2, 1, 2, None, 1, 1, {"tf32_round": 4, "tf32_pipe": 3}),
     ("tf32", 32, 32, 32, 2, 2, 3, None, 1, 1, {"tf32_round": 3, "tf32_pipe": 3, "tf32_ldsm": 1}),
+    # pipe 3 with A's and B's copies after different k-steps (one commit group)
+    ("tf32", 32, 16, 32, 2, 1, 2, None, 1, 1, {"tf32_pipe": 3, "copy_after": 3, "tf32_copy_b": 2}),
+    ("tf32", 32, 32, 32, 1, 2, 2, None, 1, 1, {"tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 3}),
     ("tf32", 32, 64, 16, 2, 1, 2, None, 1, 1, {"tf32_bvec": 1, "tf32_round": 4, "tf32_pipe": 1}),
     # the stage multiplied in two parts around the next stage's copies (COPY_AFTER)
     ("f64", 32, 16, 16, 2, 1, 3, (16, 8, 8), 0, 1, {"copy_after": 1}),
@@ -288,6 +291,15 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
         {"tf32_round": 4, "tf32_pipe": 2, "tf32_ldsm": True, "min_blocks": 2},
     ),
     ("tf32", (128, 256, 32), (2, 4), 4, None, True, {"tf32_round": 3, "tf32_pipe": 3}),
+    (
+        "tf32",
+        (128, 256, 32),
+        (2, 4),
+        4,
+        None,
+        True,
+        {"tf32_round": 3, "tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 2},
+    ),
     # unaligned operands: tf32_pipe falls back to the plain loop (the pipe would spill)
     ("tf32", (128, 256, 32), (2, 4), 3, None, False, {"tf32_round": 4, "tf32_pipe": 1}),
     (

@@ -163,11 +163,27 @@
 #if TF32_PIPE && MMA_KIND != 4
   #error "mma.cl: TF32_PIPE is for TF32 (MMA_KIND 4)"
 #endif
-#if TF32_PIPE && ((BK / FK) % 2 || COPY_AFTER)
-  #error "mma.cl: TF32_PIPE needs an even number of k-steps per stage and no COPY_AFTER"
+#if TF32_PIPE && ((BK / FK) % 2 || (COPY_AFTER && TF32_PIPE < 3))
+  #error "mma.cl: TF32_PIPE needs an even number of k-steps per stage (and COPY_AFTER only in 3)"
 #endif
-#if TF32_RNA == 4 && TF32_PIPE == 3 && TF32_ROUND_AT < 1
-  #define PIPE_ROUND_KS 1 /* after the k-step 0 copies: the wait counts them */
+/* TF32_PIPE 3: k-steps multiplied before A's copies (COPY_AFTER, default 1) and B's (TF32_COPY_B,
+ * default the same); both before the last k-step, whose wait counts them */
+#if COPY_AFTER > 0
+  #define PIPE_COPY_A COPY_AFTER
+#else
+  #define PIPE_COPY_A 1
+#endif
+#ifdef TF32_COPY_B
+  #define PIPE_COPY_B TF32_COPY_B
+#else
+  #define PIPE_COPY_B PIPE_COPY_A
+#endif
+#define PIPE_COPY_LAST (PIPE_COPY_A > PIPE_COPY_B ? PIPE_COPY_A : PIPE_COPY_B)
+#if TF32_PIPE == 3 && (PIPE_COPY_LAST >= BK / FK || PIPE_COPY_A < 1 || PIPE_COPY_B < 1)
+  #error "mma.cl: TF32_PIPE 3 issues its copies after 1 .. BK/FK-1 k-steps"
+#endif
+#if TF32_RNA == 4 && TF32_PIPE == 3 && TF32_ROUND_AT < PIPE_COPY_LAST
+  #define PIPE_ROUND_KS PIPE_COPY_LAST /* after this iteration's copies: the wait counts them */
 #elif TF32_RNA == 4 && TF32_ROUND_AT < BK / FK
   #define PIPE_ROUND_KS TF32_ROUND_AT
 #else
@@ -373,36 +389,42 @@ INLINE void copy_full(LOCAL_PTR elem_t *dst, const GLOBAL elem_t *src, const int
 }
 
 /* Stage k0 of A and B into as / bs; ``full``: the tile is inside the matrices (no checks). */
-INLINE void load_stage(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL elem_t *RESTRICT A,
+/* ``parts``: 1 A's pieces, 2 B's, 3 both (load_stage) */
+INLINE void load_parts(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL elem_t *RESTRICT A,
                        const GLOBAL elem_t *RESTRICT B, const GLOBAL elem_t *ga, const int ga_step,
                        const int a_rows, const GLOBAL elem_t *gb, const int gb_step,
                        const int b_n, const int ldb, const int K, const int k0, const int full,
-                       const int ar, const int ac, const int br, const int bc)
+                       const int ar, const int ac, const int br, const int bc, const int parts)
 {
   if (full) { /* interior stages (almost all of them): no bounds, no zero fill */
-    UNROLL for (int l = 0; l < A_ITERS; ++l)
-      if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM)
-        copy_full(as + (ar + l * A_RSTEP) * SA_LD + ac, ga + l * ga_step + k0, VA);
-    UNROLL for (int l = 0; l < B_ITERS; ++l)
-      if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK)
-        copy_full(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc),
-                  gb + l * gb_step + k0 * ldb, VB);
+    if (parts & 1)
+      UNROLL for (int l = 0; l < A_ITERS; ++l)
+        if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM)
+          copy_full(as + (ar + l * A_RSTEP) * SA_LD + ac, ga + l * ga_step + k0, VA);
+    if (parts & 2)
+      UNROLL for (int l = 0; l < B_ITERS; ++l)
+        if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK)
+          copy_full(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc),
+                    gb + l * gb_step + k0 * ldb, VB);
     return;
   }
   int n = K - k0 - ac;
   const int a_n = n < 0 ? 0 : (n > VA ? VA : n);
-  UNROLL for (int l = 0; l < A_ITERS; ++l)
-    if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM) {
-      n = l * A_RSTEP < a_rows ? a_n : 0;
-      copy_piece(as + (ar + l * A_RSTEP) * SA_LD + ac, n ? ga + l * ga_step + k0 : A, n, VA);
-    }
-  UNROLL for (int l = 0; l < B_ITERS; ++l)
-    if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK) {
-      n = k0 + br + l * B_RSTEP < K ? b_n : 0;
-      copy_piece(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc),
-                 n ? gb + l * gb_step + k0 * ldb : B, n, VB);
-    }
+  if (parts & 1)
+    UNROLL for (int l = 0; l < A_ITERS; ++l)
+      if (A_PIECES % THREADS == 0 || ar + l * A_RSTEP < BM) {
+        n = l * A_RSTEP < a_rows ? a_n : 0;
+        copy_piece(as + (ar + l * A_RSTEP) * SA_LD + ac, n ? ga + l * ga_step + k0 : A, n, VA);
+      }
+  if (parts & 2)
+    UNROLL for (int l = 0; l < B_ITERS; ++l)
+      if (B_PIECES % THREADS == 0 || br + l * B_RSTEP < BK) {
+        n = k0 + br + l * B_RSTEP < K ? b_n : 0;
+        copy_piece(bs + (br + l * B_RSTEP) * SB_LD + BS_COL(br + l * B_RSTEP, bc),
+                   n ? gb + l * gb_step + k0 * ldb : B, n, VB);
+      }
 }
+#define load_stage(...) load_parts(__VA_ARGS__, 3)
 
 /* ---------------------------------------------------------------- the micro-kernel */
 
@@ -805,12 +827,16 @@ KERNEL MMA_SIGNATURE
   #endif
         mma_frag(acc, fa[ks & 1], fb[ks & 1], 0, MI);
   #if TF32_PIPE == 3
-      if (ks == 0) { /* tile kt+STAGES-1 into the stage of tile kt-1 (free since the barrier) */
+      /* tile kt+STAGES-1 into the stage of tile kt-1 (free since the barrier): A's pieces after
+       * PIPE_COPY_A k-steps, B's after PIPE_COPY_B, one commit group */
+      if (ks + 1 == PIPE_COPY_A || ks + 1 == PIPE_COPY_B) {
         const int nt = kt + STAGES - 1, wt = rd == 0 ? STAGES - 1 : rd - 1;
         if (nt < kt_n)
-          load_stage(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
-                     gb_step, b_n, ldb, K, nt * BK, inside && (nt + 1) * BK <= K, ar, ac, br, bc);
-        CP_COMMIT();
+          load_parts(As + wt * BM * SA_LD, Bs + wt * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
+                     gb_step, b_n, ldb, K, nt * BK, inside && (nt + 1) * BK <= K, ar, ac, br, bc,
+                     (ks + 1 == PIPE_COPY_A ? 1 : 0) | (ks + 1 == PIPE_COPY_B ? 2 : 0));
+        if (ks + 1 == PIPE_COPY_LAST)
+          CP_COMMIT();
       }
   #endif
     }

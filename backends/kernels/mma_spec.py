@@ -82,7 +82,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 min_blocks: int | None = None, tf32_round: int = 1,
                 tf32_ldsm: bool = False, tf32_bvec: bool = False,
                 copy_after: int = 0, tf32_round_at: int | None = None,
-                tf32_pipe: int = 0) -> dict[str, int]:  # fmt: skip
+                tf32_pipe: int = 0, tf32_copy_b: int | None = None,
+                ) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
     ``aligned_a``/``aligned_b``: the operand's rows start 16-byte aligned (leading dimension a
@@ -97,8 +98,9 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     (``tf32_round_at`` k-steps into it; default half the stage); ``tf32_pipe`` 1/2/3: fragments
     double-buffered across the stage boundary, STAGES tiles in flight, the stage's last k-step
     multiplied after (1) or before (2) the barrier, or (3) the copies deferred past the next
-    tile's first k-step (STAGES-1 in flight); an even number of k-steps per stage, no
-    ``copy_after``; 16-byte aligned operands only, others take the plain loop; ``tf32_ldsm``: A
+    tile's first k-step (STAGES-1 in flight); an even number of k-steps per stage (no
+    ``copy_after``, except in 3: k-steps before A's copies, ``tf32_copy_b`` before B's, both
+    default 1); 16-byte aligned operands only, others take the plain loop; ``tf32_ldsm``: A
     fragments by ldmatrix.x4; ``tf32_bvec``: B fragments by 16-byte loads (warp tiles 64 wide,
     BN a multiple of 32; see mma.cl).
     ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
@@ -134,16 +136,21 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         if tf32_pipe:
             if tf32_pipe not in (1, 2, 3):
                 raise ValueError(f"tf32_pipe must be 0, 1, 2 or 3, not {tf32_pipe!r}")
-            if (bk // fk) % 2 or copy_after:
+            ks, last = bk // fk, max(copy_after or 1, tf32_copy_b or 1)
+            if ks % 2 or (copy_after and tf32_pipe < 3):
                 raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_pipe needs an even "
-                                 "number of k-steps per stage and no copy_after")  # fmt: skip
+                                 "number of k-steps per stage (copy_after: pipe 3)")  # fmt: skip
+            if tf32_pipe == 3 and last >= ks:
+                raise ValueError(f"tf32_pipe 3 issues its copies after 1..{ks - 1} k-steps")
             extra["TF32_PIPE"] = int(tf32_pipe)
+            if tf32_copy_b and tf32_pipe == 3:
+                extra["TF32_COPY_B"] = int(tf32_copy_b)
         if tf32_bvec and (bn // warps_n != 64 or bn % 32):
             raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_bvec needs warp tiles 64 "
                              "columns wide and BN a multiple of 32")  # fmt: skip
         extra["TF32_BVEC"] = int(tf32_bvec)
-    elif tf32_bvec or tf32_round_at is not None or tf32_pipe:
-        raise ValueError("tf32_bvec, tf32_round_at and tf32_pipe are for TF32 only")
+    elif tf32_bvec or tf32_round_at is not None or tf32_pipe or tf32_copy_b:
+        raise ValueError("tf32_bvec, tf32_round_at, tf32_pipe, tf32_copy_b are for TF32 only")
     return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
