@@ -87,32 +87,32 @@ CONFIGS = {
         ("128x128x32/2x2/s4/ca1", "bf16", 128, 128, 32, 2, 2, 4, None, {"ca": 1}),
         ("128x128x64/2x2/s3/ca1", "bf16", 128, 128, 64, 2, 2, 3, None, {"ca": 1}),
     ],
-    # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rna: cvt.rna on every fragment register in the
-    # inner loop (a compare and an add on sm_90); rn: cvt.rn (to nearest even, one F2FP on
-    # sm_90): 0.42 of cuBLAS at 8192^3 with 128x256, 4 stages, against 0.39 with rna, truncation
-    # (2.7x cuBLAS's error, never a default) 0.43 with 128x128 (H200 screen 1, 01:54 UTC);
-    # rounding once per stage in shared memory (tf32_round 4) measured 0.34-0.37. ldsm: A
-    # fragments by ldmatrix.x4; mb2: 2 blocks per SM; ca1: the first k-step's fragment loads
-    # ahead of the next stage's copies; p1/p2/p3: fragments double-buffered across stages,
-    # STAGES tiles in flight, the last k-step multiplied after (p1) or before (p2) the barrier,
-    # or (p3) only the next fragments and the last k-step right after the barrier, the copies a
-    # k-step later (STAGES-1 in flight); BK 64: half the barriers, 2 tiles of 64 in flight.
+    # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rn: cvt.rn (to nearest even, one F2FP on sm_90)
+    # on every fragment register (screen 1, 01:54 UTC: 0.42 of cuBLAS at 8192^3 with 128x256, 4
+    # stages, against cvt.rna's 0.39; rounding once per stage in shared memory 0.34-0.37).
+    # p3: fragments double-buffered across stages, the barrier once a stage's last fragments are
+    # in registers, after it only the next tile's first fragments load and the last k-step
+    # multiplies, the copies (of tile kt+STAGES-1) follow the next tile's first k-step (ca2: its
+    # second; b2/b3: B's copies after 2/3 k-steps): screen 2 (02:05 UTC) 0.44 at 8192^3, 0.47 at
+    # 4096^3, where pipes 1 (copies right after the barrier, STAGES in flight) and BK 64 gave
+    # 0.41 and truncation 0.44/0.51. ldsm: A fragments by ldmatrix.x4; g16: GROUP_M 16.
     "tf32": [
-        ("128x256x32/2x4/s4/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None, {"ldsm": 1, "ca": 1}),
         ("128x256x32/2x4/s4/rn/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "ca": 1}),
-        ("128x256x32/2x4/s4/rn/ldsm/p1", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 1}),
-        ("128x256x32/2x4/s4/rn/ldsm/p2", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 2}),
         ("128x256x32/2x4/s4/rn/ldsm/p3", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3}),
-        ("128x256x32/2x4/s3/rn/ldsm/p1", "tf32", 128, 256, 32, 2, 4, 3, None,
-         {"rna": 3, "ldsm": 1, "pipe": 1}),
-        ("128x256x64/2x4/s2/rn/ldsm/p1", "tf32", 128, 256, 64, 2, 4, 2, None,
-         {"rna": 3, "ldsm": 1, "pipe": 1}),
-        ("128x128x32/2x2/s3/mb2/rn/ldsm/p1", "tf32", 128, 128, 32, 2, 2, 3, None,
-         {"rna": 3, "ldsm": 1, "min_blocks": 2, "pipe": 1}),
+        ("128x256x32/2x4/s4/rn/ldsm/p3/ca2", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3, "ca": 2}),
+        ("128x256x32/2x4/s4/rn/ldsm/p3/b2", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 2}),
+        ("128x256x32/2x4/s4/rn/ldsm/p3/b3", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 3}),
+        ("128x256x32/2x4/s3/rn/ldsm/p3", "tf32", 128, 256, 32, 2, 4, 3, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3}),
+        ("256x128x32/4x2/s4/rn/ldsm/p3", "tf32", 256, 128, 32, 4, 2, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3}),
+        ("128x256x32/2x4/s4/rn/ldsm/p3/g16", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3, "group_m": 16}),
     ],
 }
 # fmt: on
@@ -168,7 +168,8 @@ class Runner:
                                   tf32_bvec=bool(extra.get("bvec")),
                                   copy_after=extra.get("ca", 0),
                                   tf32_round_at=extra.get("rat"),
-                                  tf32_pipe=extra.get("pipe", 0))  # fmt: skip
+                                  tf32_pipe=extra.get("pipe", 0),
+                                  tf32_copy_b=extra.get("cb"))  # fmt: skip
             defs.update(extra.get("defs", {}))
             t = time.monotonic()
             smem = ms.smem_bytes(defs)
@@ -361,6 +362,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
                 copy_after=defs.get("COPY_AFTER", 0),
                 tf32_round_at=defs.get("TF32_ROUND_AT") if kind == "tf32" else None,
                 tf32_pipe=defs.get("TF32_PIPE", 0) if kind == "tf32" else None,
+                tf32_copy_b=defs.get("TF32_COPY_B") if kind == "tf32" else None,
                 cvta_asm=defs.get("SMEM_CVTA_ASM", 0),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip
     q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
