@@ -113,6 +113,9 @@ def test_generated_sources():
     assert spec.name.endswith("_split8") and "k0 = kbeg" in text and "cuda.gridDim.z" in text
     plain = source(KernelSpec("register", "float32", 32, 128, 8, 4, 8, stages=2))
     assert "kbeg" not in plain  # kernels without split-K are as before
+    one = source(KernelSpec("register", "float32", 32, 128, 8, 4, 8, split_k=8, single=True))
+    assert "z0 =" in text and "z0 =" not in one and "offA = u32(0)" in one  # no batch prologue
+    assert "sl = u32(u32(cuda.blockIdx.z) % u32(8))" in one
     gemv = KernelSpec("naive", "float64", 1, 16, gemv=2, ks=32)
     assert gemv.threads == 512 and "gemv2_ks32" in gemv.name
     assert "cuda.shared.array(512, DT)" in source(gemv)

@@ -255,20 +255,21 @@ class NumbaCudaBackend(Backend):
 
     # ----------------------------------------------------------------- the kernel
 
-    def launcher(self, plan) -> Any:
-        """The bound kernel for ``plan`` (compiled on first use, then cached per launch key
-        and device; the last plan is also remembered by identity)."""
+    def launcher(self, plan, single: bool = True) -> Any:
+        """The bound kernel for ``plan`` (compiled on first use, then cached per launch key,
+        device and ``single``: one product, without the batch prologue; the last plan is also
+        remembered by identity)."""
         last = self._last
-        if last is not None and last[0] is plan:
-            return last[1]
+        if last is not None and last[0] is plan and last[1] is single:
+            return last[2]
         from . import engine as nb
 
-        key = (plan.launch_key, nb.device_id())
-        launch = self.launches.get_or_make(key, lambda: self._make_launcher(plan))
-        self._last = (plan, launch)
+        key = (plan.launch_key, nb.device_id(), single)
+        launch = self.launches.get_or_make(key, lambda: self._make_launcher(plan, single))
+        self._last = (plan, single, launch)
         return launch
 
-    def _make_launcher(self, plan) -> Any:
+    def _make_launcher(self, plan, single: bool) -> Any:
         from . import engine as nb
         from .kernels import KernelSpec
 
@@ -283,6 +284,7 @@ class NumbaCudaBackend(Backend):
             layout=o.get("layout", "strided"), pad=int(o.get("pad", 0)),
             unroll_k=bool(o.get("unroll_k", False)), stages=int(o.get("stages", 1)),
             split_k=K.split_k(plan), gemv=gemv, ks=int(o.get("ks", 8)) if gemv else 1,
+            single=single,
         )  # fmt: skip
         nb.refresh_cupy()  # CuPy may have been imported after the engine
         grid = K.launch_shape(plan)[0] if gemv else plan.grid
@@ -343,7 +345,7 @@ class NumbaCudaBackend(Backend):
         dims = [(1, [0, 0, 0])] * (2 - len(dims)) + dims
         (n0, s0), (n1, s1) = dims
         bt = (n0 * n1, n1, s0[0], s1[0], s0[1], s1[1], s0[2], s1[2])
-        launch = self.launcher(plan)
+        launch = self.launcher(plan, single=False)
         # flat views need .size and a pointer: CuPy arrays have them (fast path), others wrap
         direct = nb.SIMULATOR or (launch.fast and _direct(a) and _direct(b) and _direct(out))
         wrap = (lambda x: x) if direct else nb.wrap

@@ -38,6 +38,7 @@ class KernelSpec:
     pad: int = 0  # shared-memory row padding of the transposed A tile (bank conflicts)
     unroll_k: bool = True  # unroll the BK loop in the source (else a constant-bound range loop)
     stages: int = 1  # register family: 2 double-buffers the shared tiles (one barrier per step)
+    single: bool = False  # one product per launch (no batch prologue; grid z = the K slices)
     split_k: int = 1  # K slices: grid z holds batch x slices, partial products to a workspace
     gemv: int = 0  # naive family's gemv path: 1 = M short (x @ B), 2 = N short (A @ x)
     ks: int = 1  # gemv: threads along K per output (a power of two: a tree reduction)
@@ -57,7 +58,8 @@ class KernelSpec:
             s += "_s2" if self.stages == 2 else ""
         if self.gemv:
             s += f"_gemv{self.gemv}_ks{self.ks}"
-        return s + (f"_split{self.split_k}" if self.split_k > 1 else "")
+        s += f"_split{self.split_k}" if self.split_k > 1 else ""
+        return s + ("_single" if self.single else "")
 
 
 _IMPORTS = {
@@ -76,13 +78,18 @@ SIG = "void({dt}[::1], {dt}[::1], {dt}[::1], " + ", ".join(["uint32"] * 10) + ")
 
 @cuda.jit(SIG, cache=True)
 def kernel(A, B, C, m, n, k, nb1, sa0, sa1, sb0, sb1, sc0, sc1):
-    z = {z}
-    z0 = u32(z // nb1)
-    z1 = u32(z - z0 * nb1)
-    offA = u32(z0 * sa0 + z1 * sa1)
-    offB = u32(z0 * sb0 + z1 * sb1)
-    offC = u32(z0 * sc0 + z1 * sc1)
 """
+# this block's matrix of a batch (grid z, over the K slices with split-K); one product alone
+# (``single``) starts at element 0: constant offsets fold into the addresses (on sm_90 the
+# 128x128 8x8 kernel is 1608 SASS instructions instead of 1672, 124 registers instead of 128)
+_BATCH = """\
+z = {z}
+z0 = u32(z // nb1)
+z1 = u32(z - z0 * nb1)
+offA = u32(z0 * sa0 + z1 * sa1)
+offB = u32(z0 * sb0 + z1 * sb1)
+offC = u32(z0 * sc0 + z1 * sc1)"""
+_SINGLE = "offA = u32(0)\noffB = u32(0)\noffC = u32(0)"
 
 
 def indent(lines: list[str], depth: int) -> list[str]:
@@ -318,14 +325,13 @@ def source(s: KernelSpec, engine: str = "numba-cuda") -> str:
         from .skinny import reduce_body as body_of
     else:
         body_of = {"naive": _naive, "tiled": _tiled, "register": _register}[s.family]
-    body = body_of(s)
-    if s.split_k > 1:
-        body = _slice(s) + body
-    imports = _IMPORTS[engine].format(dt=s.dtype)
     z = (
         f"u32(u32(cuda.blockIdx.z) // u32({s.split_k}))"
         if s.split_k > 1
         else "u32(cuda.blockIdx.z)"
     )
-    head = _HEADER.format(name=s.name, engine=engine, imports=imports, dt=s.dtype, z=z)
+    body = (_SINGLE if s.single else _BATCH.format(z=z)).splitlines()
+    body += (_slice(s) if s.split_k > 1 else []) + body_of(s)
+    imports = _IMPORTS[engine].format(dt=s.dtype)
+    head = _HEADER.format(name=s.name, engine=engine, imports=imports, dt=s.dtype)
     return head + "\n".join(indent(body, 1)) + "\n"
