@@ -73,13 +73,6 @@ CANDIDATES = {"square": _SQUARE, "odd": _SQUARE, "skinny_k": _SQUARE[:3], "skinn
               "batched": _BATCHED, "vector": _VECTOR}  # fmt: skip
 
 
-def as_run(fam: str, geo: Geometry, m: int, n: int, k: int, sms: int, batch: int) -> Geometry:
-    """The geometry dispatch would run for this product (its per-product adjustments)."""
-    if fam == "register":
-        geo = shapefit.fit_grid(shapefit.orient(geo, m, n), m, n, sms, batch)
-    return shapefit.resolve_split(geo, m, n, k, sms, batch)
-
-
 def sweep(classes: list[str], dtype: str = "float32") -> list[dict]:
     be = tiledmm.get_backend("numba-cuda")
     dev = be.device()
@@ -96,7 +89,7 @@ def sweep(classes: list[str], dtype: str = "float32") -> list[dict]:
             ref = ref.reshape(bshape + (m, n))
             for i, (fam, geo) in enumerate(CANDIDATES[cls]):
                 try:
-                    run_geo = as_run(fam, geo, m, n, k, dev.compute_units, nb)
+                    run_geo = shapefit.for_product(geo, fam, m, n, k, dev, cls, nb)
                     plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=fam, device=dev,
                                              geometry=run_geo, backend=be.name)  # fmt: skip
                     out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))
