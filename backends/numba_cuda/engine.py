@@ -379,7 +379,6 @@ synchronize = cuda.synchronize
 SPIN_SLEEPS = 400
 
 
-@cuda.jit
 def _spin(sleeps):  # one thread that keeps the GPU busy while the host enqueues the timed call
     for _ in range(sleeps):
         cuda.nanosleep(_U32(1000))
@@ -389,13 +388,14 @@ _spins: list = []  # the configured spin launch (None: it could not compile)
 
 
 def _spin_launch():
-    """A launch of :func:`_spin` on the default stream, or None where it cannot compile."""
+    """A launch of :func:`_spin` on the default stream (compiled on first use), or None where
+    this engine or device cannot compile it (then the events include the host's launch path)."""
     if not _spins:
         try:
             with small_grids_on_purpose():
-                launch = _spin[1, 1]
+                launch = cuda.jit(_spin)[1, 1]
             launch(_U32(1))
-        except Exception:  # noqa: BLE001 - no nanosleep in this engine/device: host time counts
+        except Exception:  # noqa: BLE001 - an optional refinement of the timings
             launch = None
         _spins.append(launch)
     return _spins[0]
