@@ -84,6 +84,7 @@ SCALAR = [
     ("tf32", 32, 16, 32, 2, 1, 3, None, 1, 1, {"tf32_round": 2, "tf32_pipe": 1}),
     ("tf32", 32, 16, 16, 2, 1, 2, None, 1, 1, {"tf32_round": 4, "tf32_pipe": 3}),
     ("tf32", 32, 32, 32, 2, 2, 3, None, 1, 1, {"tf32_round": 3, "tf32_pipe": 3, "tf32_ldsm": 1}),
+    ("tf32", 32, 32, 32, 2, 2, 2, None, 1, 1, {"tf32_round": 3, "tf32_pipe": 4}),
     # pipe 3 with A's and B's copies after different k-steps (one commit group)
     ("tf32", 32, 16, 32, 2, 1, 2, None, 1, 1, {"tf32_pipe": 3, "copy_after": 3, "tf32_copy_b": 2}),
     ("tf32", 32, 32, 32, 1, 2, 2, None, 1, 1, {"tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 3}),
@@ -291,6 +292,7 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
         {"tf32_round": 4, "tf32_pipe": 2, "tf32_ldsm": True, "min_blocks": 2},
     ),
     ("tf32", (128, 256, 32), (2, 4), 4, None, True, {"tf32_round": 3, "tf32_pipe": 3}),
+    ("tf32", (128, 256, 32), (2, 4), 4, None, True, {"tf32_round": 3, "tf32_pipe": 4}),
     (
         "tf32",
         (128, 256, 32),

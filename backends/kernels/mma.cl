@@ -154,7 +154,8 @@
  * load; the last k-step is multiplied after that (1) or before the barrier (2). 3: after the
  * barrier only the next fragments load and the last k-step multiplies; the copies (of tile
  * kt+STAGES-1, into the stage of tile kt-1) wait until the next tile's first k-step is issued
- * (STAGES-1 tiles in flight, as without the pipe). Stage rounding (TF32_RNA 2, 4) happens
+ * (STAGES-1 tiles in flight, as without the pipe); 4: 3 with the last k-step as in 2 (ptxas
+ * then interleaves its multiplies with the next tile's fragment loads after the barrier). Stage rounding (TF32_RNA 2, 4) happens
  * TF32_ROUND_AT k-steps into the stage (2: just before the barrier).
  * (Half the last k-step on either side of the barrier spills at 64x64 warp tiles.) */
 #ifndef TF32_PIPE
@@ -163,7 +164,9 @@
 #if TF32_PIPE && MMA_KIND != 4
   #error "mma.cl: TF32_PIPE is for TF32 (MMA_KIND 4)"
 #endif
-#if TF32_PIPE && ((BK / FK) % 2 || (COPY_AFTER && TF32_PIPE < 3))
+#define PIPE_DEFER (TF32_PIPE >= 3)                       /* copies after the next k-step */
+#define PIPE_MMA_FIRST (TF32_PIPE == 2 || TF32_PIPE == 4) /* last k-step before the barrier */
+#if TF32_PIPE && ((BK / FK) % 2 || (COPY_AFTER && !PIPE_DEFER))
   #error "mma.cl: TF32_PIPE needs an even number of k-steps per stage (and COPY_AFTER only in 3)"
 #endif
 /* TF32_PIPE 3: k-steps multiplied before A's copies (COPY_AFTER, default 1) and B's (TF32_COPY_B,
@@ -179,17 +182,17 @@
   #define PIPE_COPY_B PIPE_COPY_A
 #endif
 #define PIPE_COPY_LAST (PIPE_COPY_A > PIPE_COPY_B ? PIPE_COPY_A : PIPE_COPY_B)
-#if TF32_PIPE == 3 && (PIPE_COPY_LAST >= BK / FK || PIPE_COPY_A < 1 || PIPE_COPY_B < 1)
+#if PIPE_DEFER && (PIPE_COPY_LAST >= BK / FK || PIPE_COPY_A < 1 || PIPE_COPY_B < 1)
   #error "mma.cl: TF32_PIPE 3 issues its copies after 1 .. BK/FK-1 k-steps"
 #endif
-#if TF32_RNA == 4 && TF32_PIPE == 3 && TF32_ROUND_AT < PIPE_COPY_LAST
+#if TF32_RNA == 4 && PIPE_DEFER && TF32_ROUND_AT < PIPE_COPY_LAST
   #define PIPE_ROUND_KS PIPE_COPY_LAST /* after this iteration's copies: the wait counts them */
 #elif TF32_RNA == 4 && TF32_ROUND_AT < BK / FK
   #define PIPE_ROUND_KS TF32_ROUND_AT
 #else
   #define PIPE_ROUND_KS (BK / FK - 1)
 #endif
-#if TF32_PIPE == 3
+#if PIPE_DEFER
   #define PIPE_PRO (STAGES - 1) /* tiles loaded ahead of the loop */
 #else
   #define PIPE_PRO STAGES
@@ -780,7 +783,7 @@ KERNEL MMA_SIGNATURE
                  b_n, ldb, K, s * BK, inside && (s + 1) * BK <= K, ar, ac, br, bc);
     CP_COMMIT();
   }
-  #if TF32_PIPE == 3
+  #if PIPE_DEFER
   CP_WAIT(); /* this thread's copies of tile 0 */
   #else
   CP_WAIT_FIRST();
@@ -806,14 +809,15 @@ KERNEL MMA_SIGNATURE
         load_frag(fa[(ks + 1) & 1], fb[(ks + 1) & 1], As + rd * BM * SA_LD, Bs + rd * BK * SB_LD,
                   wr, wc, lane, (ks + 1) * FK);
       } else if (kt + 1 < kt_n) {
-  #if TF32_PIPE == 2 /* the last k-step's multiplies queue up before the barrier */
+  #if PIPE_MMA_FIRST /* the last k-step's multiplies ahead of the barrier in the source (ptxas
+                      * moves most past it, among the next tile's fragment loads) */
         mma_frag(acc, fa[1], fb[1], 0, MI);
   #endif
   #if !TF32_IN_STAGE
         CP_WAIT(); /* this thread's copies of tile kt+1 */
   #endif
         BARRIER(); /* tile kt+1 is everyone's; tile kt is in everyone's registers */
-  #if TF32_PIPE != 3
+  #if !PIPE_DEFER
         const int nt = kt + STAGES; /* into the stage of tile kt, read by no one now */
         if (nt < kt_n)
           load_stage(As + rd * BM * SA_LD, Bs + rd * BK * SB_LD, A, B, ga, ga_step, a_rows, gb,
@@ -822,11 +826,11 @@ KERNEL MMA_SIGNATURE
   #endif
         load_frag(fa[0], fb[0], As + nx * BM * SA_LD, Bs + nx * BK * SB_LD, wr, wc, lane, 0);
       }
-  #if TF32_PIPE == 2
+  #if PIPE_MMA_FIRST
       if (ks + 1 < BK / FK || kt + 1 == kt_n)
   #endif
         mma_frag(acc, fa[ks & 1], fb[ks & 1], 0, MI);
-  #if TF32_PIPE == 3
+  #if PIPE_DEFER
       /* tile kt+STAGES-1 into the stage of tile kt-1 (free since the barrier): A's pieces after
        * PIPE_COPY_A k-steps, B's after PIPE_COPY_B, one commit group */
       if (ks + 1 == PIPE_COPY_A || ks + 1 == PIPE_COPY_B) {

@@ -134,16 +134,16 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         if tf32_pipe and not (aligned_a and aligned_b):
             tf32_pipe = 0  # one-element copies need the registers: the plain loop (no spills)
         if tf32_pipe:
-            if tf32_pipe not in (1, 2, 3):
-                raise ValueError(f"tf32_pipe must be 0, 1, 2 or 3, not {tf32_pipe!r}")
+            if tf32_pipe not in (1, 2, 3, 4):
+                raise ValueError(f"tf32_pipe must be 0..4, not {tf32_pipe!r}")
             ks, last = bk // fk, max(copy_after or 1, tf32_copy_b or 1)
-            if ks % 2 or (copy_after and tf32_pipe < 3):
+            if ks % 2 or (copy_after and tf32_pipe < 3):  # 3, 4: copies deferred
                 raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_pipe needs an even "
                                  "number of k-steps per stage (copy_after: pipe 3)")  # fmt: skip
-            if tf32_pipe == 3 and last >= ks:
-                raise ValueError(f"tf32_pipe 3 issues its copies after 1..{ks - 1} k-steps")
+            if tf32_pipe >= 3 and last >= ks:
+                raise ValueError(f"tf32_pipe 3/4 issue copies after 1..{ks - 1} k-steps")
             extra["TF32_PIPE"] = int(tf32_pipe)
-            if tf32_copy_b and tf32_pipe == 3:
+            if tf32_copy_b and tf32_pipe >= 3:
                 extra["TF32_COPY_B"] = int(tf32_copy_b)
         if tf32_bvec and (bn // warps_n != 64 or bn % 32):
             raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_bvec needs warp tiles 64 "
