@@ -340,7 +340,7 @@ class NumbaCudaBackend(Backend):
         if max(a.size, b.size, out.size) >= 1 << 32:
             return False
         dims = batch_dims(batch, strides)
-        if len(dims) > 2 or (dims and dims[-1][0] > MAX_Z) or math.prod(batch) > MAX_Z:
+        if len(dims) > 2 or math.prod(batch) * K.split_k(plan) > MAX_Z:  # (grid z: batch x slices)
             return False
         dims = [(1, [0, 0, 0])] * (2 - len(dims)) + dims
         (n0, s0), (n1, s1) = dims
