@@ -95,7 +95,8 @@ CONFIGS = {
     # multiplies, the copies (of tile kt+STAGES-1) follow the next tile's first k-step (ca2: its
     # second; b2/b3: B's copies after 2/3 k-steps): screen 2 (02:05 UTC) 0.44 at 8192^3, 0.47 at
     # 4096^3, where pipes 1 (copies right after the barrier, STAGES in flight) and BK 64 gave
-    # 0.41 and truncation 0.44/0.51. ldsm: A fragments by ldmatrix.x4; g16: GROUP_M 16.
+    # 0.41 and truncation 0.44/0.51. p4: p3 with the last k-step's multiplies issued right after
+    # the barrier among the next tile's fragment loads. ldsm: A fragments by ldmatrix.x4.
     "tf32": [
         ("128x256x32/2x4/s4/rn/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "ca": 1}),
@@ -107,12 +108,12 @@ CONFIGS = {
          {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 2}),
         ("128x256x32/2x4/s4/rn/ldsm/p3/b3", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 3}),
-        ("128x256x32/2x4/s3/rn/ldsm/p3", "tf32", 128, 256, 32, 2, 4, 3, None,
-         {"rna": 3, "ldsm": 1, "pipe": 3}),
+        ("128x256x32/2x4/s4/rn/ldsm/p4", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 4}),
         ("256x128x32/4x2/s4/rn/ldsm/p3", "tf32", 256, 128, 32, 4, 2, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3}),
-        ("128x256x32/2x4/s4/rn/ldsm/p3/g16", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 3, "group_m": 16}),
+        ("128x256x32/2x4/s4/rn/ldsm/p4/b2", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 4, "cb": 2}),
     ],
 }
 # fmt: on
