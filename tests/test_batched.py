@@ -98,11 +98,12 @@ def test_shape_class_geometry_and_candidates():
 GEMV_WIDE = [
     ((1, 16, 1), (1, 1), dict(gemv=1, ks=32)),
     ((2, 8, 1), (1, 1), dict(gemv=1, ks=16, split_k=2)),
+    ((1, 16, 1), (1, 1), dict(gemv=1, ks=16, gu=8)),
 ]
 
 
 @opencl
-@pytest.mark.parametrize("geo", GEMV_WIDE, ids=["ks32", "ks16-split2"])
+@pytest.mark.parametrize("geo", GEMV_WIDE, ids=["ks32", "ks16-split2", "ks16-gu8"])
 def test_gemv_vector_loads_and_tails(geo):
     """gemv.cl's 16-byte loop (4 loads in flight) and its tails in both orientations: K long
     enough for the vector loop, aligned and odd leading dimensions, x contiguous (N = 1) or

@@ -162,6 +162,8 @@ CONFIGS = [
     ("naive", "float32", (1, 64, 1), (1, 1), {"gemv": 1, "ks": 8}),  # M short (x @ B)
     ("naive", "float64", (2, 32, 1), (1, 1), {"gemv": 1, "ks": 16, "split_k": 2, "n": 1}),
     ("naive", "float32", (1, 16, 1), (1, 1), {"gemv": 1, "ks": 32, "n": 1}),  # A @ x
+    ("naive", "float32", (1, 32, 1), (1, 1), {"gemv": 1, "ks": 16, "gu": 8}),  # 8 in flight
+    ("naive", "float32", (1, 16, 1), (1, 1), {"gemv": 1, "ks": 16, "gu": 8, "n": 1}),
     ("naive", "float32", (4, 16, 1), (1, 1), {"gemv": 1, "ks": 16}),  # skinny x @ B
     ("register", "float32", (128, 64, 16), (8, 4), {"vm": 4, "vn": 4, "pad": 4, "stages": 2}),
 ]  # fmt: skip

@@ -109,6 +109,9 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
         ks = int(opt.get("ks", 8))
         d["GEMV_T"] = int(plan.n < plan.m)  # which output side is short
         d["KS"] = ks
+        d["GEMV_U"] = int(opt.get("gu", 4))  # 16-byte loads in flight per item
+        if d["GEMV_U"] not in (1, 2, 4, 8):
+            raise ValueError(f"gemv gu (loads in flight) must be 1, 2, 4 or 8, got {d['GEMV_U']}")
         if d["GEMV_T"]:
             d.update(WG_X=ks, WG_Y=bn)
         else:

@@ -63,8 +63,9 @@ _SKINNY = [
     _g((64, 32, 16), (4, 4), **_REG, stages=2, split_k="auto"),
 ]
 # the gemv path (gemv.cl): (short-side outputs per group, long-side outputs per group, 1) and
-# ks; THREADS = BN * ks. Vectors want many groups (>= 2 per SM) of 256-512 items and 16-byte
-# loads; local memory is BM * BN * ks * 4 elements (x @ B), at most 48 KiB.
+# ks; THREADS = BN * ks; gu: 16-byte loads in flight per item (default 4). Vectors want many
+# groups (>= 2 per SM) of 256-512 items and 16-byte loads; local memory is BM * BN * ks * 4
+# elements (x @ B), at most 48 KiB.
 _GEMV = [
     _g((1, 64, 1), gemv=1, ks=8),
     _g((1, 128, 1), gemv=1, ks=4),
@@ -78,6 +79,10 @@ _GEMV = [
     _g((1, 16, 1), gemv=1, ks=16),
     _g((1, 32, 1), gemv=1, ks=8),
     _g((1, 16, 1), gemv=1, ks=32, split_k=2),
+    _g((1, 32, 1), gemv=1, ks=16, gu=8),  # 8 loads in flight: twice the bytes per item
+    _g((1, 16, 1), gemv=1, ks=32, gu=8),
+    _g((1, 64, 1), gemv=1, ks=8, gu=8),
+    _g((1, 16, 1), gemv=1, ks=16, gu=8),
 ]
 _GEMV_SKINNY = [
     _g((4, 32, 1), gemv=1, ks=8),
