@@ -254,7 +254,7 @@ def gemv_shape(g: dict, opts: dict, s: int = 4) -> dict:
     vw = max(1, 16 // s)
     gv = vw if t or bn % vw == 0 else 1
     return dict(g, gx=gx, gy=gy, threads=threads, warps=math.ceil(threads / WARP), ks=ks, t=t,
-                gv=gv)  # fmt: skip
+                gv=gv, gu=int(opts.get("gu", 4)))  # fmt: skip
 
 
 def gemv_counts(g: dict, s: int, engine: str) -> Counts:
@@ -262,8 +262,8 @@ def gemv_counts(g: dict, s: int, engine: str) -> Counts:
     K / (KS GV) steps; a step loads one 16-byte vector (GV elements) of the long operand
     (coalesced along the warp) and the short operand's elements for it (x @ B: BM scalars of
     A, a few distinct per warp; A @ x with N = 1: one 16-byte vector of x; else GV x BM
-    scalars), and makes BM x GV FMAs. GEMV_U = 4 vector loads are issued before their FMAs
-    (gemm-c: 4 loads in flight; Numba's loop: 1)."""
+    scalars), and makes BM x GV FMAs. GEMV_U vector loads are issued before their FMAs
+    (gemm-c: the ``gu`` option, default 4; numba-cuda's gemv: 8)."""
     bm, ks, warps, k, gv = g["bm"], g["ks"], g["warps"], g["k"], g.get("gv", 1)
     steps = math.ceil(k / (ks * gv))
     long_bytes = WARP * gv * s
@@ -276,7 +276,7 @@ def gemv_counts(g: dict, s: int, engine: str) -> Counts:
     else:
         short_ld = short_wf = bm
         short_b = bm * SECTOR
-    overhead, mlp = (0.75, 4.0) if engine == "gemm-c" else (6.0, 1.0)
+    overhead, mlp = (0.75, float(g.get("gu", 4))) if engine == "gemm-c" else (6.0, 8.0)
     per = warps * steps
     return Counts(
         fma=per * bm * gv,
