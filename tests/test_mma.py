@@ -300,7 +300,7 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
         4,
         None,
         True,
-        {"tf32_round": 3, "tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 2},
+        {"tf32_round": 3, "tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 2, "tf32_ldsm": True},
     ),
     # unaligned operands: tf32_pipe falls back to the plain loop (the pipe would spill)
     ("tf32", (128, 256, 32), (2, 4), 3, None, False, {"tf32_round": 4, "tf32_pipe": 1}),

@@ -20,7 +20,7 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
     """Tiles of the mma family before tuning (the H200 screen of benches/mma.py): f64 128x128x16
     with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32 with 8 warps
     of 64x64 (0.37 of cuBLAS TF32 against 0.32 for 128x128x32 with 64x32 warps; from sm_90
-    rounded by cvt.rn, 4 stages and the cross-stage fragment pipe: 0.44 on the H200, cvt.rna
+    rounded by cvt.rn, 4 stages and the cross-stage fragment pipe: 0.46-0.48 on the H200, cvt.rna
     0.39); ``small``: a
     quarter of the block (f64 64x64 with 4 warps of 32x32, 16-bit 128x128, TF32 128x64) for
     products with too few large blocks to fill the device. ``fit``: the planner
@@ -39,7 +39,7 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
         if (tc.compute_capability(device) or (0, 0)) >= (9, 0):  # cvt.rn: one F2FP from sm_90
             opts["tf32_round"] = 3
             if not small:  # the H200 screen's winner: ldmatrix A, 4 stages, the fragment pipe
-                opts.update(stages=4, tf32_ldsm=1, tf32_pipe=3)
+                opts.update(stages=4, tf32_ldsm=1, tf32_pipe=3, tf32_copy_b=2)
     if small and k == "f64":  # 128 registers: three blocks of 4 warps per SM (57 KB each)
         opts.update(stages=3, min_blocks=3)
     elif small:
