@@ -88,32 +88,33 @@ CONFIGS = {
         ("128x128x64/2x2/s3/ca1", "bf16", 128, 128, 64, 2, 2, 3, None, {"ca": 1}),
     ],
     # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rn: cvt.rn (to nearest even, one F2FP on sm_90)
-    # on every fragment register (screen 1, 01:54 UTC: 0.42 of cuBLAS at 8192^3 with 128x256, 4
-    # stages, against cvt.rna's 0.39; rounding once per stage in shared memory 0.34-0.37).
-    # p3: fragments double-buffered across stages, the barrier once a stage's last fragments are
-    # in registers, after it only the next tile's first fragments load and the last k-step
-    # multiplies, the copies (of tile kt+STAGES-1) follow the next tile's first k-step (ca2: its
-    # second; b2/b3: B's copies after 2/3 k-steps): screen 2 (02:05 UTC) 0.44 at 8192^3, 0.47 at
-    # 4096^3, where pipes 1 (copies right after the barrier, STAGES in flight) and BK 64 gave
-    # 0.41 and truncation 0.44/0.51. p4: p3 with the last k-step's multiplies issued right after
-    # the barrier among the next tile's fragment loads. ldsm: A fragments by ldmatrix.x4.
+    # on every fragment register (screen 1: 0.42 of cuBLAS at 8192^3 with 128x256, 4 stages,
+    # against cvt.rna's 0.39; rounding once per stage in shared memory 0.34-0.37). p3:
+    # fragments double-buffered across stages, the barrier once a stage's last fragments are in
+    # registers, after it only the next tile's first fragments load and the last k-step
+    # multiplies; the copies of tile kt+STAGES-1 follow (A's after ca k-steps, default 1; B's
+    # after b k-steps). Screen 3 (02:55 UTC, logs/h200-mma-tf32-screen3.log) at 8192^3 / 4096^3:
+    # p3 0.45, p3/b2 0.46/0.48 (the shipped default), p3/b3 0.47/0.47 (255 registers), p4 (last
+    # k-step ahead of the barrier) 0.44, 256x128 0.43; the mma.sync probe at 2 warps per
+    # scheduler reaches 314 TFLOP/s, so the 64x64 warp tiles' occupancy is not the bound.
+    # trunc: raw bits, 2.7x cuBLAS's error, a speed reference only. ldsm: A by ldmatrix.x4.
     "tf32": [
         ("128x256x32/2x4/s4/rn/ldsm/ca1", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "ca": 1}),
         ("128x256x32/2x4/s4/rn/ldsm/p3", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3}),
-        ("128x256x32/2x4/s4/rn/ldsm/p3/ca2", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 3, "ca": 2}),
         ("128x256x32/2x4/s4/rn/ldsm/p3/b2", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 2}),
         ("128x256x32/2x4/s4/rn/ldsm/p3/b3", "tf32", 128, 256, 32, 2, 4, 4, None,
          {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 3}),
-        ("128x256x32/2x4/s4/rn/ldsm/p4", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 4}),
-        ("256x128x32/4x2/s4/rn/ldsm/p3", "tf32", 256, 128, 32, 4, 2, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 3}),
-        ("128x256x32/2x4/s4/rn/ldsm/p4/b2", "tf32", 128, 256, 32, 2, 4, 4, None,
-         {"rna": 3, "ldsm": 1, "pipe": 4, "cb": 2}),
+        ("128x256x32/2x4/s4/rn/ldsm/p3/ca2/b3", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3, "ca": 2, "cb": 3}),
+        ("128x256x32/2x4/s4/rn/ldsm/p4/b3", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 4, "cb": 3}),
+        ("128x256x32/2x4/s4/rn/ldsm/p3/b2/g16", "tf32", 128, 256, 32, 2, 4, 4, None,
+         {"rna": 3, "ldsm": 1, "pipe": 3, "cb": 2, "group_m": 16}),
+        ("128x128x32/2x2/s3/mb2/trunc/ldsm", "tf32", 128, 128, 32, 2, 2, 3, None,
+         {"rna": 0, "ldsm": 1, "min_blocks": 2}),
     ],
 }
 # fmt: on
