@@ -20,12 +20,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-from shapes import SWEEP, SWEEP_BATCH, operands, timed
+from shapes import SWEEP, SWEEP_BATCH, best_per_family, check_then_time, sweep_operands
 
 import tiledmm
 from tiledmm import Geometry, shapefit, tuning
-from tiledmm.accuracy import rel_error
-from tiledmm.bench import tolerance
 
 _REG = dict(layout="strided", pad=4, unroll_k=True, stages=2)
 
@@ -83,28 +81,13 @@ def sweep(classes: list[str], dtype: str = "float32") -> list[dict]:
         nb = math.prod(bshape or (1,))
         scores: dict[int, list[float]] = {}
         for m, n, k in probs:
-            a, b, ref = operands(bshape, bshape, m, n, k, dtype, rng)
-            A = be.asarray(a.reshape(bshape + (m, k)), a.dtype)
-            B = be.asarray(b.reshape(bshape + (k, n)), b.dtype)
-            ref = ref.reshape(bshape + (m, n))
+            A, B, ref = sweep_operands(be, bshape, m, n, k, dtype, rng)
             for i, (fam, geo) in enumerate(CANDIDATES[cls]):
                 try:
                     run_geo = shapefit.for_product(geo, fam, m, n, k, dev, cls, nb)
                     plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=fam, device=dev,
                                              geometry=run_geo, backend=be.name)  # fmt: skip
-                    out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))
-
-                    def go(plan=plan, out=out, A=A, B=B, bshape=bshape):
-                        if not bshape:
-                            return be.run(plan, A, B, out)
-                        if not be.run_batched(plan, A, B, out):
-                            raise RuntimeError("run_batched declined")
-
-                    go()
-                    err = rel_error(be.to_numpy(out), ref)
-                    if not err <= tolerance(dtype, k):
-                        raise RuntimeError(f"relative error {err:.3g}")
-                    t = timed(be, go)
+                    t = check_then_time(be, plan, A, B, ref, bshape, dtype)
                 except Exception as exc:  # noqa: BLE001
                     print(f"  skip {cls} {fam} {geo.block_tile} {dict(geo.options)}: {exc}")
                     continue
@@ -114,13 +97,9 @@ def sweep(classes: list[str], dtype: str = "float32") -> list[dict]:
                 scores.setdefault(i, []).append(gf)
         gm = {i: math.exp(sum(map(math.log, v)) / len(v))
               for i, v in scores.items() if len(v) == len(probs)}  # fmt: skip
-        for fam0 in ("register", "tiled", "naive"):  # the best per family: auto compares them
-            mine = {i: g for i, g in gm.items() if CANDIDATES[cls][i][0] == fam0}
-            if not mine:
-                continue
-            i, g = max(mine.items(), key=lambda kv: kv[1])
-            fam, geo = CANDIDATES[cls][i]
-            tag = "BEST" if g == max(gm.values()) else "best"
+        cands = CANDIDATES[cls]
+        for i, g, tag in best_per_family(gm, lambda i, c=cands: c[i][0]):
+            fam, geo = cands[i]
             print(f"{tag} {cls}: {fam} {geo.block_tile} {geo.thread_tile} {dict(geo.options)} "
                   f"{g:.0f} GFLOP/s (geomean over {probs})", flush=True)  # fmt: skip
             found.append(_entry(dev.name, dtype, fam, cls, geo, g, probs, bshape))

@@ -81,6 +81,47 @@ def timed(be, fn, budget: float = 0.15) -> float:
     return statistics.median(be.timings(fn, repeat=reps, warmup=0))
 
 
+def sweep_operands(be, bshape, m, n, k, dtype, rng):
+    """Device operands of one sweep product (a batch of ``bshape`` matrices, or one) and the
+    float64 reference in the same shape."""
+    a, b, ref = operands(bshape, bshape, m, n, k, dtype, rng)
+    A = be.asarray(a.reshape(bshape + (m, k)), a.dtype)
+    B = be.asarray(b.reshape(bshape + (k, n)), b.dtype)
+    return A, B, ref.reshape(bshape + (m, n))
+
+
+def check_then_time(be, plan, A, B, ref, bshape, dtype: str) -> float:
+    """Seconds per call of ``plan`` on ``A``, ``B`` (one batched launch when ``bshape``), after
+    one run into a NaN-poisoned output checked against ``ref``; raises when it is wrong or the
+    backend declines the batch."""
+    out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))
+
+    def go():
+        if not bshape:
+            return be.run(plan, A, B, out)
+        if not be.run_batched(plan, A, B, out):
+            raise RuntimeError("run_batched declined")
+
+    go()
+    err = rel_error(be.to_numpy(out), ref)
+    if not err <= tolerance(dtype, plan.k):
+        raise RuntimeError(f"relative error {err:.3g}")
+    return timed(be, go)
+
+
+def best_per_family(gm: dict, family) -> list[tuple]:
+    """(key, GFLOP/s, "BEST" or "best") of the fastest candidate of each family in ``gm``
+    (candidate key -> geometric mean; ``family(key)`` its family): ``auto`` compares families."""
+    top = max(gm.values(), default=None)
+    out = []
+    for fam in tiledmm.KERNEL_FAMILIES:
+        mine = {key: g for key, g in gm.items() if family(key) == fam}
+        if mine:
+            key, g = max(mine.items(), key=lambda kv: kv[1])
+            out.append((key, g, "BEST" if g == top else "best"))
+    return out
+
+
 def device_inputs(be, a, b):
     cp = sys.modules.get("cupy")
     if be.name == "numba-cuda" and cp is not None:  # as a user would: CuPy arrays in
@@ -216,56 +257,27 @@ def sweep(names, dtype, entries_path, save, classes=()) -> None:
             bshape = SWEEP_BATCH.get(cls, ())
             scores: dict[tuple, list[float]] = {}
             for m, n, k in probs:
-                a, b, ref = operands(bshape, bshape, m, n, k, dtype, rng)
-                A = be.asarray(a.reshape(bshape + (m, k)), a.dtype)
-                B = be.asarray(b.reshape(bshape + (k, n)), b.dtype)
-                ref = ref.reshape(bshape + (m, n))
+                A, B, ref = sweep_operands(be, bshape, m, n, k, dtype, rng)
                 nb = math.prod(bshape or (1,))
                 for fam in tiledmm.KERNEL_FAMILIES:
                     for geo in cand.candidates(fam, dtype, cls):
                         try:  # split_k="auto" resolved per shape; scores keyed by the candidate
                             run_geo = shapefit.resolve_split(geo, m, n, k, dev.compute_units, nb)
-                            plan = tiledmm.make_plan(
-                                m,
-                                n,
-                                k,
-                                dtype=dtype,
-                                kernel=fam,
-                                device=dev,
-                                geometry=run_geo,
-                                backend=name,
-                            )
-                            out = be.asarray(np.full(ref.shape, np.nan, dtype), np.dtype(dtype))
-
-                            def go(plan=plan, out=out, A=A, B=B, be=be, bshape=bshape):
-                                if not bshape:
-                                    return be.run(plan, A, B, out)
-                                if not be.run_batched(plan, A, B, out):
-                                    raise RuntimeError("run_batched declined")
-
-                            go()
-                            err = rel_error(be.to_numpy(out), ref)
-                            if not err <= tolerance(dtype, k):
-                                raise RuntimeError(f"relative error {err:.3g}")
-                            t = timed(be, go)
+                            plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=fam, device=dev,
+                                                     geometry=run_geo, backend=name)  # fmt: skip
+                            t = check_then_time(be, plan, A, B, ref, bshape, dtype)
                         except Exception as exc:  # noqa: BLE001
                             what = f"{fam} {geo.block_tile} {dict(geo.options)}"
                             print(f"  skip {name} {cls} {what}: {exc}")
                             continue
-                        gf = 2 * math.prod(bshape or (1,)) * m * n * k / t / 1e9
+                        gf = 2 * nb * m * n * k / t / 1e9
                         key = (fam, geo.block_tile, geo.thread_tile, geo.options)
                         scores.setdefault(key, []).append(gf)
             full = {key: v for key, v in scores.items() if len(v) == len(probs)}
             if not full:
                 continue
             gm = {key: math.exp(sum(map(math.log, v)) / len(v)) for key, v in full.items()}
-            top = max(gm.values())
-            for fam0 in tiledmm.KERNEL_FAMILIES:  # the best per family: auto compares families
-                mine = {key: g for key, g in gm.items() if key[0] == fam0}
-                if not mine:
-                    continue
-                (fam, bt, tt, opts), g = max(mine.items(), key=lambda kv: kv[1])
-                tag = "BEST" if g == top else "best"
+            for (fam, bt, tt, opts), g, tag in best_per_family(gm, lambda key: key[0]):
                 print(f"{tag} {name} {dtype} {cls}: {fam} {bt} {tt} {dict(opts)} {g:.1f} "
                       f"GFLOP/s (geomean over {probs})", flush=True)  # fmt: skip
                 found.append(_entry(dev, name, dtype, fam, cls, bt, tt, opts, g, probs, bshape))
