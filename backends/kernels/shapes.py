@@ -121,15 +121,16 @@ def candidates(kernel: str, dtype: str, shape_class: str) -> list[Geometry]:
 
 
 def shipped_gflops(kernel: str, dtype: str, device: DeviceSpec, backend: str, shape_class: str,
-                   path: Path | None = None) -> float | None:  # fmt: skip
-    """Measured GFLOP/s of the geometry database's entry for ``kernel`` on ``device`` (by name:
+                   path: Path | None = None, kernels: str = "gemm-c") -> float | None:  # fmt: skip
+    """Measured GFLOP/s of the geometry database's entry (of ``kernels``: "gemm-c" for the
+    shared C sources, "numba" for numba-cuda's) for ``kernel`` on ``device`` (by name:
     measurements are per device) for exactly ``shape_class``, through ``backend``; None when
     nothing is measured. ``measured`` may be an object with ``gflops`` (the entry's own
     backend) or a list of them with ``backend`` each; a backend's own entry before a shared one.
     ``kernel="auto"`` compares these between families (``tiledmm.tuning.measured_families``)."""
     best = None
     for e in K._entries(str(path or K.DATABASE)):
-        if e.get("kernels") != "gemm-c" or e["family"] != kernel or e.get("dtype", dtype) != dtype:
+        if e.get("kernels") != kernels or e["family"] != kernel or e.get("dtype", dtype) != dtype:
             continue
         if e.get("device") != device.name or e.get("shape_class") != shape_class:
             continue

@@ -156,19 +156,9 @@ class NumbaCudaBackend(Backend):
                         shape_class: str) -> float | None:  # fmt: skip
         """The geometry database's measured GFLOP/s of this backend's ``kernel`` on ``device``
         for exactly ``shape_class`` ("numba" entries: what ``kernel="auto"`` compares)."""
-        want = ("numba", kernel, dtype, device.name, shape_class)
-        best = None
-        for e in K._entries(str(K.DATABASE)):
-            have = (e.get("kernels"), e["family"], e.get("dtype", dtype), e.get("device"),
-                    e.get("shape_class"))  # fmt: skip
-            meas = e.get("measured") if have == want else None
-            for r in meas if isinstance(meas, list) else [meas]:
-                if not isinstance(r, dict) or r.get("backend", self.name) != self.name:
-                    continue
-                g = r.get("gflops")
-                if isinstance(g, int | float) and g > 0:
-                    best = float(g) if best is None else max(best, float(g))
-        return best
+        from ..kernels.shapes import shipped_gflops
+
+        return shipped_gflops(kernel, dtype, device, self.name, shape_class, kernels="numba")
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
