@@ -16,7 +16,6 @@ the current rule by 3% or more on both backends' geometric mean.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -82,18 +81,18 @@ def measure(names) -> dict:
 
 def write(choice: int, path) -> int:
     """Set ``min_tile`` on the H200 gemm-c float32 register entries (square, odd, no class)."""
-    db = json.loads(path.read_text())
+    from tiledmm_backends import kernels as K
+
+    entries = [dict(e) for e in K._entries(str(path))]
     n = 0
-    for e in db["entries"]:
+    for e in entries:
         if (e.get("kernels"), e.get("device"), e.get("family")) == ("gemm-c", "NVIDIA H200",
                                                                    "register") and \
                 e.get("dtype", "float32") == "float32" and e.get("shape_class") in (
                     None, "square", "odd"):  # fmt: skip
-            e.setdefault("options", {})["min_tile"] = choice
+            e["options"] = dict(e.get("options", {}), min_tile=choice)
             n += 1
-    text = ",\n".join("  " + json.dumps(e) for e in db["entries"])
-    path.write_text("{\n" + f' "format": {json.dumps(db["format"])},\n "about": '
-                    f'{json.dumps(db["about"])},\n "entries": [\n{text}\n ]\n}}\n')  # fmt: skip
+    K.write_geometry(path, entries)
     return n
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
     "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
+    "write_geometry",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
@@ -190,6 +191,17 @@ def reduce_source(dtype: str) -> str:
 @cache
 def _entries(path: str) -> tuple[dict, ...]:
     return tuple(json.loads(Path(path).read_text())["entries"])
+
+
+def write_geometry(path: Path, entries: list[dict]) -> None:
+    """Rewrite the geometry database at ``path`` with ``entries`` (its format and ``about``
+    kept), one entry per line as the shipped file is written, so a change reads as a diff of
+    the entries it touches."""
+    db = json.loads(Path(path).read_text())
+    head = f' "format": {json.dumps(db["format"])},\n "about": {json.dumps(db["about"])},\n'
+    body = ",\n".join("  " + json.dumps(e) for e in entries)
+    Path(path).write_text("{\n" + head + ' "entries": [\n' + body + "\n ]\n}\n")
+    _entries.cache_clear()
 
 
 def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str = "gemm-c",
