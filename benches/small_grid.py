@@ -83,7 +83,7 @@ def write(choice: int, path) -> int:
     """Set ``min_tile`` on the H200 gemm-c float32 register entries (square, odd, no class)."""
     from tiledmm_backends import kernels as K
 
-    entries = [dict(e) for e in K._entries(str(path))]
+    entries = K.geometry_entries(path)
     n = 0
     for e in entries:
         if (e.get("kernels"), e.get("device"), e.get("family")) == ("gemm-c", "NVIDIA H200",

@@ -272,9 +272,9 @@ def test_write_geometry_keeps_the_shipped_format(tmp_path):
     line), and a changed entry is read back."""
     p = tmp_path / "geometry.json"
     p.write_bytes(K.DATABASE.read_bytes())
-    entries = [dict(e) for e in K._entries(str(p))]
+    entries = K.geometry_entries(p)
     K.write_geometry(p, entries)
     assert p.read_bytes() == K.DATABASE.read_bytes()
     entries[0] = dict(entries[0], block_tile=[8, 8, 1])
     K.write_geometry(p, entries)
-    assert K._entries(str(p))[0]["block_tile"] == [8, 8, 1]
+    assert K.geometry_entries(p)[0]["block_tile"] == [8, 8, 1]

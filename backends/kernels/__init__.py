@@ -26,7 +26,7 @@ __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
     "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
-    "write_geometry",
+    "geometry_entries", "write_geometry",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
@@ -191,6 +191,11 @@ def reduce_source(dtype: str) -> str:
 @cache
 def _entries(path: str) -> tuple[dict, ...]:
     return tuple(json.loads(Path(path).read_text())["entries"])
+
+
+def geometry_entries(path: Path | None = None) -> list[dict]:
+    """Copies of the geometry database's entries (``path``: another database file)."""
+    return [dict(e) for e in _entries(str(path or DATABASE))]
 
 
 def write_geometry(path: Path, entries: list[dict]) -> None:
