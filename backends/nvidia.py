@@ -75,8 +75,8 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
     if "mem_clock_khz" in a:
         bw = 2 * a["mem_clock_khz"] * 1e3 * a["bus_bits"] / 8
         mem = f"{a['bus_bits']}-bit memory at {a['mem_clock_khz'] / 1e6:.2f} GHz DDR"
-    elif known_bandwidth(name):
-        bw, mem = float(known_bandwidth(name)), "the data sheet's memory bandwidth"
+    elif (sheet := known_bandwidth(name)) is not None:
+        bw, mem = float(sheet), "the data sheet's memory bandwidth"
     else:
         bw, mem = float(a["bandwidth"]), "a guessed bandwidth (not reported)"
     optin = int(a.get("shared_optin", STATIC_SHARED))

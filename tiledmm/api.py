@@ -280,9 +280,10 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
     if m and n:
         _run_batched(be, plan, A, B, R, batch, pa, pb)
         if precision is None and out is None:
-            plain = not batch and A.ndim == 2 and B.ndim == 2 and not (a1 or b1)
+            single = not batch and A.ndim == 2 and B.ndim == 2
+            plain = single and not (a1 or b1)
             shaped = None if plain else (tuple(batch), m, n, k, a1, b1, pa, pb, rshape)
-            vector = not batch and A.ndim == 2 and B.ndim == 2 and (a1 or b1) and len(rshape)
+            vector = single and (a1 or b1) and len(rshape)
             go = torchpath.bound(be, plan) if plain or vector else None
             entry = (be, plan, rdt, host, be.device_key(), go, be.accepts(a), shaped)
             _remember(_fast_key(backend, kernel, a, b), entry)
