@@ -50,40 +50,50 @@ def event_median(fn, reps: int = 15) -> float:
     return statistics.median(out)
 
 
+def measure(n: int, kernels: dict) -> None:
+    """Check, then time each kernel, cuBLAS and ``tiledmm.matmul`` at n^3."""
+    rng = np.random.default_rng(1)
+    a = cp.asarray((rng.random((n, n)) * 2 - 1).astype(np.float32))
+    b = cp.asarray((rng.random((n, n)) * 2 - 1).astype(np.float32))
+    c = cp.empty((n, n), np.float32)
+    i32 = np.int32
+    args = (i32(n), i32(n), i32(n), a, i32(0), i32(n), b, i32(0), i32(n), c, i32(0), i32(n))
+    batch = (i32(1),) + (i32(0),) * 7  # the batch descriptor of one product
+    grid = (n // 128, n // 128, 1)
+    calls = {name: (lambda f=f, x=args + batch * new: f(grid, (256,), x))
+             for name, (f, new) in kernels.items()}  # fmt: skip
+    ref = cp.asnumpy(a[:64]).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
+    for name, call in calls.items():
+        c.fill(cp.nan)
+        call()
+        got = cp.asnumpy(c[:64]).astype(np.float64)
+        print(n, name, "rel err", float(np.abs(got - ref).max() / np.abs(ref).max()))
+    calls["cublas"] = lambda: cp.matmul(a, b, out=c)
+    calls["api"] = lambda: tiledmm.matmul(a, b, backend="cupy", kernel="register")
+    rounds: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(3):
+        for name, call in calls.items():
+            rounds[name].append(event_median(call))
+    cub = statistics.median(rounds["cublas"])
+    for name, v in rounds.items():
+        t = statistics.median(v)
+        print(
+            f"{n}^3 {name:9s} {t * 1e3:8.3f} ms  {2 * n**3 / t / 1e12:6.1f} TFLOP/s  "
+            f"of cuBLAS {cub / t:.3f}  rounds {[round(x * 1e3, 3) for x in v]}"
+        )
+
+
 def main() -> None:
     kernels = {
         "old": (cp.RawModule(code=old_source()).get_function("gemm"), False),
         "new": (cp.RawModule(code=K.source("register", DEFS)).get_function("gemm"), True),
-        "no_batch": (cp.RawModule(code=K.source("register", {**DEFS, "NO_BATCH": 1}))
-                     .get_function("gemm"), True),  # fmt: skip
+        "no_batch": (
+            cp.RawModule(code=K.source("register", {**DEFS, "NO_BATCH": 1})).get_function("gemm"),
+            True,
+        ),  # fmt: skip
     }
     for n in (4096, 8192):
-        rng = np.random.default_rng(1)
-        a = cp.asarray((rng.random((n, n)) * 2 - 1).astype(np.float32))
-        b = cp.asarray((rng.random((n, n)) * 2 - 1).astype(np.float32))
-        c = cp.empty((n, n), np.float32)
-        i32 = np.int32
-        args = (i32(n), i32(n), i32(n), a, i32(0), i32(n), b, i32(0), i32(n), c, i32(0), i32(n))
-        batch = (i32(1),) + (i32(0),) * 7  # the batch descriptor of one product
-        calls = {name: (lambda f=f, x=args + batch * new: f((n // 128, n // 128, 1), (256,), x))
-                 for name, (f, new) in kernels.items()}  # fmt: skip
-        ref = cp.asnumpy(a[:64]).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
-        for name, call in calls.items():
-            c.fill(cp.nan)
-            call()
-            got = cp.asnumpy(c[:64]).astype(np.float64)
-            print(n, name, "rel err", float(np.abs(got - ref).max() / np.abs(ref).max()))
-        calls["cublas"] = lambda: cp.matmul(a, b, out=c)
-        calls["api"] = lambda: tiledmm.matmul(a, b, backend="cupy", kernel="register")
-        rounds: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(3):
-            for name, call in calls.items():
-                rounds[name].append(event_median(call))
-        cub = statistics.median(rounds["cublas"])
-        for name, v in rounds.items():
-            t = statistics.median(v)
-            print(f"{n}^3 {name:9s} {t * 1e3:8.3f} ms  {2 * n**3 / t / 1e12:6.1f} TFLOP/s  "
-                  f"of cuBLAS {cub / t:.3f}  rounds {[round(x * 1e3, 3) for x in v]}")
+        measure(n, kernels)
 
 
 if __name__ == "__main__":
