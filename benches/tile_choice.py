@@ -1,6 +1,7 @@
 """Register tiles against the grid they make: which tile wins at which size (issue 11).
 
     python benches/tile_choice.py --backends cupy,opencl --out $OUT/tile-choice.json
+        [--shapes 512x512x512,1024x1024x1024] [--candidates 128x64,64x64]
 
 Every shape (squares and odd sizes from one wave of 128x128 blocks to many) runs every
 candidate geometry through ``make_plan`` + ``Backend.run`` on the same arrays, checked first
@@ -30,6 +31,14 @@ CANDIDATES = {
     "128x64": Geometry((128, 64, 16), (8, 4), REG),
     "128x64/mb3": Geometry((128, 64, 16), (8, 4), REG + (("min_blocks", 3),)),
     "128x64/auto-split": Geometry((128, 64, 16), (8, 4), REG + (("split_k", "auto"),)),
+    "128x128/g8": Geometry((128, 128, 16), (8, 8), REG + (("group_m", 8),)),
+    "64x64": Geometry((64, 64, 16), (4, 4), REG),
+    "64x32": Geometry(
+        (64, 32, 16), (4, 2), (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 2))
+    ),
+    "32x32": Geometry(
+        (32, 32, 16), (2, 2), (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 2), ("vn", 2))
+    ),
 }
 SHAPES = [(1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (3072, 3072, 3072),
           (4096, 4096, 4096), (1000, 3000, 777), (257, 4097, 1031), (2000, 2000, 2000),
@@ -40,18 +49,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", default="cupy,opencl")
     p.add_argument("--out", default="tile-choice.json")
+    p.add_argument("--shapes", default=None, help="MxNxK,... (default: the built-in set)")
+    p.add_argument("--candidates", default=None, help="labels, comma-separated (default: all)")
     args = p.parse_args(argv)
     settings = Settings(budget=0.2, min_rounds=5, max_rounds=30, warmup=2)
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    chosen = {k: v for k, v in CANDIDATES.items()
+              if not args.candidates or k in args.candidates.split(",")}  # fmt: skip
     rows = []
     for name in args.backends.split(","):
         be = tiledmm.get_backend(name)
         dev = be.device()
-        for m, n, k in SHAPES:
+        for m, n, k in shapes:
             case = Case(be, Inputs(m, n, k, "float32", seed=3))
             vend = vendor_result(case, settings)["seconds"]
             per_sm = -(-m // 128) * -(-n // 128) / dev.compute_units
             line = [f"{name:6s} {m}x{n}x{k:<5d} {per_sm:5.2f} blocks/SM:"]
-            for label, geo in CANDIDATES.items():
+            for label, geo in chosen.items():
                 geo = shapefit.resolve_split(geo, m, n, k, dev.compute_units)
                 try:
                     plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="register",

@@ -77,3 +77,29 @@ def test_oriented_skinny_plan_is_valid():
     plan = tiledmm.make_plan(16, 8192, 8192, dtype="float32", kernel="register", device=dev,
                              geometry=g, backend="cupy")  # fmt: skip
     assert plan.block_tile == (32, 64, 16) and plan.grid == (128, 1)
+
+
+def test_vectors_take_the_gemv_path_in_every_dtype():
+    """A vector product reads its matrix once: the naive family's gemv path, not a tile padded
+    to a block (float64 without measurements used to climb the ladder to mma: 0.12 of DRAM)."""
+    from tiledmm_backends import kernels as K
+
+    class SharedSourceH200(K.SharedSourceTables, tiledmm.Backend):
+        name, kernels = "shared-source-h200", ("naive", "tiled", "register", "mma")
+        dtypes = ("float32", "float64")
+
+        def device(self):
+            return reference_h200()
+
+        def device_key(self):
+            return "shared-source-h200 (test)"
+
+        def run(self, plan, a, b, out):
+            raise AssertionError("planning only")
+
+    be = SharedSourceH200()
+    for dtype in ("float32", "float64"):
+        for m, n, k in ((4096, 1, 4096), (1, 8192, 8192)):
+            p = dispatch.plan_for(be, m, n, k, dtype)
+            assert p.kernel == "naive" and p.options.get("gemv") == 1, (dtype, m, n, p)
+        assert dispatch.plan_for(be, 4096, 4096, 4096, dtype).kernel != "naive"

@@ -12,7 +12,9 @@ between families reach 2-3x (tiled predicted 2x too fast, naive 3-6x too slow), 
 larger predicted gap overrules the ladder. Where measurements of two or more families exist
 for this backend, device, dtype and shape class (the user tuning database, else the backend's
 shipped table: ``tiledmm.tuning.measured_families``), ``kernel="auto"`` takes the fastest
-measured family instead (vectors: the gemv path of the naive family where it measured faster).
+measured family instead (vectors: the gemv path of the naive family where it measured faster;
+without measurements for the dtype, a vector takes the gemv path wherever the naive family has
+one).
 Tiles come from the database (the user's tunings, then the backend's shipped table), else the
 planner's default; the plan's ``geometry_source`` says which. Plans are cached per backend,
 device, problem and registry generation, in a bounded cache (``clear_caches`` after the
@@ -77,6 +79,8 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
     measured = {f: g for f, g in measured.items() if f in rungs}
     if len(measured) >= 2:  # measurements overrule the model and the ladder
         return max(measured, key=lambda f: (measured[f], -rungs.index(f)))
+    if cls == "vector" and "naive" in rungs and _is_gemv(be, m, n, k, dtype):
+        return "naive"
     times = {}
     for fam in rungs:
         try:
@@ -87,6 +91,17 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
         return rungs[0]  # let plan_for raise the family's own PlanError
     best = min(times.values())
     return next(fam for fam in rungs if fam in times and times[fam] <= RUNG_MARGIN * best)
+
+
+def _is_gemv(be: Backend, m: int, n: int, k: int, dtype: str) -> bool:
+    """Whether ``be``'s naive family runs this product on its gemv path: a vector product
+    reads its matrix once at DRAM speed there, where every tiled family pads the short side
+    to a block (measured on the H200, float32, all three GPU backends: 0.57-0.90 of the DRAM
+    roofline on gemv, 0.07-0.39 on register; float64 took mma by the ladder: 0.12)."""
+    try:
+        return bool(plan_for(be, m, n, k, dtype, "naive").options.get("gemv"))
+    except PlanError:
+        return False
 
 
 def plan_for(

@@ -11,7 +11,8 @@ from typing import Any
 
 from .backend import Geometry
 
-__all__ = ["MIN_SLICE", "MAX_SPLIT", "SMALL_GRID_BLOCKS_PER_SM", "auto_split", "resolve_split",
+__all__ = ["MIN_SLICE", "MAX_SPLIT", "SMALL_GRID_BLOCKS_PER_SM",
+           "FILLED_GRID_BLOCKS_PER_SM", "auto_split", "resolve_split",
            "fit_grid", "orient", "for_product"]  # fmt: skip
 
 
@@ -33,6 +34,9 @@ def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int =
 
 #: Fewer blocks than this per SM: the register tile is halved along N (see :func:`fit_grid`).
 SMALL_GRID_BLOCKS_PER_SM = 1.5
+#: After the first halving, a grid with at least this many blocks per SM stays (one block on
+#: nearly every SM): 1024^3 runs 128x64 (128 blocks, 0.86 of cuBLAS) rather than 64x64 (0.79).
+FILLED_GRID_BLOCKS_PER_SM = 0.9
 
 
 def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometry:
@@ -44,7 +48,10 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
     257x4097x1031 and 1000x3000x777; from 2048^3 (1.9 blocks per SM) 128x128 wins. Only
     the shared C sources' register tiles (their ``vn`` option; measured there), once; a tile
     with the option ``min_tile`` (numba-cuda's) keeps halving, its longer side first, while
-    the grid is small and both block sides stay >= ``min_tile`` (thread tiles >= 2). Tiles
+    the grid is small and both block sides stay >= ``min_tile`` (thread tiles >= 2): after
+    the first halving only while the grid fills fewer than ``FILLED_GRID_BLOCKS_PER_SM`` per
+    SM (benches/results/logs/h200-small-grid.log: 512^3 and 256^3 gain from 64x64 and 32x32,
+    1024^3 loses 0.86 -> 0.79 of cuBLAS going from 128x64, 128 blocks, to 64x64). Tiles
     with a split-K, or (``vn``) already narrower than 128, are left alone."""
     bm, bn, bk = geo.block_tile
     tm, tn = geo.thread_tile
@@ -53,7 +60,8 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
     if ("vn" not in opts and not floor) or opts.get("split_k", 1) not in (1, "1"):
         return geo
     blocks = first = -(-m // bm) * -(-n // bn) * max(1, batch)
-    while blocks < SMALL_GRID_BLOCKS_PER_SM * max(1, sms):
+    limit = SMALL_GRID_BLOCKS_PER_SM
+    while blocks < limit * max(1, sms):
         n_ok = tn >= 4 and tn % 2 == 0 and (bn // 2 >= floor if floor else bn >= 128)
         m_ok = floor > 0 and tm >= 4 and tm % 2 == 0 and bm // 2 >= floor
         if n_ok and (bn >= bm or not m_ok):
@@ -69,6 +77,7 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
         blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
         if not floor:
             break
+        limit = FILLED_GRID_BLOCKS_PER_SM
     if (bm, bn) == geo.block_tile[:2]:
         return geo
     note = f"{geo.source}; halved to {bm}x{bn} for a grid of {first} blocks on {sms} SMs"

@@ -215,10 +215,11 @@ def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str =
     """Tiles for ``kernel``/``dtype`` on ``device`` from the geometry database, fitted to it.
 
     ``kernels`` names the kernel source the tiles are for ("gemm-c": the shared C sources here;
-    "numba": numba-cuda's generated kernels). Lookup order: an entry for the device's own name
-    (tuned) before one for its kind ("gpu"/"cpu"); then one for ``shape_class`` before a general
-    one (a class changes the path: the gemv kernel for vectors); then one for ``backend`` before
-    a shared one. See ``geometry.json``'s ``about``.
+    "numba": numba-cuda's generated kernels). Lookup order: an entry for ``shape_class`` before
+    a general one (a class changes the path: the gemv kernel for vectors, whose kind-wide entry
+    must beat a device's general naive tile); then one for the device's own name (tuned) before
+    one for its kind ("gpu"/"cpu"); then one for ``backend`` before a shared one. See
+    ``geometry.json``'s ``about``.
     """
     best, rank = None, None
     for e in _entries(str(path or DATABASE)):
@@ -228,7 +229,7 @@ def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str =
             continue
         if e.get("device", device.name) != device.name or e.get("kind", device.kind) != device.kind:
             continue
-        r = ("device" not in e, "shape_class" not in e, "backend" not in e)
+        r = ("shape_class" not in e, "device" not in e, "backend" not in e)
         if rank is None or r < rank:
             best, rank = e, r
     if best is None:

@@ -11,8 +11,9 @@ vector micro-kernel. ``run`` is the shared launch path (``kernels.launch``) with
 array model (a buffer, an element offset and a leading dimension per operand) as the adapter.
 ``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
 is the honest yardstick on CPU devices. ``timings`` reads OpenCL profiling events: from the
-start of the first command a call enqueues to the end of its last (launch overhead excluded,
-as CUDA events exclude it); calls that enqueue no tiledmm command fall back to wall time.
+start of the first command a call enqueues to the end of its last, queued behind a spin kernel
+on NVIDIA GPUs (device time, as the CUDA backends measure it); calls that enqueue no tiledmm
+command fall back to wall time.
 """
 
 from __future__ import annotations
@@ -87,6 +88,17 @@ def _pick(choice: str):
     return (gpus or list(devs))[0]
 
 
+#: how long the spin kernel ahead of each timed call keeps an NVIDIA GPU busy (ns)
+SPIN_NS = 200_000
+_SPIN_SRC = r"""
+__kernel void spin(ulong ns) {
+  ulong t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
+
 class OpenCLState:
     """Context, queue and compiled programs for one device; also the array model that the
     shared launch path (``kernels.launch.Adapter``) runs with on this device."""
@@ -108,6 +120,16 @@ class OpenCLState:
         from pyopencl.tools import ImmediateAllocator, MemoryPool
 
         self.pool = MemoryPool(ImmediateAllocator(self.queue))
+
+    def spin(self):
+        """The spin kernel ahead of timed calls (NVIDIA GPUs: it reads the global timer
+        through inline PTX, which NVIDIA's OpenCL compiler accepts); None elsewhere."""
+        if not (self.dev.type & _cl()[0].device_type.GPU) or "NVIDIA" not in self.dev.vendor:
+            return None
+        try:
+            return self.kernel("spin", _SPIN_SRC)
+        except Exception:  # noqa: BLE001 - a driver without inline PTX: time without it
+            return None
 
     def kernel(self, name: str, src: str):
         """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
@@ -329,13 +351,19 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
         self.state().queue.finish()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
-        """Seconds per call from profiling events (first command's start to last one's end)."""
+        """Seconds per call from profiling events (first command's start to last one's end).
+        On NVIDIA GPUs each timed call is queued behind a 200 us spin kernel (as on CUDA), so a
+        call of several commands (split-K's GEMM and reduction) is timed without the host's
+        enqueue gaps between them: device time, as the CUDA backends measure it."""
         st = self.state()
         for _ in range(warmup):
             fn()
         st.queue.finish()
+        spin = st.spin()
         times = []
         for _ in range(repeat):
+            if spin is not None:
+                spin(st.queue, (1,), (1,), np.uint64(SPIN_NS))
             st.events = []
             t0 = time.perf_counter()
             try:
