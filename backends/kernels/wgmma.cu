@@ -1,0 +1,336 @@
+// Hopper (sm_90a) warpgroup-MMA TF32 GEMM for tiledmm (issue 14): C = A @ B, float32 in/out.
+//
+// Compiled by NVRTC with -arch=sm_90a (wgmma exists only on the "a" target). For TF32 wgmma
+// takes both operands from shared memory K-major, so a pre-pass (tf32_pack_a / tf32_pack_bt)
+// writes A (M x K) and B^T (N x K) rounded to TF32 (cvt.rn / cvt.rna, as mma.cl) into buffers
+// padded with zeros to whole tiles: the GEMM kernel then loads without bounds checks and only
+// its stores are guarded. Pack kernels' time belongs to the product's time.
+//
+// GEMM block: NWG warpgroups (128 threads each) stacked along M, each owning WG_M m64 slabs
+// x BN columns (accumulators: WG_M * BN / 2 floats per thread); BK = 32 (one 128-byte row of
+// K per tile row). Stage tiles arrive by 16-byte cp.async in a STAGES-deep ring; a tile row is
+// 128 bytes, laid out either with the 128-byte swizzle (SWIZZLE 1: 16-byte chunk c of row r at
+// chunk c ^ (r % 8)) or as no-swizzle core matrices (SWIZZLE 0: 8 rows x 16 bytes contiguous,
+// K-adjacent core matrices 128 bytes apart, 8-row groups 1024 bytes apart). WAIT1 1 keeps one
+// wgmma group in flight across the loop barrier (prefetch distance STAGES - 2), else 0.
+//
+// Defines (all set by the host): BN (64/128/256), WG_M (1/2), NWG (1..3), STAGES, SWIZZLE,
+// WAIT1, GROUP_M (block raster: GROUP_M tile rows per column sweep), MINB (blocks per SM),
+// NS_SWAP (no-swizzle only: swap the two byte offsets; a layout check), ROUND (1 rn, 2 rna).
+
+#ifndef BN
+#define BN 256
+#endif
+#ifndef WG_M
+#define WG_M 1
+#endif
+#ifndef NWG
+#define NWG 2
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef SWIZZLE
+#define SWIZZLE 1
+#endif
+#ifndef WAIT1
+#define WAIT1 1
+#endif
+#ifndef GROUP_M
+#define GROUP_M 8
+#endif
+#ifndef MINB
+#define MINB 1
+#endif
+#ifndef NS_SWAP
+#define NS_SWAP 0
+#endif
+#ifndef ROUND
+#define ROUND 1
+#endif
+
+#define THREADS (128 * NWG)
+#define BM (64 * WG_M * NWG)
+#define BK 32
+#define A_BYTES (BM * BK * 4)
+#define B_BYTES (BN * BK * 4)
+#define STAGE_BYTES (A_BYTES + B_BYTES)
+#define PF (WAIT1 ? STAGES - 2 : STAGES - 1)
+#define NACC (BN / 2)
+
+__device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+  unsigned r;
+  asm volatile("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n"
+               : "=r"(r) : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float to_tf32(float x)
+{
+  unsigned r;
+#if ROUND == 2
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#else
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#endif
+  return __uint_as_float(r);
+}
+
+// Ap[Mp x Kp] = tf32(A[M x K], row stride lda), zero outside; 4 consecutive k per thread.
+extern "C" __global__ void tf32_pack_a(const float *__restrict__ a, float *__restrict__ ap, int m,
+                                       int k, long long lda, int mp, int kp)
+{
+  long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  int kq = kp >> 2;
+  if (q >= (long long)mp * kq) return;
+  int r = (int)(q / kq), c = (int)(q % kq) * 4;
+  float4 v;
+  const float *row = a + r * lda;
+  bool in = r < m;
+  v.x = in && c < k ? to_tf32(row[c]) : 0.f;
+  v.y = in && c + 1 < k ? to_tf32(row[c + 1]) : 0.f;
+  v.z = in && c + 2 < k ? to_tf32(row[c + 2]) : 0.f;
+  v.w = in && c + 3 < k ? to_tf32(row[c + 3]) : 0.f;
+  *reinterpret_cast<float4 *>(ap + (long long)r * kp + c) = v;
+}
+
+// Bt[Np x Kp] = tf32(B[K x N], row stride ldb)^T, zero outside; 32x32 tiles, block (32, 8).
+extern "C" __global__ void tf32_pack_bt(const float *__restrict__ b, float *__restrict__ bt, int k,
+                                        int n, long long ldb, int np, int kp)
+{
+  __shared__ float t[32][33];
+  int k0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    int kk = k0 + i, nn = n0 + threadIdx.x;
+    t[i][threadIdx.x] = kk < k && nn < n ? to_tf32(b[kk * ldb + nn]) : 0.f;
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    int nn = n0 + i, kk = k0 + threadIdx.x;
+    if (nn < np && kk < kp) bt[(long long)nn * kp + kk] = t[threadIdx.x][i];
+  }
+}
+
+// ---- wgmma m64nBNk8 TF32, both operands by shared-memory descriptor (generated wrappers) ----
+#if BN == 64
+__device__ __forceinline__ void wgmma_tf32(float (&d)[32], unsigned long long da,
+                                           unsigned long long db, int sd)
+{
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(sd));
+}
+#endif
+#if BN == 128
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], unsigned long long da,
+                                           unsigned long long db, int sd)
+{
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(sd));
+}
+#endif
+#if BN == 256
+__device__ __forceinline__ void wgmma_tf32(float (&d)[128], unsigned long long da,
+                                           unsigned long long db, int sd)
+{
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(sd));
+}
+#endif
+
+__device__ __forceinline__ unsigned long long desc(unsigned addr)
+{
+#if SWIZZLE
+  const unsigned long long lbo = 16, sbo = 1024, mode = 1;  // 128-byte swizzle
+#elif NS_SWAP
+  const unsigned long long lbo = 1024, sbo = 128, mode = 0;
+#else
+  const unsigned long long lbo = 128, sbo = 1024, mode = 0;  // no swizzle: K step 128 B
+#endif
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32)
+         | (mode << 62);
+}
+
+// byte offset of 16-byte chunk c (K) of tile row r
+__device__ __forceinline__ unsigned chunk_off(int r, int c)
+{
+#if SWIZZLE
+  return r * 128 + ((c ^ (r & 7)) << 4);
+#else
+  return ((r >> 3) * 8 + c) * 128 + (r & 7) * 16;
+#endif
+}
+
+// byte offset of k-step ks (8 TF32) inside a tile
+#if SWIZZLE
+#define KSTEP_BYTES 32
+#else
+#define KSTEP_BYTES 256
+#endif
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void *src)
+{
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void fence_acc(float (&d)[NACC])
+{
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// C[M x N] (row stride ldc) = Ap[Mp x Kp] @ Bt[Np x Kp]^T; grid: tiles_m * tiles_n blocks.
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+    wgmma_gemm(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ c,
+               int m, int n, int kp, long long ldc, int tiles_m, int tiles_n)
+{
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const int tid = threadIdx.x;
+
+  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
+  const int first_m = (bid / per_group) * GROUP_M;
+  const int gsize = min(tiles_m - first_m, GROUP_M);
+  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
+  const float *ablk = a + (long long)tm * BM * kp;
+  const float *bblk = b + (long long)tn * BN * kp;
+  const int kt_n = kp / BK;
+
+  auto load = [&](int kt, int s) {
+    const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+    const float *ag = ablk + kt * BK, *bg = bblk + kt * BK;
+#pragma unroll
+    for (int i = tid; i < BM * 8; i += THREADS)
+      cp_async16(sa + chunk_off(i >> 3, i & 7), ag + (long long)(i >> 3) * kp + (i & 7) * 4);
+#pragma unroll
+    for (int i = tid; i < BN * 8; i += THREADS)
+      cp_async16(sb + chunk_off(i >> 3, i & 7), bg + (long long)(i >> 3) * kp + (i & 7) * 4);
+  };
+
+  float acc[WG_M][NACC];
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi)
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < PF; ++s) {
+    if (s < kt_n) load(s, s);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+
+  const int wg = tid >> 7;
+  for (int kt = 0; kt < kt_n; ++kt) {
+    cp_async_wait<PF - 1>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (kt + PF < kt_n) load(kt + PF, (kt + PF) % STAGES);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+    const unsigned sa = base + (kt % STAGES) * STAGE_BYTES, sb = sa + A_BYTES;
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi)
+        wgmma_tf32(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * KSTEP_BYTES),
+                   desc(sb + ks * KSTEP_BYTES), 1);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    wgmma_wait<WAIT1>();
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+
+  const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const bool pairs = (n % 2 == 0) && (ldc % 2 == 0);
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi) {
+    const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = tn * BN + 8 * j + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        if (r >= m) continue;
+        float *p = c + r * ldc + col;
+        const float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
+        if (pairs && col + 1 < n) {
+          *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+        } else {
+          if (col < n) p[0] = v0;
+          if (col + 1 < n) p[1] = v1;
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,269 @@
+"""Screen of the Hopper ``wgmma`` TF32 GEMM (``backends/kernels/wgmma.cu``) against cuBLAS TF32.
+
+    python benches/wgmma_probe.py [--out wgmma.json] [--variants a,b] [--shapes 4096,4096,4096;...]
+
+Each variant (a set of the kernel's defines) runs in its own child process, so a variant that
+fails to build or faults leaves the others standing. A child compiles the source with NVRTC for
+``sm_90a``; then per shape it draws fresh normal inputs, computes the float64 reference on the
+GPU, runs the variant once into a NaN-poisoned output (normwise relative error and max error
+beside cupy.matmul's with CUPY_TF32=1 on the same data), and times with CUDA events (median of
+12 after 2 warm-ups) the whole product (TF32 pack of A and B^T + GEMM) and the GEMM alone, beside
+cupy.matmul. Prints one line per result and a table; writes all rows as JSON to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("CUPY_TF32", "1")  # cupy.matmul on float32 = cuBLAS TF32 (the yardstick)
+
+SRC = Path(__file__).resolve().parents[1] / "backends" / "kernels" / "wgmma.cu"
+BASE = {"BN": 256, "WG_M": 1, "NWG": 2, "STAGES": 4, "SWIZZLE": 1, "WAIT1": 1, "GROUP_M": 8,
+        "MINB": 1, "NS_SWAP": 0, "ROUND": 1}  # fmt: skip
+#: name -> defines over BASE ("s"/"n": 128-byte swizzle / none; block BMxBN; stages; w: WAIT1)
+VARIANTS = {
+    "s128x256_s4_w1": {},
+    "s128x256_s4_w0": {"WAIT1": 0},
+    "s128x128_s6_w1": {"BN": 128, "STAGES": 6},
+    "s256x128_s4_w1": {"BN": 128, "WG_M": 2},
+    "s192x256_s4_w1": {"NWG": 3},
+    "s128x128_s3_2cta": {"BN": 128, "STAGES": 3, "MINB": 2},
+    "s128x256_s4_g16": {"GROUP_M": 16},
+    "n128x256_s4_w1": {"SWIZZLE": 0},
+    "n128x256_s4_swap": {"SWIZZLE": 0, "NS_SWAP": 1},
+    "s128x256_s4_rna": {"ROUND": 2},
+}
+SHAPES = [(257, 383, 77), (4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)]
+REPS = 12
+
+
+def dims(d: dict) -> tuple[int, int, int, int]:
+    """(BM, BN, threads, dynamic shared bytes) of a define set."""
+    bm = 64 * d["WG_M"] * d["NWG"]
+    return bm, d["BN"], 128 * d["NWG"], d["STAGES"] * (bm + d["BN"]) * 128 + 1024
+
+
+def compile_cubin(src: str) -> bytes:
+    """NVRTC cubin for sm_90a (cupy's RawModule would add its own -arch=sm_90)."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(src, "wgmma.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17", "-ftz=true"))
+        except Exception as exc:  # noqa: BLE001 - add NVRTC's log
+            raise RuntimeError(f"{exc}: {nvrtc.getProgramLog(prog)}") from exc
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+class Kernel:
+    """The three compiled entry points of one variant and the host-side launch."""
+
+    def __init__(self, cp, defs: dict) -> None:
+        from cupy.cuda import driver, function
+
+        self.cp, self.defs = cp, defs
+        self.bm, self.bn, self.threads, self.smem = dims(defs)
+        src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+        self.mod = function.Module()
+        self.mod.load(compile_cubin(src))
+        self.gemm = self.mod.get_function("wgmma_gemm")
+        self.pack_a = self.mod.get_function("tf32_pack_a")
+        self.pack_bt = self.mod.get_function("tf32_pack_bt")
+        attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(self.gemm.ptr, attr, self.smem)
+        self.regs = driver.funcGetAttribute(getattr(driver, "CU_FUNC_ATTRIBUTE_NUM_REGS", 4),
+                                            self.gemm.ptr)  # fmt: skip
+
+    def pack(self, a, b):
+        cp = self.cp
+        m, k = a.shape
+        n = b.shape[1]
+        mp, np_, kp = -(-m // self.bm) * self.bm, -(-n // self.bn) * self.bn, -(-k // 32) * 32
+        ap = cp.empty((mp, kp), cp.float32)
+        bt = cp.empty((np_, kp), cp.float32)
+        i32, i64 = cp.int32, cp.int64
+        q = mp * kp // 4
+        self.pack_a(((q + 255) // 256,), (256,), (a, ap, i32(m), i32(k), i64(a.strides[0] // 4),
+                                                   i32(mp), i32(kp)))  # fmt: skip
+        ldb = i64(b.strides[0] // 4)
+        self.pack_bt((np_ // 32, kp // 32), (32, 8), (b, bt, i32(k), i32(n), ldb, i32(np_),
+                                                      i32(kp)))  # fmt: skip
+        return ap, bt
+
+    def run_packed(self, ap, bt, c) -> None:
+        cp = self.cp
+        m, n = c.shape
+        tm, tn = ap.shape[0] // self.bm, bt.shape[0] // self.bn
+        args = (ap, bt, c, cp.int32(m), cp.int32(n), cp.int32(ap.shape[1]),
+                cp.int64(c.strides[0] // 4), cp.int32(tm), cp.int32(tn))  # fmt: skip
+        self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)
+
+    def __call__(self, a, b, c) -> None:
+        ap, bt = self.pack(a, b)
+        self.run_packed(ap, bt, c)
+
+
+def timed(cp, f) -> list[float]:
+    f()
+    f()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    out = []
+    for _ in range(REPS):
+        s.record()
+        f()
+        e.record()
+        e.synchronize()
+        out.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+    return out
+
+
+def errors(cp, c, ref) -> tuple[float, float, int]:
+    """(normwise relative error, max |error| / max |ref|, NaN count) against float64 ``ref``."""
+    nans = int(cp.isnan(c).sum())
+    d = c.astype(cp.float64) - ref
+    den = float(cp.linalg.norm(ref)) or 1.0
+    return float(cp.linalg.norm(d)) / den, float(cp.abs(d).max() / cp.abs(ref).max()), nans
+
+
+def measure(cp, kern: Kernel, row: dict, seed: int) -> None:
+    """Check (and for large shapes time) ``kern`` on one shape; fills ``row``."""
+    m, n, k = row["shape"]
+    rng = cp.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=cp.float32)
+    b = rng.standard_normal((k, n), dtype=cp.float32)
+    ref = a.astype(cp.float64) @ b.astype(cp.float64)
+    row["vendor_err"], row["vendor_maxerr"], _ = errors(cp, cp.matmul(a, b), ref)
+    c = cp.full((m, n), cp.nan, cp.float32)
+    kern(a, b, c)
+    cp.cuda.runtime.deviceSynchronize()
+    row["err"], row["maxerr"], row["nans"] = errors(cp, c, ref)
+    row["ok"] = row["nans"] == 0 and row["err"] <= 3 * row["vendor_err"] + 1e-6
+    del ref
+    if m * n * k < 1 << 30:
+        return
+    fl = 2.0 * m * n * k
+    vt = statistics.median(timed(cp, lambda: cp.matmul(a, b)))
+    tt = statistics.median(timed(cp, lambda: kern(a, b, c)))
+    ap, bt = kern.pack(a, b)
+    gt = statistics.median(timed(cp, lambda: kern.run_packed(ap, bt, c)))
+    row.update(vendor_tflops=fl / vt / 1e12, tflops=fl / tt / 1e12, gemm_tflops=fl / gt / 1e12,
+               frac=vt / tt, gemm_frac=vt / gt)  # fmt: skip
+
+
+def child(name: str, defs: dict, shapes) -> None:
+    """Build one variant and emit one JSON line per shape (``ROW {...}``) on stdout."""
+    import cupy as cp
+
+    t0 = time.monotonic()
+    try:
+        kern = Kernel(cp, defs)
+    except Exception as exc:  # noqa: BLE001 - report the build failure, no rows
+        print("ROW " + json.dumps({"variant": name, "error": f"build: {exc}"[-1500:]}), flush=True)
+        return
+    build = {"regs": kern.regs, "smem": kern.smem, "build_s": round(time.monotonic() - t0, 2)}
+    for si, shape in enumerate(shapes):
+        row = {"variant": name, "shape": list(shape), "defines": defs, **build}
+        try:
+            measure(cp, kern, row, 1000 + si)
+        except Exception as exc:  # noqa: BLE001 - a fault: report it, stop this variant
+            row["error"] = str(exc)[-1500:]
+            print("ROW " + json.dumps(row), flush=True)
+            return
+        print("ROW " + json.dumps(row), flush=True)
+
+
+def fmt(r: dict) -> str:
+    if "shape" not in r:
+        return f"{r['variant']:<20} BUILD FAILED: {r.get('error', '')[:300]}"
+    s = f"{r['variant']:<20} {'x'.join(map(str, r['shape'])):<16}"
+    if "err" not in r:
+        return s + f" FAILED: {r.get('error', '')[:300]}"
+    s += (f" {'ok   ' if r['ok'] else 'WRONG'} err {r['err']:.2e} (cuBLAS {r['vendor_err']:.2e})"
+          f" max {r['maxerr']:.1e} nans {r['nans']}")  # fmt: skip
+    if "tflops" in r:
+        s += (f" | {r['tflops']:6.1f} TF/s = {r['frac']:.2f} of cuBLAS {r['vendor_tflops']:.0f};"
+              f" GEMM only {r['gemm_tflops']:6.1f} = {r['gemm_frac']:.2f}")  # fmt: skip
+    if "error" in r:
+        s += f" FAILED: {r['error'][:300]}"
+    return s + f"  [{r['regs']} regs, {r['smem']} B smem]"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="")
+    p.add_argument("--variants", default="", help="comma-separated names (default: all)")
+    p.add_argument("--shapes", default="", help="m,n,k;m,n,k (default: the screen's)")
+    p.add_argument("--budget", type=float, default=110.0, help="seconds for the whole screen")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--defines", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";") if s]
+    if args.child:
+        child(args.child, json.loads(args.defines), shapes)
+        return 0
+    names = [v for v in args.variants.split(",") if v] or list(VARIANTS)
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    try:
+        import cupy as cp
+
+        dev = cp.cuda.runtime.getDeviceProperties(0)
+        print(f"{dev['name'].decode()} cc {dev['major']}.{dev['minor']}, cupy {cp.__version__},"
+              f" CUPY_TF32={os.environ.get('CUPY_TF32')}", flush=True)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the children will say more
+        print(f"no device info: {exc}", flush=True)
+    t0 = time.monotonic()
+    rows: list[dict] = []
+    for name in names:
+        left = args.budget - (time.monotonic() - t0)
+        if left < 8:
+            print(f"budget spent: {name} not run", flush=True)
+            rows.append({"variant": name, "error": "not run: budget"})
+            continue
+        defs = {**BASE, **VARIANTS[name]}
+        cmd = [sys.executable, __file__, "--child", name, "--defines", json.dumps(defs)]
+        cmd += ["--shapes", ";".join(",".join(map(str, s)) for s in shapes)]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=min(left, 45))
+            out, tail = res.stdout, " | ".join((res.stderr or "").strip().splitlines()[-3:])
+        except subprocess.TimeoutExpired as exc:
+            so = exc.stdout or ""
+            out, tail = so.decode() if isinstance(so, bytes) else so, "timeout"
+        got = [json.loads(ln[4:]) for ln in out.splitlines() if ln.startswith("ROW ")]
+        if not got:
+            got = [{"variant": name, "error": f"no result: {tail}"}]
+        for r in got:
+            print(f"[{time.monotonic() - t0:6.1f}s] {fmt(r)}", flush=True)
+        if len(got) < len(shapes) and "shape" in got[-1] and "error" not in got[-1]:
+            print(f"   {name}: child stopped early: {tail}", flush=True)
+        rows += got
+    print("\nbest correct variant per shape (whole product incl. TF32 packing):")
+    for s in shapes:
+        ok = [r for r in rows if r.get("shape") == list(s) and r.get("ok") and "tflops" in r]
+        if ok:
+            r = max(ok, key=lambda r: r["tflops"])
+            print(
+                f"  {'x'.join(map(str, s)):<16} {r['variant']:<20} {r['tflops']:6.1f} TFLOP/s"
+                f" = {r['frac']:.2f} of cuBLAS TF32 ({r['gemm_frac']:.2f} GEMM alone)"
+            )
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+        print(f"wrote {args.out} ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
