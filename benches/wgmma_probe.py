@@ -26,17 +26,21 @@ os.environ.setdefault("CUPY_TF32", "1")  # cupy.matmul on float32 = cuBLAS TF32 
 
 SRC = Path(__file__).resolve().parents[1] / "backends" / "kernels" / "wgmma.cu"
 BASE = {"BN": 256, "WG_M": 1, "NWG": 2, "STAGES": 4, "SWIZZLE": 1, "WAIT1": 1, "GROUP_M": 8,
-        "MINB": 1, "NS_SWAP": 0, "ROUND": 1}  # fmt: skip
-#: name -> defines over BASE ("s"/"n": 128-byte swizzle / none; block BMxBN; stages; w: WAIT1)
+        "MINB": 1, "NS_SWAP": 0, "ROUND": 1, "TMA": 0, "CLUSTER": 1}  # fmt: skip
+#: name -> defines over BASE ("s"/"n": cp.async, 128-byte swizzle / none; "t": TMA with a
+#: producer warpgroup, c2: 2-block clusters sharing B; block BMxBN; stages; w: WAIT1)
 VARIANTS = {
     "s128x256_s4_w1": {},
+    "n128x256_s4_w1": {"SWIZZLE": 0},
+    "t128x256_s4_c2": {"TMA": 1, "CLUSTER": 2},
+    "t128x256_s4_c1": {"TMA": 1, "CLUSTER": 1},
+    "s192x256_s4_w1": {"NWG": 3},
+    "t256x128_s4_c2": {"TMA": 1, "CLUSTER": 2, "BN": 128, "WG_M": 2},
     "s128x256_s4_w0": {"WAIT1": 0},
     "s128x128_s6_w1": {"BN": 128, "STAGES": 6},
     "s256x128_s4_w1": {"BN": 128, "WG_M": 2},
-    "s192x256_s4_w1": {"NWG": 3},
     "s128x128_s3_2cta": {"BN": 128, "STAGES": 3, "MINB": 2},
     "s128x256_s4_g16": {"GROUP_M": 16},
-    "n128x256_s4_w1": {"SWIZZLE": 0},
     "n128x256_s4_swap": {"SWIZZLE": 0, "NS_SWAP": 1},
     "s128x256_s4_rna": {"ROUND": 2},
 }
@@ -46,8 +50,52 @@ REPS = 12
 
 def dims(d: dict) -> tuple[int, int, int, int]:
     """(BM, BN, threads, dynamic shared bytes) of a define set."""
-    bm = 64 * d["WG_M"] * d["NWG"]
-    return bm, d["BN"], 128 * d["NWG"], d["STAGES"] * (bm + d["BN"]) * 128 + 1024
+    bm, tma = 64 * d["WG_M"] * d["NWG"], d.get("TMA", 0)
+    smem = d["STAGES"] * ((bm + d["BN"]) * 128 + 16 * tma) + 1024
+    return bm, d["BN"], 128 * (d["NWG"] + tma), smem
+
+
+class Driver:
+    """The two driver calls CuPy does not offer, through ctypes: tensor-map encoding and a
+    launch whose parameters include 128-byte structs (the maps, passed by value)."""
+
+    def __init__(self) -> None:
+        import ctypes as C
+
+        self.C = C
+        lib = C.CDLL("libcuda.so.1")
+        self.encode = lib.cuTensorMapEncodeTiled
+        self.encode.argtypes = [C.c_void_p, C.c_int, C.c_uint32, C.c_void_p,
+                                C.POINTER(C.c_uint64), C.POINTER(C.c_uint64),
+                                C.POINTER(C.c_uint32), C.POINTER(C.c_uint32),
+                                C.c_int, C.c_int, C.c_int, C.c_int]  # fmt: skip
+        self.launch = lib.cuLaunchKernel
+        self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
+
+    def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int):
+        """A float32 row-major [rows x cols] map, boxes of 32 columns x ``box_rows`` rows,
+        128-byte swizzle; a 64-byte aligned 128-byte host buffer (kept alive by the caller)."""
+        C = self.C  # noqa: N806
+        raw = C.create_string_buffer(192)
+        addr = (C.addressof(raw) + 63) & ~63
+        dim = (C.c_uint64 * 2)(cols, rows)
+        stride = (C.c_uint64 * 1)(cols * 4)
+        box = (C.c_uint32 * 2)(32, box_rows)
+        one = (C.c_uint32 * 2)(1, 1)
+        # FLOAT32 = 7, interleave none = 0, swizzle 128B = 3, L2 promotion 256B = 3, OOB zero
+        rc = self.encode(addr, 7, 2, ptr, dim, stride, box, one, 0, 3, 3, 0)
+        if rc:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {rc}")
+        return raw, addr
+
+    def call(self, fn_ptr: int, grid: int, block: int, smem: int, stream: int, args) -> None:
+        """``args``: ctypes objects or (buffer, address) maps, in kernel parameter order."""
+        C = self.C  # noqa: N806
+        ptrs = [a[1] if isinstance(a, tuple) else C.addressof(a) for a in args]
+        params = (C.c_void_p * len(ptrs))(*ptrs)
+        rc = self.launch(fn_ptr, grid, 1, 1, block, 1, 1, smem, stream, params, None)
+        if rc:
+            raise RuntimeError(f"cuLaunchKernel failed: CUresult {rc}")
 
 
 def compile_cubin(src: str) -> bytes:
@@ -76,7 +124,10 @@ class Kernel:
         src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
         self.mod = function.Module()
         self.mod.load(compile_cubin(src))
-        self.gemm = self.mod.get_function("wgmma_gemm")
+        self.tma = bool(defs.get("TMA"))
+        self.cluster = int(defs.get("CLUSTER", 1)) if self.tma else 1
+        self.gemm = self.mod.get_function("wgmma_gemm_tma" if self.tma else "wgmma_gemm")
+        self.drv = Driver() if self.tma else None
         self.pack_a = self.mod.get_function("tf32_pack_a")
         self.pack_bt = self.mod.get_function("tf32_pack_bt")
         attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
@@ -88,7 +139,8 @@ class Kernel:
         cp = self.cp
         m, k = a.shape
         n = b.shape[1]
-        mp, np_, kp = -(-m // self.bm) * self.bm, -(-n // self.bn) * self.bn, -(-k // 32) * 32
+        bm = self.bm * self.cluster
+        mp, np_, kp = -(-m // bm) * bm, -(-n // self.bn) * self.bn, -(-k // 32) * 32
         ap = cp.empty((mp, kp), cp.float32)
         bt = cp.empty((np_, kp), cp.float32)
         i32, i64 = cp.int32, cp.int64
@@ -104,6 +156,15 @@ class Kernel:
         cp = self.cp
         m, n = c.shape
         tm, tn = ap.shape[0] // self.bm, bt.shape[0] // self.bn
+        if self.tma:
+            C, d = self.drv.C, self.drv  # noqa: N806
+            ma = d.tensor_map(ap.data.ptr, ap.shape[0], ap.shape[1], self.bm)
+            mb = d.tensor_map(bt.data.ptr, bt.shape[0], bt.shape[1], self.bn // self.cluster)
+            args = (ma, mb, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(ap.shape[1]),
+                    C.c_longlong(c.strides[0] // 4), C.c_int(tm), C.c_int(tn))  # fmt: skip
+            stream = cp.cuda.get_current_stream().ptr
+            d.call(self.gemm.ptr, tm * tn, self.threads, self.smem, stream, args)
+            return
         args = (ap, bt, c, cp.int32(m), cp.int32(n), cp.int32(ap.shape[1]),
                 cp.int64(c.strides[0] // 4), cp.int32(tm), cp.int32(tn))  # fmt: skip
         self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)

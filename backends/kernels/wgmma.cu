@@ -16,7 +16,9 @@
 //
 // Defines (all set by the host): BN (64/128/256), WG_M (1/2), NWG (1..3), STAGES, SWIZZLE,
 // WAIT1, GROUP_M (block raster: GROUP_M tile rows per column sweep), MINB (blocks per SM),
-// NS_SWAP (no-swizzle only: swap the two byte offsets; a layout check), ROUND (1 rn, 2 rna).
+// NS_SWAP (no-swizzle only: swap the two byte offsets; a layout check), ROUND (1 rn, 2 rna),
+// TMA 1: also the kernel wgmma_gemm_tma (tensor-memory-accelerator copies, a producer
+// warpgroup, mbarriers; CLUSTER 1 or 2 blocks along M sharing B by multicast; SWIZZLE 1 only).
 
 #ifndef BN
 #define BN 256
@@ -47,6 +49,12 @@
 #endif
 #ifndef ROUND
 #define ROUND 1
+#endif
+#ifndef TMA
+#define TMA 0
+#endif
+#ifndef CLUSTER
+#define CLUSTER 1
 #endif
 
 #define THREADS (128 * NWG)
@@ -334,3 +342,173 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     }
   }
 }
+
+#if TMA
+// ---- TMA variant: one producer warpgroup (one thread issues the copies), NWG consumer
+// warpgroups; STAGES-deep ring with full/empty mbarriers; CLUSTER (1 or 2) blocks along M
+// share the B tile: each loads BN / CLUSTER rows of it and multicasts them to both. The tensor
+// maps (128-byte CUtensorMap, 128-byte swizzle, boxes of 32 floats x rows) come by value.
+struct __align__(64) TmaMap { unsigned long long v[16]; };
+
+#define TMA_THREADS (128 * (NWG + 1))
+#define BAR_OFF (STAGES * STAGE_BYTES)
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
+{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes)
+{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
+{
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// arrive on the barrier at CTA-relative address ``bar`` of cluster block ``rank``
+__device__ __forceinline__ void mbar_arrive_at(unsigned bar, unsigned rank)
+{
+  asm volatile("{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n"
+               ::"r"(bar), "r"(rank) : "memory");
+}
+
+__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap *map, int x, int y,
+                                         unsigned bar)
+{
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_mc(unsigned dst, const TmaMap *map, int x, int y,
+                                            unsigned bar, unsigned short mask)
+{
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+}
+
+// C[M x N] = Ap[Mp x Kp] @ Bt[Np x Kp]^T through the maps ma (box 32 x BM) and mb
+// (box 32 x BN / CLUSTER); tiles_m is a multiple of CLUSTER (Mp padded to it).
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TMA_THREADS, 1)
+    wgmma_gemm_tma(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb,
+                   float *__restrict__ c, int m, int n, int kp, long long ldc, int tiles_m,
+                   int tiles_n)
+{
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned full = base + BAR_OFF, empty = full + 8 * STAGES;
+  const int tid = threadIdx.x;
+#if CLUSTER > 1
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#endif
+
+  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
+  const int first_m = (bid / per_group) * GROUP_M;
+  const int gsize = min(tiles_m - first_m, GROUP_M);
+  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
+  const int kt_n = kp / BK;
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, NWG * CLUSTER);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+#if CLUSTER > 1
+  cluster_sync();
+#endif
+
+  const int wg = tid >> 7;
+  if (wg == NWG) {  // producer warpgroup: one thread
+    if ((tid & 127) == 0) {
+      for (int kt = 0; kt < kt_n; ++kt) {
+        const int s = kt % STAGES;
+        mbar_wait(empty + 8 * s, ((kt / STAGES) & 1) ^ 1);
+        const unsigned sa = base + s * STAGE_BYTES, bar = full + 8 * s;
+        mbar_expect(bar, STAGE_BYTES);
+        tma_load(sa, &ma, kt * BK, tm * BM, bar);
+#if CLUSTER > 1
+        tma_load_mc(sa + A_BYTES + rank * (B_BYTES / CLUSTER), &mb, kt * BK,
+                    tn * BN + rank * (BN / CLUSTER), bar, (unsigned short)((1 << CLUSTER) - 1));
+#else
+        tma_load(sa + A_BYTES, &mb, kt * BK, tn * BN, bar);
+#endif
+      }
+    }
+  } else {
+    float acc[WG_M][NACC];
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi)
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
+    for (int kt = 0; kt < kt_n; ++kt) {
+      const int s = kt % STAGES;
+      mbar_wait(full + 8 * s, (kt / STAGES) & 1);
+      const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < BK / 8; ++ks) {
+#pragma unroll
+        for (int mi = 0; mi < WG_M; ++mi)
+          wgmma_tf32(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * KSTEP_BYTES),
+                     desc(sb + ks * KSTEP_BYTES), 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      wgmma_wait<1>();
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+      if (kt > 0 && (tid & 127) == 0)
+        for (unsigned r = 0; r < CLUSTER; ++r) mbar_arrive_at(empty + 8 * ((kt - 1) % STAGES), r);
+    }
+    wgmma_wait<0>();
+
+    const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const bool pairs = (n % 2 == 0) && (ldc % 2 == 0);
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi) {
+      const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + 8 * h;
+          if (r >= m) continue;
+          float *p = c + r * ldc + col;
+          const float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
+          if (pairs && col + 1 < n) {
+            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+          } else {
+            if (col < n) p[0] = v0;
+            if (col + 1 < n) p[1] = v1;
+          }
+        }
+      }
+    }
+  }
+#if CLUSTER > 1
+  // no block leaves while its peer may still signal or write its memory (not .aligned: the
+  // producer warp's lanes took different paths)
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+#endif
