@@ -298,7 +298,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--child", name, "--defines", json.dumps(defs)]
         cmd += ["--shapes", ";".join(",".join(map(str, s)) for s in shapes)]
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=min(left, 45))
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=min(left, 30))
             out, tail = res.stdout, " | ".join((res.stderr or "").strip().splitlines()[-3:])
         except subprocess.TimeoutExpired as exc:
             so = exc.stdout or ""

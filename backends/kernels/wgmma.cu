@@ -366,9 +366,14 @@ __device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes)
 
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
 {
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+  unsigned done = 0;
+  for (unsigned tries = 0; !done; ++tries) {
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (tries > (1u << 26)) asm volatile("trap;");  // a lost signal: fail, do not hang
+  }
 }
 
 // arrive on the barrier at CTA-relative address ``bar`` of cluster block ``rank``
