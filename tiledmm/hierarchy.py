@@ -22,12 +22,14 @@ CPU: the same levels for a core's caches: SIMD FMA pipes, L1 loads, L2/L3/DRAM l
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from .cpu_model import cpu_levels
 from .device import DeviceSpec
 from .dram import L2_SHARED_FRACTION as L2_SHARED_FRACTION  # re-exported: these lived here
 from .dram import LOCKSTEP_BLOCKS as LOCKSTEP_BLOCKS
 from .dram import dram_key, dram_traffic, dram_traffic_cached, miss_fraction
+from .levels import Level
 from .warps import (
     FILL_ACCESSES,
     SECTOR,
@@ -52,55 +54,6 @@ __all__ = [
     "miss_fraction",
     "SHARED_REQUEST_THREADS",
 ]
-
-LINE = 64  # CPU cache line
-#: Clocks per multiply-add of the NumPy backend's emulated families on one core (measured
-#: per-operation costs of the NumPy calls they make; docs/model.md).
-NUMPY_CLOCKS = {"naive": 3.2, "tiled": 1.0}
-#: Clocks per multiply-add of PoCL's tiled kernel on one core: its barrier regions run as
-#: loops over the work-items, and each item's K loop (two local loads, the FMA, addressing
-#: and loop: ~4 instructions at 4 per clock) runs unvectorized (docs/model.md).
-POCL_ITEM_CLOCKS = 1.0
-#: Cache misses one core keeps in flight (L1 fill buffers: 16 on Intel cores since Golden
-#: Cove, 22-24 miss buffers on Zen 3; docs/model.md).
-CPU_MISSES_IN_FLIGHT = 16
-#: Fraction of the FMA peak PoCL's barrier-free register micro-kernel reaches (measured on
-#: the EPYC and the Xeon: 0.40-0.64; its generated code is not read off; docs/model.md).
-POCL_REGISTER_EFFICIENCY = 0.5
-#: Clocks per element Numba's tile packing costs on one core (a guarded scalar copy per
-#: element: compare, select, strided load, store; docs/model.md).
-NUMBA_PACK_CLOCKS = 4.0
-
-
-@dataclass(frozen=True)
-class Level:
-    """One level's traffic: ``amount`` crosses it (bytes; FLOPs for "compute"; instructions
-    for "issue"; dependent round trips for "latency") at ``ceiling`` per second."""
-
-    name: str
-    amount: float
-    ceiling: float
-    seconds: float
-    note: str = ""
-    unit: str = "B"
-    parts: tuple[tuple[str, float], ...] = ()  # the amount's parts (DRAM: read, written)
-    serial: float = 0.0  # seconds of ``seconds`` spent in phases no level overlaps
-
-    def intensity(self, flops: float) -> float:
-        """FLOPs per unit crossing this level (FLOP/B for memory levels)."""
-        return flops / self.amount if self.amount else math.inf
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "amount": self.amount,
-            "unit": self.unit,
-            "ceiling": self.ceiling,
-            "seconds": self.seconds,
-            "note": self.note,
-            **({"parts": dict(self.parts)} if self.parts else {}),
-            **({"serial": self.serial} if self.serial else {}),
-        }
 
 
 def engine_of(backend: str, options: dict) -> str:
@@ -264,137 +217,3 @@ def _dram(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict
     if workspace > dev.cache("L2") * L2_SHARED_FRACTION:  # partial products leave the L2
         written, read = written + workspace, read + workspace
     return read, written, workspace + m * n * s * batch
-
-
-# --------------------------------------------------------------------------- CPU families
-
-
-def cpu_levels(
-    kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict, dtype: str
-) -> list[Level]:
-    """The levels of a CPU plan: SIMD FMA pipes, L1 loads, L2/L3/DRAM lines."""
-    m, n, k = g["m"], g["n"], g["k"]
-    flops = 2.0 * g["mp"] * g["np"] * g["kp"]
-    lanes = max(1, dev.simd_bytes // s)
-    peak = dev.fma_peak(dtype)
-    out = []
-    if engine == "numpy" and kernel != "register":
-        # the interpreted emulation, on one core: naive multiplies a strided (transposed)
-        # view by broadcasting, then sums; tiled runs einsum's compiled loop (no BLAS)
-        clocks = NUMPY_CLOCKS[kernel]
-        clock = dev.issue_rate / 4 / max(1, dev.compute_units)
-        t = flops / 2 * clocks / clock if clock else 0.0
-        return [
-            Level(
-                "interpreter",
-                flops,
-                2 * clock / clocks,
-                t,
-                f"NumPy, one core, {clocks:g} clocks per multiply-add",
-                "FLOP",
-            )
-        ]
-    if kernel == "naive":
-        # one output per work-item; B column read with stride N*s: a line per k per
-        # output (each item walks its whole column before the next item starts, so the
-        # line is fetched again per item: the latency rule's per-element misses at 1024^3,
-        # the L2's line rate at 512^3 and 1000x3000x777; docs/model.md), served by the
-        # smallest cache that holds the column panel at its aliased capacity, else DRAM at
-        # one line per latency per core (a stride of a page or more defeats the prefetcher).
-        vecs = m * n * k
-        panel = k * LINE  # the B lines one column walk keeps live (a SIMD vector or 1 item)
-        stride = n * s
-        level = _holding_level(dev, panel, stride)
-        cores = max(1, dev.compute_units)
-        if level in ("L3", "DRAM") and dev.latency:
-            # past the aliased L1 and L2 every B element access misses (a line is evicted
-            # before the next column uses it); the core keeps CPU_MISSES_IN_FLIGHT of them
-            trips = m * n * k
-            t = trips * dev.latency / (cores * CPU_MISSES_IN_FLIGHT)
-            out.append(Level("latency", trips, trips / t, t,
-                             f"every B element a miss, {CPU_MISSES_IN_FLIGHT} in flight per core",
-                             "trips"))  # fmt: skip
-        bytes_ = vecs * LINE
-        bw = dev.level(level)
-        out.append(Level(level, bytes_, bw, bytes_ / bw if bw else 0.0, "B column lines"))
-        out.append(
-            Level(
-                "compute",
-                flops,
-                peak / lanes,
-                flops / (peak / lanes),
-                "scalar dependent FMA chain per output",
-                "FLOP",
-            )
-        )
-        return out
-    # tiled / register: FMAs on SIMD lanes; loads per FMA from L1; panels from L2; A and B
-    # re-read from the level that holds a block's panels.
-    bm, bn, bk = g["bm"], g["bn"], g["bk"]
-    tm, tn = g["tm"], g["tn"]
-    cores = max(1, dev.compute_units)
-    clock = dev.issue_rate / 4 / cores  # cpu_levels' issue rate: 4 instructions per clock
-    if engine == "gemm-c" and kernel == "tiled" and clock:
-        t = flops / 2 * POCL_ITEM_CLOCKS / clock / cores
-        out.append(Level("issue", flops, flops / t, t,
-                         f"work-item loops, {POCL_ITEM_CLOCKS:g} clocks per multiply-add",
-                         "FLOP"))  # fmt: skip
-    if engine == "gemm-c" and kernel == "register":
-        # PoCL's micro-kernel runs at a measured fraction of the FMA peak (docs/model.md)
-        t = flops / (peak * POCL_REGISTER_EFFICIENCY)
-        out.append(Level("compute", flops, flops / t, t,
-                         f"PoCL micro-kernel at {POCL_REGISTER_EFFICIENCY:g} of the FMA peak",
-                         "FLOP"))  # fmt: skip
-    if engine == "numba-cpu" and kernel == "register" and clock:
-        # fastmath off: multiply and add stay two instructions (half the FMA peak); the
-        # block packs its A and B tiles (guarded scalar copies) before each K step
-        packed = g["gx"] * g["gy"] * math.ceil(g["kp"] / bk) * (bm + bn) * bk
-        t = 2 * flops / peak + packed * NUMBA_PACK_CLOCKS / clock / cores
-        out.append(Level("compute", flops, flops / t, t,
-                         f"unfused mul+add; packing at {NUMBA_PACK_CLOCKS:g} clocks/element",
-                         "FLOP"))  # fmt: skip
-    if kernel == "register":
-        loads_per_fma = (tm + tn / lanes) / (tm * tn / lanes)
-        simd = True
-    else:
-        loads_per_fma = 2.0 / lanes if engine == "gemm-c" else 2.0
-        simd = engine == "gemm-c"
-    fma_vec = flops / 2 / (lanes if simd else 1)
-    t_fma = fma_vec * 2 * lanes / peak if simd else flops / (peak / lanes)
-    if not (kernel == "register" and engine in ("numba-cpu", "gemm-c")):  # their own, above
-        out.append(
-            Level(
-                "compute",
-                flops,
-                peak if simd else peak / lanes,
-                t_fma,
-                "SIMD FMA pipes" if simd else "scalar FMAs",
-                "FLOP",
-            )
-        )
-    l1 = fma_vec * loads_per_fma * (dev.simd_bytes if simd else s)
-    out.append(Level("L1", l1, dev.level("L1"), l1 / dev.level("L1") if dev.level("L1") else 0))
-    panel_bytes = s * g["kp"] * (bm + bn) * g["mp"] * g["np"] / (bm * bn)
-    inner = "L2" if (bm * bk + bk * bn) * s <= dev.cache("L2") else "L3"
-    bw = dev.level(inner)
-    out.append(Level(inner, panel_bytes, bw, panel_bytes / bw if bw else 0.0, "block panels"))
-    dram = (m * k + k * n + m * n) * s
-    if (k * n) * s > dev.cache("L3"):
-        dram += panel_bytes
-    out.append(Level("DRAM", dram, dev.level("DRAM"), dram / dev.level("DRAM")))
-    return out
-
-
-def _holding_level(dev: DeviceSpec, panel: int, stride: int, ways: int = 8) -> str:
-    """The smallest cache that holds ``panel`` bytes walked with ``stride``: a stride that is
-    a multiple of lines maps onto sets / gcd(stride in lines, sets) sets only."""
-    for name in ("L1", "L2", "L3"):
-        size = dev.cache(name)
-        if not size:
-            continue
-        sets = max(1, size // (ways * LINE))
-        step = stride // LINE if stride % LINE == 0 else 1
-        usable = size // math.gcd(step, sets) if step else size
-        if panel <= usable:
-            return name
-    return "DRAM"
