@@ -144,12 +144,13 @@ class Kernel:
         ap = cp.empty((mp, kp), cp.float32)
         bt = cp.empty((np_, kp), cp.float32)
         i32, i64 = cp.int32, cp.int64
+        sa = (i64(a.strides[0] // 4), i64(a.strides[1] // 4))
+        sb = (i64(b.strides[0] // 4), i64(b.strides[1] // 4))
         q = mp * kp // 4
-        self.pack_a(((q + 255) // 256,), (256,), (a, ap, i32(m), i32(k), i64(a.strides[0] // 4),
-                                                   i32(mp), i32(kp)))  # fmt: skip
-        ldb = i64(b.strides[0] // 4)
-        self.pack_bt((np_ // 32, kp // 32), (32, 8), (b, bt, i32(k), i32(n), ldb, i32(np_),
-                                                      i32(kp)))  # fmt: skip
+        self.pack_a(((q + 255) // 256,), (256,), (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp)))
+        self.pack_bt(
+            (np_ // 32, kp // 32), (32, 8), (b, bt, i32(k), i32(n), *sb, i32(np_), i32(kp))
+        )
         return ap, bt
 
     def run_packed(self, ap, bt, c) -> None:

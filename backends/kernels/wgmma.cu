@@ -85,9 +85,9 @@ __device__ __forceinline__ float to_tf32(float x)
   return __uint_as_float(r);
 }
 
-// Ap[Mp x Kp] = tf32(A[M x K], row stride lda), zero outside; 4 consecutive k per thread.
+// Ap[Mp x Kp] = tf32(A[M x K], strides lda, sa in elements), zero outside; 4 k per thread.
 extern "C" __global__ void tf32_pack_a(const float *__restrict__ a, float *__restrict__ ap, int m,
-                                       int k, long long lda, int mp, int kp)
+                                       int k, long long lda, long long sa, int mp, int kp)
 {
   long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   int kq = kp >> 2;
@@ -96,22 +96,23 @@ extern "C" __global__ void tf32_pack_a(const float *__restrict__ a, float *__res
   float4 v;
   const float *row = a + r * lda;
   bool in = r < m;
-  v.x = in && c < k ? to_tf32(row[c]) : 0.f;
-  v.y = in && c + 1 < k ? to_tf32(row[c + 1]) : 0.f;
-  v.z = in && c + 2 < k ? to_tf32(row[c + 2]) : 0.f;
-  v.w = in && c + 3 < k ? to_tf32(row[c + 3]) : 0.f;
+  v.x = in && c < k ? to_tf32(row[c * sa]) : 0.f;
+  v.y = in && c + 1 < k ? to_tf32(row[(c + 1) * sa]) : 0.f;
+  v.z = in && c + 2 < k ? to_tf32(row[(c + 2) * sa]) : 0.f;
+  v.w = in && c + 3 < k ? to_tf32(row[(c + 3) * sa]) : 0.f;
   *reinterpret_cast<float4 *>(ap + (long long)r * kp + c) = v;
 }
 
-// Bt[Np x Kp] = tf32(B[K x N], row stride ldb)^T, zero outside; 32x32 tiles, block (32, 8).
+// Bt[Np x Kp] = tf32(B[K x N], strides ldb, sb in elements)^T, zero outside; 32x32 tiles,
+// block (32, 8).
 extern "C" __global__ void tf32_pack_bt(const float *__restrict__ b, float *__restrict__ bt, int k,
-                                        int n, long long ldb, int np, int kp)
+                                        int n, long long ldb, long long sb, int np, int kp)
 {
   __shared__ float t[32][33];
   int k0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
   for (int i = threadIdx.y; i < 32; i += 8) {
     int kk = k0 + i, nn = n0 + threadIdx.x;
-    t[i][threadIdx.x] = kk < k && nn < n ? to_tf32(b[kk * ldb + nn]) : 0.f;
+    t[i][threadIdx.x] = kk < k && nn < n ? to_tf32(b[kk * ldb + nn * sb]) : 0.f;
   }
   __syncthreads();
   for (int i = threadIdx.y; i < 32; i += 8) {
