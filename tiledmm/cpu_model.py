@@ -28,6 +28,12 @@ POCL_REGISTER_EFFICIENCY = 0.5
 #: Clocks per element Numba's tile packing costs on one core (a guarded scalar copy per
 #: element: compare, select, strided load, store; docs/model.md).
 NUMBA_PACK_CLOCKS = 4.0
+#: OpenBLAS's cost per call beyond its large-size rate, as a tile edge: a t x t x t product
+#: runs at t / (t + NUMPY_BLAS_EDGE) of the vendor rate (a bm x bn x bk one at
+#: 1 / (1 + NUMPY_BLAS_EDGE (1/bm + 1/bn + 1/bk) / 3)): per call it packs both operand tiles,
+#: updates C and forks and joins its threads, O(t^2) work beside the t^3 FMAs. Measured with
+#: np.matmul on the 2-core Xeon against its 3072^3 rate: 71-117 at t = 256..2048; docs/model.md.
+NUMPY_BLAS_EDGE = 100.0
 
 
 def cpu_levels(
@@ -114,6 +120,10 @@ def cpu_levels(
         out.append(Level("compute", flops, flops / t, t,
                          f"unfused mul+add; packing at {NUMBA_PACK_CLOCKS:g} clocks/element",
                          "FLOP"))  # fmt: skip
+    if engine == "numpy" and kernel == "register":
+        # the vendor GEMM per tile (its own micro-kernel: no L1 level of ours), then NumPy's
+        # passes over the tiles; the panels' L2 and DRAM levels below as for the others
+        out.append(_numpy_blas(g, s, dev, dtype))
     if kernel == "register":
         loads_per_fma = (tm + tn / lanes) / (tm * tn / lanes)
         simd = True
@@ -122,7 +132,7 @@ def cpu_levels(
         simd = engine == "gemm-c"
     fma_vec = flops / 2 / (lanes if simd else 1)
     t_fma = fma_vec * 2 * lanes / peak if simd else flops / (peak / lanes)
-    if not (kernel == "register" and engine in ("numba-cpu", "gemm-c")):  # their own, above
+    if not (kernel == "register" and engine in ("numba-cpu", "gemm-c", "numpy")):  # above
         out.append(
             Level(
                 "compute",
@@ -133,8 +143,10 @@ def cpu_levels(
                 "FLOP",
             )
         )
-    l1 = fma_vec * loads_per_fma * (dev.simd_bytes if simd else s)
-    out.append(Level("L1", l1, dev.level("L1"), l1 / dev.level("L1") if dev.level("L1") else 0))
+    if not (kernel == "register" and engine == "numpy"):
+        l1 = fma_vec * loads_per_fma * (dev.simd_bytes if simd else s)
+        l1_bw = dev.level("L1")
+        out.append(Level("L1", l1, l1_bw, l1 / l1_bw if l1_bw else 0))
     panel_bytes = s * g["kp"] * (bm + bn) * g["mp"] * g["np"] / (bm * bn)
     inner = "L2" if (bm * bk + bk * bn) * s <= dev.cache("L2") else "L3"
     bw = dev.level(inner)
@@ -144,6 +156,30 @@ def cpu_levels(
         dram += panel_bytes
     out.append(Level("DRAM", dram, dev.level("DRAM"), dram / dev.level("DRAM")))
     return out
+
+
+def _numpy_blas(g: dict, s: int, dev: DeviceSpec, dtype: str) -> Level:
+    """The NumPy backend's register family: one vendor GEMM call per block and K step on
+    full-size tiles (edge tiles zero-padded), at the measured vendor rate (``dev.peak``) less
+    its per-call cost (:data:`NUMPY_BLAS_EDGE`); then, on one core at one core's L2 rate,
+    the backend's own passes: ``acc += prod`` after the first K step (3 tile passes), the
+    copy of each C tile out, and the copy-and-zero-fill of each edge operand tile."""
+    bm, bn, bk, gx, gy = g["bm"], g["bn"], g["bk"], g["gx"], g["gy"]
+    steps = max(1, math.ceil(g["k"] / bk))
+    calls = gx * gy * steps
+    per_call = 1 + NUMPY_BLAS_EDGE * (1 / bm + 1 / bn + 1 / bk) / 3
+    flops = 2.0 * calls * bm * bn * bk
+    t_gemm = flops / dev.peak(dtype) * per_call
+    e_m, e_n, e_k = (int(g[d] % b != 0) for d, b in (("m", bm), ("n", bn), ("k", bk)))
+    a_packs = gx * (gy * steps - (gy - e_m) * (steps - e_k))
+    b_packs = gy * (gx * steps - (gx - e_n) * (steps - e_k))
+    passes = (gx * gy * (3 * (steps - 1) + 2) * bm * bn
+              + 2 * (a_packs * bm * bk + b_packs * bk * bn)) * s  # fmt: skip
+    core_l2 = dev.level("L2") / max(1, dev.compute_units)
+    t = t_gemm + (passes / core_l2 if core_l2 else 0.0)
+    return Level("compute", flops, flops / t, t,
+                 f"vendor GEMM per {bm}x{bn}x{bk} tile at 1/{per_call:.3g} of its rate; "
+                 f"NumPy passes {passes / 1e6:.4g} MB on one core", "FLOP")  # fmt: skip
 
 
 def _holding_level(dev: DeviceSpec, panel: int, stride: int, ways: int = 8) -> str:
