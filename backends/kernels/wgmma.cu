@@ -320,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
   cp_async_wait<0>();
 
   const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const bool pairs = (n % 2 == 0) && (ldc % 2 == 0);
+  const bool pairs = n % 2 == 0 && ldc % 2 == 0 && ((unsigned long long)c & 7) == 0;
 #pragma unroll
   for (int mi = 0; mi < WG_M; ++mi) {
     const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
@@ -488,7 +488,7 @@ extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TMA
     wgmma_wait<0>();
 
     const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const bool pairs = (n % 2 == 0) && (ldc % 2 == 0);
+    const bool pairs = n % 2 == 0 && ldc % 2 == 0 && ((unsigned long long)c & 7) == 0;
 #pragma unroll
     for (int mi = 0; mi < WG_M; ++mi) {
       const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
