@@ -8,7 +8,8 @@ float32 runs here only as TF32, when the plan asks (``options["precision"] == "t
 planner refuses plain float32). :func:`install` adds the family to a backend class: its
 ``kernels`` gain ``"mma"``, ``mma_dtypes`` lists the inputs the family takes (beyond the
 backend's ``dtypes``: float16, bfloat16), ``_build``/``run``/``run_batched`` hand mma plans
-here and ``search_space`` answers for mma with :func:`search_space`.
+here and ``search_space`` answers for mma with :func:`search_space`. A float32 (TF32) plan
+whose options ask for ``wgmma`` runs Hopper's warpgroup MMA instead (:mod:`.wgmma`, sm_90a).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tiledmm.cache import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
+from . import wgmma
 
 __all__ = ["MMA_DTYPES", "build", "run", "run_batched", "install", "search_space"]
 
@@ -56,6 +58,8 @@ def _compile(cp: Any, src: str, smem: int) -> Any:
 
 def build(cp: Any, plan: Any, aligned: bool) -> tuple[Launch, tuple, tuple]:
     """(launch, grid, block) for ``plan``; compiled once per source and device."""
+    if wgmma.wants(plan):
+        raise ValueError("a wgmma plan has no single launch (see mma.run)")
     defs = K.mma_defines(plan, aligned, aligned)
     smem = K.mma_smem_bytes(defs)
     src = K.source(K.MMA, defs)
@@ -80,7 +84,11 @@ def _rows16(cp: Any, x: Any) -> tuple[Any, int]:
 
 def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     """``out[...] = a @ b`` with an mma plan. 4- and 8-byte inputs take the shared launch path
-    (``kernels.launch.run``); 16-bit inputs are brought to aligned rows here."""
+    (``kernels.launch.run``); 16-bit inputs are brought to aligned rows here; wgmma plans go to
+    :func:`.wgmma.run`."""
+    if wgmma.wants(plan):
+        wgmma.run(cp, plan, a, b, out)
+        return
     if K.itemsize(plan.dtype) >= 4:
         launch.run(arrays, launches, plan, a, b, out)
         return
@@ -106,8 +114,9 @@ def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any
 
 
 def run_batched(arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any) -> bool:
-    """The batch in one launch for 4- and 8-byte inputs; 16-bit batches go matrix by matrix."""
-    if K.itemsize(plan.dtype) < 4:
+    """The batch in one launch for 4- and 8-byte inputs; 16-bit and wgmma batches go matrix by
+    matrix."""
+    if K.itemsize(plan.dtype) < 4 or wgmma.wants(plan):
         return False
     return launch.run_batched(arrays, launches, plan, a, b, out)
 

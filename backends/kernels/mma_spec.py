@@ -15,7 +15,7 @@ from __future__ import annotations
 
 __all__ = [
     "KINDS", "SHAPES", "DTYPE_KIND", "ELEM_BYTES", "mma_defines", "smem_bytes", "check",
-    "leading_dims",
+    "leading_dims", "wgmma_defines", "wgmma_smem_bytes", "WGMMA_SMEM_LIMIT",
 ]  # fmt: skip
 
 KINDS = {"f64": 1, "f16": 2, "bf16": 3, "tf32": 4}
@@ -164,3 +164,54 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
 def smem_bytes(defs: dict[str, int]) -> int:
     """Dynamic shared memory of one block (bytes)."""
     return defs["SMEM_ELEMS"] * defs["ELEM_BYTES"]
+
+
+#: the dynamic shared memory a block may opt into on sm_90 (227 KiB)
+WGMMA_SMEM_LIMIT = 227 * 1024
+
+
+def wgmma_smem_bytes(d: dict[str, int]) -> int:
+    """Dynamic shared memory of one ``wgmma.cu`` block (stage ring, mbarriers, 1 KiB so the
+    ring can start 1024-byte aligned, as the 128-byte swizzle needs)."""
+    bm = 64 * d["WG_M"] * d["NWG"]
+    return d["STAGES"] * ((bm + d["BN"]) * 128 + 16 * d["TMA"]) + 1024
+
+
+def wgmma_defines(bm: int, bn: int, bk: int = 32, stages: int = 4, group_m: int = 8,
+                  wg_m: int = 1, tma: bool = False, cluster: int = 1, swizzle: bool = True,
+                  wait1: bool = True, tf32_round: int = 3) -> dict[str, int]:  # fmt: skip
+    """The ``#define``s of one ``wgmma.cu`` build (Hopper TF32); raises ValueError for what the
+    kernel can't run. Block ``bm`` x ``bn`` x 32: ``bm / (64 wg_m)`` consumer warpgroups, each
+    ``wg_m`` m64 slabs of ``bn`` (64, 128 or 256) columns; ``tma``: TMA copies by a producer
+    warpgroup (128-byte swizzle only), ``cluster`` 2 blocks along M sharing B by multicast;
+    else cp.async by every thread (``swizzle`` 0: no-swizzle core matrices; ``wait1``: one
+    wgmma group in flight across the barrier). ``tf32_round`` as ``mma_defines``: 3/4 round to
+    nearest even (cvt.rn), 1/2 to nearest away (cvt.rna), both in the pack pre-pass."""
+    bad = []
+    if bk != 32:
+        bad.append("BK must be 32 (one 128-byte swizzle row of TF32)")
+    if bn not in (64, 128, 256):
+        bad.append("BN must be 64, 128 or 256 (the wgmma N)")
+    if wg_m not in (1, 2) or bm % (64 * wg_m) or not 1 <= bm // (64 * wg_m) <= 3:
+        bad.append(f"BM must be 64 * wg_m (1 or 2) * 1..3 warpgroups, not {bm} (wg_m {wg_m})")
+    if wg_m * bn > 256:
+        bad.append("at most 128 accumulators per thread (wg_m * BN <= 256)")
+    if stages < (3 if wait1 and not tma else 2):
+        bad.append("too few stages (cp.async with wait1: 3; else 2)")
+    if cluster not in (1, 2) or (cluster == 2 and not tma):
+        bad.append("cluster must be 1, or 2 with tma")
+    if cluster == 2 and group_m % 2:
+        bad.append("clusters of 2 need an even group_m")
+    if tma and not swizzle:
+        bad.append("tma copies here use the 128-byte swizzle")
+    if tf32_round not in (1, 2, 3, 4):
+        bad.append("tf32_round must be 1..4 (wgmma always rounds: in the pack pre-pass)")
+    d = dict(BN=bn, WG_M=wg_m, NWG=max(1, bm // (64 * wg_m)), STAGES=stages, SWIZZLE=int(swizzle),
+             WAIT1=int(wait1), GROUP_M=group_m, MINB=1, NS_SWAP=0,
+             ROUND=1 if tf32_round >= 3 else 2, TMA=int(tma), CLUSTER=cluster)  # fmt: skip
+    if not bad and wgmma_smem_bytes(d) > WGMMA_SMEM_LIMIT:
+        bad.append(f"{stages} stages need {wgmma_smem_bytes(d)} bytes of shared memory, over "
+                   f"{WGMMA_SMEM_LIMIT}")  # fmt: skip
+    if bad:
+        raise ValueError(f"wgmma tiles {bm}x{bn}x{bk}: " + "; ".join(bad))
+    return d

@@ -1,0 +1,163 @@
+"""Hopper warpgroup-MMA TF32 GEMM for the mma family on CuPy (``kernels/wgmma.cu``).
+
+A float32 mma plan (precision "tf32") runs here when its options ask for it: ``wgmma`` 1 (stage
+tiles by cp.async from every thread) or 2 (TMA copies by a producer warpgroup; ``cluster`` 2:
+two blocks along M share B by multicast), on a compute capability 9.0 device (``sm_90a`` code
+runs there only). Other options: ``stages``, ``group_m``, ``wg_m``, ``swizzle``, ``wait1``,
+``tf32_round`` (see ``mma_spec.wgmma_defines``); ``block_tile`` is (BM, BN, 32).
+
+One product is three launches: two pack kernels round A and B^T to TF32 into zero-padded
+K-major buffers (TF32 wgmma reads both operands K-major), then the GEMM, which loads without
+bounds checks and guards its stores. NVRTC compiles for ``sm_90a`` directly (CuPy's RawModule
+adds its own ``-arch``); the TMA kernel's two driver calls CuPy lacks (tensor-map encoding, a
+launch with 128-byte by-value parameters) go through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+from pathlib import Path
+from typing import Any
+
+from tiledmm.cache import LRUCache
+
+from ..kernels import mma_spec
+
+__all__ = ["wants", "defines", "run", "WgmmaKernel"]
+
+SRC = Path(__file__).resolve().parents[1] / "kernels" / "wgmma.cu"
+_KERNELS: LRUCache[Any] = LRUCache(16)
+
+
+def wants(plan: Any) -> bool:
+    """Whether ``plan`` asks for the wgmma kernel."""
+    return plan.dtype == "float32" and int(plan.options.get("wgmma", 0)) > 0
+
+
+def defines(plan: Any) -> dict[str, int]:
+    """``wgmma.cu``'s defines for ``plan`` (ValueError for what it can't run)."""
+    (bm, bn, bk), o = plan.block_tile, plan.options
+    if o.get("precision") != "tf32":
+        raise ValueError("float32 runs on the tensor cores only with precision='tf32'")
+    return mma_spec.wgmma_defines(
+        bm, bn, bk, stages=int(o.get("stages", 4)), group_m=int(o.get("group_m", 8)),
+        wg_m=int(o.get("wg_m", 1)), tma=int(o["wgmma"]) == 2, cluster=int(o.get("cluster", 1)),
+        swizzle=bool(int(o.get("swizzle", 1))), wait1=bool(int(o.get("wait1", 1))),
+        tf32_round=int(o.get("tf32_round", 3)),
+    )  # fmt: skip
+
+
+def _cubin(src: str) -> bytes:
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(src, "wgmma.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17", "-ftz=true"))
+        except Exception as exc:
+            raise RuntimeError(f"wgmma.cu: {exc}: {nvrtc.getProgramLog(prog)}") from exc
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+class _Driver:
+    """cuTensorMapEncodeTiled and cuLaunchKernel from libcuda."""
+
+    def __init__(self) -> None:
+        lib = C.CDLL("libcuda.so.1")
+        self.encode = lib.cuTensorMapEncodeTiled
+        u64p, u32p = C.POINTER(C.c_uint64), C.POINTER(C.c_uint32)
+        self.encode.argtypes = [C.c_void_p, C.c_int, C.c_uint32, C.c_void_p, u64p, u64p, u32p,
+                                u32p, C.c_int, C.c_int, C.c_int, C.c_int]  # fmt: skip
+        self.launch = lib.cuLaunchKernel
+        self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
+
+    def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int) -> tuple[Any, int]:
+        """(buffer, 64-byte aligned address) of a map of a row-major float32 [rows x cols]:
+        boxes of 32 columns x ``box_rows`` rows, 128-byte swizzle."""
+        raw = C.create_string_buffer(192)
+        addr = (C.addressof(raw) + 63) & ~63
+        dim, stride = (C.c_uint64 * 2)(cols, rows), (C.c_uint64 * 1)(cols * 4)
+        box, one = (C.c_uint32 * 2)(32, box_rows), (C.c_uint32 * 2)(1, 1)
+        # FLOAT32 7, no interleave 0, swizzle 128B 3, L2 promotion 256B 3, OOB fill zeros 0
+        rc = self.encode(addr, 7, 2, ptr, dim, stride, box, one, 0, 3, 3, 0)
+        if rc:
+            raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc}")
+        return raw, addr
+
+    def call(self, fn: int, grid: int, block: int, smem: int, stream: int, args: list) -> None:
+        ptrs = [a[1] if isinstance(a, tuple) else C.addressof(a) for a in args]
+        rc = self.launch(fn, grid, 1, 1, block, 1, 1, smem, stream,
+                         (C.c_void_p * len(ptrs))(*ptrs), None)  # fmt: skip
+        if rc:
+            raise RuntimeError(f"cuLaunchKernel (wgmma_gemm_tma): CUresult {rc}")
+
+
+class WgmmaKernel:
+    """One compiled ``wgmma.cu`` build: ``kern(a, b, c)`` is ``c[...] = a @ b`` (TF32)."""
+
+    def __init__(self, cp: Any, defs: dict[str, int]) -> None:
+        from cupy.cuda import driver, function
+
+        self.cp, self.defs = cp, defs
+        self.bm, self.bn = 64 * defs["WG_M"] * defs["NWG"], defs["BN"]
+        self.tma, self.cluster = bool(defs["TMA"]), defs["CLUSTER"]
+        self.threads = 128 * (defs["NWG"] + defs["TMA"])
+        self.smem = mma_spec.wgmma_smem_bytes(defs)
+        src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+        self.mod = function.Module()
+        self.mod.load(_cubin(src))
+        self.gemm = self.mod.get_function("wgmma_gemm_tma" if self.tma else "wgmma_gemm")
+        self.pack_a = self.mod.get_function("tf32_pack_a")
+        self.pack_bt = self.mod.get_function("tf32_pack_bt")
+        attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(self.gemm.ptr, attr, self.smem)
+        self.drv = _Driver() if self.tma else None
+
+    def __call__(self, a: Any, b: Any, c: Any) -> None:
+        cp, i32, i64 = self.cp, self.cp.int32, self.cp.int64
+        (m, k), n = a.shape, b.shape[1]
+        bm = self.bm * self.cluster
+        mp, np_, kp = -(-m // bm) * bm, -(-n // self.bn) * self.bn, -(-k // 32) * 32
+        ap, bt = cp.empty((mp, kp), cp.float32), cp.empty((np_, kp), cp.float32)
+        sa = (i64(a.strides[0] // 4), i64(a.strides[1] // 4))
+        sb = (i64(b.strides[0] // 4), i64(b.strides[1] // 4))
+        q = mp * kp // 4
+        self.pack_a(((q + 255) // 256,), (256,), (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp)))
+        self.pack_bt((np_ // 32, kp // 32), (32, 8), (b, bt, i32(k), i32(n), *sb, i32(np_),
+                                                      i32(kp)))  # fmt: skip
+        tm, tn, ldc = mp // self.bm, np_ // self.bn, c.strides[0] // 4
+        if not self.tma:
+            self.gemm((tm * tn,), (self.threads,), (ap, bt, c, i32(m), i32(n), i32(kp), i64(ldc),
+                      i32(tm), i32(tn)), shared_mem=self.smem)  # fmt: skip
+            return
+        d = self.drv
+        ma = d.tensor_map(ap.data.ptr, mp, kp, self.bm)
+        mb = d.tensor_map(bt.data.ptr, np_, kp, self.bn // self.cluster)
+        args = [ma, mb, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(kp),
+                C.c_longlong(ldc), C.c_int(tm), C.c_int(tn)]  # fmt: skip
+        stream = cp.cuda.get_current_stream().ptr
+        d.call(self.gemm.ptr, tm * tn, self.threads, self.smem, stream, args)
+
+
+def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
+    """``out[...] = a @ b`` (2-D float32, any strides) with a wgmma plan."""
+    cc = cp.cuda.Device().compute_capability
+    if cc != "90":
+        raise ValueError(f"the wgmma kernel is sm_90a code: compute capability 9.0, not {cc}")
+    (m, k), n = a.shape, b.shape[1]
+    if not m or not n:
+        return
+    if not k:
+        out.fill(0)
+        return
+    defs = defines(plan)
+    key = (tuple(sorted(defs.items())), cp.cuda.runtime.getDevice())
+    kern = _KERNELS.get_or_make(key, lambda: WgmmaKernel(cp, defs))
+    s0, s1 = out.strides
+    plain = (s1 == 4 or n == 1) and (m == 1 or (s0 % 4 == 0 and s0 >= 4 * n))
+    c = out if plain else cp.empty((m, n), cp.float32)  # the GEMM reads only packed copies
+    kern(a, b, c)
+    if c is not out:
+        out[...] = c
