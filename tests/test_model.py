@@ -382,6 +382,32 @@ def test_staging_goes_through_the_shared_data_pipe_and_the_issue_count_follows_s
     assert dict(reg.level("shared memory").parts)["stores"] > 0
 
 
+def test_odd_leading_dimensions_copy_or_load_scalars_as_the_launch_decides():
+    """register.cl with lda or ldb no multiple of 16 bytes: where the copies into aligned rows
+    cost under 5% of the product (4095^3) the launch makes them (a serial phase: A and B read
+    and written once); else (1000x3000x777) the kernel's unaligned variant loads VW scalars per
+    vector, each instruction paying the lines and sectors its warp touches in the data pipe."""
+    geo = TUNED["register"]
+    odd = make_plan(4095, 4095, 4095, dtype="float32", kernel="register", device=H200,
+                    geometry=geo, backend="cupy")  # fmt: skip
+    even = make_plan(4096, 4096, 4096, dtype="float32", kernel="register", device=H200,
+                     geometry=geo, backend="cupy")  # fmt: skip
+    copies = 2 * 2 * 4095 * 4095 * 4 / H200.level("DRAM") + 2 * H200.launch_overhead
+    assert "aligned copies" in odd.binding.note
+    assert odd.binding.serial - even.binding.serial == pytest.approx(copies, rel=0.05)
+    g64 = Geometry((64, 64, 8), (4, 4), (("vm", 2), ("vn", 2), ("pad", 2), ("group_m", 8)))
+    fills = {}
+    for k in (776, 777):  # K = 777: lda odd, the copies would cost more than 5%
+        p = make_plan(1000, 3000, k, dtype="float64", kernel="register", device=H200,
+                      geometry=g64, backend="cupy")  # fmt: skip
+        assert "aligned copies" not in p.binding.note
+        fills[k] = dict(p.level("shared memory").parts)["global fills"]
+    # per block K step, aligned: 2 x 8 KB / 128 = 128; scalar: 5 wavefronts per load
+    # instruction (A: 8 rows x 2.5 sectors; B: 16.5 sectors of one row), 2 instructions per
+    # vector of 2, 16 vectors per warp: 160; the lines' sectors written back in: 80
+    assert fills[777] / fills[776] == pytest.approx(240 / 128, rel=0.02)
+
+
 #: gemv on the H200 (/work/notes/b2/skinny_check.txt, CuPy, 2026-11-30): shape, tiles, ks, us
 GEMV_MEASURED = [
     ((1, 8192, 8192), (1, 32, 1), 16, 67.8),

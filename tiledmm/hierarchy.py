@@ -81,6 +81,7 @@ def gpu_levels(
     pass, ``opts["gemv"]`` the naive family's gemv path."""
     batch = max(1, int(g.get("batch", opts.get("batch", 1)) or 1))
     split = max(1, int(opts.get("split_k", 1)))
+    copies: tuple[float, int] = (0.0, 0)
     if kernel == "naive" and opts.get("gemv"):
         g = gemv_shape(g, opts, s)
         blocks_per_unit = _gemv_resident(g, s, dev)
@@ -88,6 +89,7 @@ def gpu_levels(
     else:
         if split > 1:  # K_SLICE in gemm_common.h: a multiple of BK per slice
             g = dict(g, kp=math.ceil(math.ceil(g["k"] / split) / g["bk"]) * g["bk"])
+        copies, opts = _alignment(kernel, g, s, dev, engine, opts, dtype)
         counts = (naive_counts(g, s, engine) if kernel == "naive"
                   else staged_counts(g, s, engine, opts, kernel))  # fmt: skip
     blocks, sms = g["gx"] * g["gy"] * batch * split, max(1, dev.compute_units)
@@ -121,7 +123,9 @@ def gpu_levels(
         # lines: written into the SRAM when they return from L2, read out to the registers
         # (docs/model.md: what the shared probe's 32.7 TB/s delivers)
         wf_rate = per_sm("shared memory", shared_bw) / WAVEFRONT
-        fills = FILL_ACCESSES * counts.l1_wf if counts.store_wf else 0.0
+        fills = 0.0
+        if counts.store_wf:
+            fills = FILL_ACCESSES * counts.l1_wf if counts.fill_wf is None else counts.fill_wf
         pipe_wf = counts.shared_wf + counts.store_wf + fills
         out.append(Level("shared memory", pipe_wf * blocks * WAVEFRONT,
                          dev.clocked("shared memory", shared_bw) * used / sms,
@@ -177,6 +181,11 @@ def gpu_levels(
         phase += (first + c_tiles) / l2_bw
         serial += rounds * phase
         why.append(f"{rounds} wave prologue/epilogue(s) {phase * 1e6:.3g} us")
+    if copies[1]:
+        # odd leading dimensions copied into 16-byte-aligned rows before the launch (read and
+        # written once each through DRAM, one copy kernel per operand)
+        serial += copies[0] * batch / dev.level("DRAM") + copies[1] * dev.launch_overhead
+        why.append(f"aligned copies {copies[0] * batch / 1e6:.4g} MB")
     if reduce_bytes:
         # split-K: the reduction kernel reads the S partial products and writes C, from the
         # L2 when the workspace fits its shared capacity, else from DRAM; a second launch
@@ -189,6 +198,26 @@ def gpu_levels(
         out = [replace(lv, seconds=lv.seconds + serial, serial=serial,
                        note=f"{lv.note}; {note}" if lv.note else note) for lv in out]  # fmt: skip
     return out
+
+
+def _alignment(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict,
+               dtype: str) -> tuple[tuple[float, int], dict]:  # fmt: skip
+    """What the launch does with leading dimensions that are no multiple of 16 bytes (row-major
+    operands: lda = K, ldb = N; ``kernels.pad_pays`` and ``launch.py``): the local-memory
+    register kernel copies them into aligned rows when the copies cost under 5% of the product
+    at the device's ceilings (returns the bytes copied and the copy launches), else it runs
+    its unaligned variant (scalar guarded loads: ``opts["aligned"]`` = 0 for the counts)."""
+    vw = 16 // s
+    odd_a, odd_b = g["k"] % vw != 0, g["n"] % vw != 0
+    if (kernel != "register" or engine != "gemm-c" or not int(opts.get("use_local", 1))
+            or "aligned" in opts or not (odd_a or odd_b)):  # fmt: skip
+        return (0.0, 0), opts
+    m, n, k = g["m"], g["n"], g["k"]
+    copy_all = 2 * (m * k + k * n) * s / dev.bandwidth if dev.bandwidth else math.inf
+    if copy_all < 0.05 * 2 * m * n * k / dev.peak(dtype):
+        copied = 2 * (m * k * odd_a + k * n * odd_b) * s
+        return (float(copied), int(odd_a) + int(odd_b)), opts
+    return (0.0, 0), dict(opts, aligned=0)
 
 
 def _gemv_resident(g: dict, s: int, dev: DeviceSpec) -> int:

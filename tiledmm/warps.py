@@ -82,6 +82,8 @@ class Counts:
     l1_bytes: float = 0.0
     trips: float = 0.0  # dependent global round trips per warp (latency level)
     mlp: float = 1.0  # independent loads in flight per warp per trip
+    fill_wf: float | None = None  # data-pipe wavefronts of the staged global loads (None:
+    # FILL_ACCESSES per 128 B: each line written into the SRAM once and read out once)
 
 
 def naive_counts(g: dict, s: int, engine: str) -> Counts:
@@ -167,6 +169,9 @@ def staged_counts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> Coun
         step_instr = elems / vw * 4 + 8
     instr = warps * steps * (groups * (per_group + lds) + step_instr)
     loads_bytes = (bm * bk + bk * bn) * s
+    fill_wf = None
+    if kernel == "register" and engine == "gemm-c" and not int(opts.get("aligned", 1)):
+        fill_wf = steps * _scalar_fetch_wavefronts(g, s)
     return Counts(
         fma=fma,
         instr=instr,
@@ -176,7 +181,33 @@ def staged_counts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> Coun
         l1_bytes=steps * loads_bytes,
         trips=steps if int(opts.get("stages", 1)) < 2 else 1,
         mlp=1.0,
+        fill_wf=fill_wf,
     )
+
+
+def _scalar_fetch_wavefronts(g: dict, s: int) -> float:
+    """Data-pipe wavefronts of register.cl's unaligned fetch (ALIGNED = 0: a leading dimension
+    no multiple of 16 bytes) per block per K step. Each 16-byte vector of the tiles becomes VW
+    guarded scalar loads, so a warp's load instruction has its 32 lanes 16 bytes apart (A:
+    rows of BK elements, a warp over 32 / (BK / VW) rows; B: a warp along one row), rows at
+    random offsets in their lines. L1TEX resolves 4 lines x 4 sectors per wavefront (its tag
+    stage) and reads 128 bytes per wavefront: an instruction costs the larger of lines / 4 and
+    sectors / 4, and the VW instructions of a vector each pay it. Each returning line is then
+    written into the SRAM once (its sectors / 4). Aligned (one 16-byte load per vector), the
+    staged lines cost bytes / 128 twice instead (``FILL_ACCESSES``)."""
+    bm, bn, bk = g["bm"], g["bn"], g["bk"]
+    vw = 16 // s
+    reads = writes = 0.0
+    for rows, cols in ((bm, bk), (bk, bn)):  # A (BM x BK), B (BK x BN), row-major tiles
+        per_row = cols // vw  # vectors along a row
+        lanes = min(per_row, WARP)  # lanes of one instruction on one row, 16 bytes apart
+        warp_rows = max(1, WARP // per_row)
+        sectors = warp_rows * (1 + (lanes - 1) * 16 / SECTOR)  # expected, random offset
+        lines = warp_rows * (1 + ((lanes - 1) * 16) / WAVEFRONT)
+        per_instr = max(math.ceil(lines / 4), math.ceil(sectors / 4))
+        reads += math.ceil(rows * per_row / WARP) * vw * per_instr
+        writes += rows * (1 + (cols * s - s) / SECTOR) / 4  # sectors of each row, per 4
+    return reads + writes
 
 
 def _store_wavefronts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> int:
