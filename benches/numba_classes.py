@@ -84,7 +84,7 @@ def sweep(classes: list[str], dtype: str = "float32") -> list[dict]:
             A, B, ref = sweep_operands(be, bshape, m, n, k, dtype, rng)
             for i, (fam, geo) in enumerate(CANDIDATES[cls]):
                 try:
-                    run_geo = shapefit.for_product(geo, fam, m, n, k, dev, cls, nb)
+                    run_geo = shapefit.for_product(geo, fam, m, n, k, dev, cls, nb, dtype, be.name)
                     plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=fam, device=dev,
                                              geometry=run_geo, backend=be.name)  # fmt: skip
                     t = check_then_time(be, plan, A, B, ref, bshape, dtype)

@@ -62,7 +62,8 @@ def measure(names) -> dict:
             base = tuning.select(be, "register", "float32", dev, cls)
             A, B = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
             for mt in CHOICES:
-                geo = shapefit.for_product(with_min_tile(base, mt), "register", m, n, k, dev, cls)
+                geo = shapefit.for_product(with_min_tile(base, mt), "register", m, n, k, dev, cls,
+                                          1, "float32", name)  # fmt: skip
                 plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="register", device=dev,
                                          geometry=geo, backend=name)  # fmt: skip
                 C = be.asarray(np.full((m, n), np.nan, np.float32), np.dtype(np.float32))

@@ -91,7 +91,9 @@ def main(argv=None) -> int:
             geo = geometry(be, args.dtype, cls, cache) or default_geometry(
                 FAMILY, args.dtype, be.device()
             )
-            geo = shapefit.for_product(geo, FAMILY, m, n, k, be.device(), cls)  # as dispatch
+            geo = shapefit.for_product(
+                geo, FAMILY, m, n, k, be.device(), cls, 1, args.dtype, be.name
+            )  # as dispatch
             plan = tiledmm.make_plan(m, n, k, dtype=args.dtype, kernel=FAMILY, device=be.device(),
                                      geometry=geo, backend=be.name)  # fmt: skip
             err = check_case(case, plan)

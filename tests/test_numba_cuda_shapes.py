@@ -20,29 +20,24 @@ BIG = Geometry((128, 128, 8), (8, 8), NUMBA)
 
 
 @pytest.mark.parametrize(
-    ("m", "n", "batch", "tile", "thread"),
-    [(256, 256, 1, (32, 32), (2, 2)), (1024, 1024, 1, (128, 64), (8, 4)),
-     (512, 512, 1, (64, 32), (4, 2)), (1000, 3000, 1, (128, 64), (8, 4)),
-     (257, 4097, 1, (128, 64), (8, 4)),
-     (2048, 2048, 1, (128, 128), (8, 8)), (512, 512, 32, (128, 128), (8, 8))],
+    ("m", "n", "k", "tile", "thread"),
+    [(256, 256, 256, (32, 32), (2, 2)), (512, 512, 512, (64, 32), (4, 2)),
+     (1024, 1024, 1024, (128, 64), (8, 4)), (1000, 3000, 777, (128, 64), (8, 4)),
+     (2048, 2048, 2048, (128, 128), (8, 8))],
 )  # fmt: skip
-def test_min_tile_keeps_halving_while_the_grid_is_small(m, n, batch, tile, thread):
-    g = shapefit.fit_grid(BIG, m, n, 132, batch)
+def test_min_tile_tiles_are_fitted_to_the_grid_by_prediction(m, n, k, tile, thread):
+    g = shapefit.fit_grid(BIG, m, n, k, reference_h200(), "float32", "numba-cuda")
     assert (g.block_tile[:2], g.thread_tile) == (tile, thread)
     assert (tile[0] // thread[0]) * (tile[1] // thread[1]) == 256  # threads per block kept
-    blocks = -(-m // tile[0]) * -(-n // tile[1]) * batch
     if tile != (128, 128):
         assert "halved to" in g.source and "vn" not in dict(g.options)
-        # stopped by the grid (after the first halving: one block on >= 90% of the SMs) or by
-        # min_tile
-        assert blocks >= shapefit.FILLED_GRID_BLOCKS_PER_SM * 132 or min(tile) == 32
 
 
 def test_min_tile_floor_and_split_k_are_respected():
-    g = shapefit.fit_grid(replace_opts(BIG, min_tile=64), 64, 64, 132)
+    g = shapefit.fit_grid(replace_opts(BIG, min_tile=64), 64, 64, 64, reference_h200())
     assert g.block_tile[:2] == (64, 64)
     split = replace_opts(BIG, split_k=4)
-    assert shapefit.fit_grid(split, 64, 64, 132) == split
+    assert shapefit.fit_grid(split, 64, 64, 64, reference_h200()) == split
 
 
 def test_orient_turns_numba_tiles_without_vector_widths():

@@ -146,7 +146,7 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
             geo, options=tuple(sorted({**dict(geo.options), "precision": precision}.items()))
         )
     if block_tile is None and thread_tile is None:
-        geo = shapefit.for_product(geo, fam, m, n, k, device, cls, batch)
+        geo = shapefit.for_product(geo, fam, m, n, k, device, cls, batch, dtype, be.name)
     else:
         geo = shapefit.resolve_split(geo, m, n, k, device.compute_units, batch)
     if block_tile is not None or thread_tile is not None:

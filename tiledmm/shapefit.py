@@ -1,8 +1,9 @@
 """Per-product adjustments of a tile geometry from the tuning database (issue 11): the same
 class entry serves products of different grids and orientations. ``resolve_split`` turns
-``split_k="auto"`` into slices for the grid, ``fit_grid`` halves a register tile whose grid
-leaves SMs idle, ``orient`` turns a skinny product's tile to its short side. Pure functions of
-the geometry, the product and the device's SM count; dispatch applies them on GPUs."""
+``split_k="auto"`` into slices for the grid, ``fit_grid`` halves a register tile where the
+planner predicts the smaller tile faster (small grids, partial last waves), ``orient`` turns a
+skinny product's tile to its short side. Pure functions of the geometry, the product and the
+device; dispatch applies them on GPUs."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from typing import Any
 
 from .backend import Geometry
 
-__all__ = ["MIN_SLICE", "MAX_SPLIT", "SMALL_GRID_BLOCKS_PER_SM",
-           "FILLED_GRID_BLOCKS_PER_SM", "auto_split", "resolve_split",
-           "fit_grid", "orient", "for_product"]  # fmt: skip
+__all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "auto_split", "resolve_split",
+           "halvings", "fit_grid", "orient", "for_product"]  # fmt: skip
 
 
 #: K elements per slice at least, and slices at most, for ``split_k="auto"``
@@ -32,38 +32,28 @@ def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int =
     return s
 
 
-#: Fewer blocks than this per SM: the register tile is halved along N (see :func:`fit_grid`).
-SMALL_GRID_BLOCKS_PER_SM = 1.5
-#: After the first halving, a grid with at least this many blocks per SM stays (one block on
-#: nearly every SM): 1024^3 runs 128x64 (128 blocks, 0.86 of cuBLAS) rather than 64x64 (0.79).
-FILLED_GRID_BLOCKS_PER_SM = 0.9
+#: The smallest block side :func:`fit_grid` halves a register tile to (a ``min_tile`` option
+#: overrides it).
+MIN_TILE = 32
+#: A halved tile is taken only when predicted this much faster (ties keep the larger tile):
+#: the model puts 128x64 at 1.04x the time of 128x128 where both fill their waves, the H200
+#: measures 1.12x (8192^3), so near-ties go to the larger tile.
+FIT_MARGIN = 0.05
 
 
-def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometry:
-    """``geo`` with its register tile halved along N (block and thread tile) when its grid
-    leaves SMs idle: fewer than ``SMALL_GRID_BLOCKS_PER_SM`` blocks per SM. One wave of
-    half-size blocks spreads the same work over twice the SMs, and the halved tile keeps the
-    threads per block. Measured on the H200 (benches/tile_choice.py, both CuPy and OpenCL):
-    128x64 beats 128x128 at 1024^3 (0.91 / 1.03 of cuBLAS against 0.54 / 0.57),
-    257x4097x1031 and 1000x3000x777; from 2048^3 (1.9 blocks per SM) 128x128 wins. Only
-    the shared C sources' register tiles (their ``vn`` option; measured there), once; a tile
-    with the option ``min_tile`` (numba-cuda's) keeps halving, its longer side first, while
-    the grid is small and both block sides stay >= ``min_tile`` (thread tiles >= 2): after
-    the first halving only while the grid fills fewer than ``FILLED_GRID_BLOCKS_PER_SM`` per
-    SM (benches/results/logs/h200-small-grid.log: 512^3 and 256^3 gain from 64x64 and 32x32,
-    1024^3 loses 0.86 -> 0.79 of cuBLAS going from 128x64, 128 blocks, to 64x64). Tiles
-    with a split-K, or (``vn``) already narrower than 128, are left alone."""
+def halvings(geo: Geometry) -> list[Geometry]:
+    """``geo``'s register tile and its successive halvings, the longer block side first (N on
+    a square), thread tile with it (vector widths clipped), while block sides stay >= the
+    floor (``min_tile``, else :data:`MIN_TILE`) and thread tiles even and >= 2: 128x128/8x8,
+    128x64/8x4, 64x64/4x4, 64x32/4x2, 32x32/2x2. Threads per block stay the same."""
     bm, bn, bk = geo.block_tile
     tm, tn = geo.thread_tile
     opts = dict(geo.options)
-    floor = int(opts.get("min_tile", 0))
-    if ("vn" not in opts and not floor) or opts.get("split_k", 1) not in (1, "1"):
-        return geo
-    blocks = first = -(-m // bm) * -(-n // bn) * max(1, batch)
-    limit = SMALL_GRID_BLOCKS_PER_SM
-    while blocks < limit * max(1, sms):
-        n_ok = tn >= 4 and tn % 2 == 0 and (bn // 2 >= floor if floor else bn >= 128)
-        m_ok = floor > 0 and tm >= 4 and tm % 2 == 0 and bm // 2 >= floor
+    floor = int(opts.get("min_tile", MIN_TILE))
+    out = [geo]
+    while True:
+        n_ok = tn >= 2 and tn % 2 == 0 and bn // 2 >= floor
+        m_ok = tm >= 2 and tm % 2 == 0 and bm // 2 >= floor
         if n_ok and (bn >= bm or not m_ok):
             bn, tn = bn // 2, tn // 2
             if "vn" in opts:
@@ -73,16 +63,49 @@ def fit_grid(geo: Geometry, m: int, n: int, sms: int, batch: int = 1) -> Geometr
             if "vm" in opts:
                 opts["vm"] = min(int(opts["vm"]), tm)
         else:
-            break
-        blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
-        if not floor:
-            break
-        limit = FILLED_GRID_BLOCKS_PER_SM
-    if (bm, bn) == geo.block_tile[:2]:
+            return out
+        if min(tm, tn) < 2:
+            return out
+        out.append(replace(geo, block_tile=(bm, bn, bk), thread_tile=(tm, tn),
+                           options=tuple(sorted(opts.items()))))  # fmt: skip
+
+
+def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "float32",
+             backend: str = "", batch: int = 1) -> Geometry:  # fmt: skip
+    """``geo`` or one of its :func:`halvings`, whichever the planner predicts fastest for this
+    product on ``device`` (its wave quantization and occupancy: fewer, larger tiles leave SMs
+    idle on a small grid or in a last partial wave; smaller tiles reuse less). Ties within
+    :data:`FIT_MARGIN` keep the larger tile. Measured on the H200 (benches/tile_choice.py,
+    CuPy and OpenCL, benches/results/logs/h200-tile-choice-s6.txt), the model ranks the
+    candidates right: 64x32 at 512^3 (0.84 of cuBLAS against 0.65 for 64x64), 128x64 at 1024^3,
+    1536^3, 3072^3 (0.90 against 0.78 for 128x128: 2.2 waves of 128x128 blocks at 2 per SM)
+    and 1000x3000x777, 128x128 from 2048^3 and at 4096^3-16384^3. Only the shared C sources'
+    register tiles (their ``vn`` option) and tiles with ``min_tile`` (numba-cuda's) of single
+    products; tiles with a split-K, and batches (their class tile is measured: 64x64 lost to
+    128x64 on all four batched shapes, benches/results/logs/h200-shapes-0255.json), are left
+    alone."""
+    from .planner import PlanError, make_plan
+
+    opts = dict(geo.options)
+    if ("vn" not in opts and "min_tile" not in opts) or opts.get("split_k", 1) not in (1, "1"):
         return geo
-    note = f"{geo.source}; halved to {bm}x{bn} for a grid of {first} blocks on {sms} SMs"
-    return replace(geo, block_tile=(bm, bn, bk), thread_tile=(tm, tn),
-                   options=tuple(sorted(opts.items())), source=note)  # fmt: skip
+    if batch > 1:
+        return geo
+    best, best_t = geo, None
+    for cand in halvings(geo):
+        try:
+            plan = make_plan(m, n, k, dtype=dtype, kernel="register", device=device,
+                             geometry=cand, backend=backend)  # fmt: skip
+            t = plan.predicted_seconds
+        except PlanError:
+            continue
+        if best_t is None or t < best_t * (1 - FIT_MARGIN):
+            best, best_t = cand, t
+    if best is geo:
+        return geo
+    bm, bn = best.block_tile[:2]
+    note = f"{geo.source}; halved to {bm}x{bn}, predicted fastest for {m}x{n}x{k}"
+    return replace(best, source=note)
 
 
 def orient(geo: Geometry, m: int, n: int) -> Geometry:
@@ -116,13 +139,13 @@ def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 
 
 
 def for_product(geo: Geometry, family: str, m: int, n: int, k: int, device: Any, shape_class: str,
-                batch: int = 1) -> Geometry:  # fmt: skip
+                batch: int = 1, dtype: str = "float32", backend: str = "") -> Geometry:  # fmt: skip
     """What runs for a stored geometry on this product (dispatch, the tuner and the benches
     apply the same steps): on a GPU a register tile is turned to a skinny product's short side
-    and fitted to the grid; ``split_k="auto"`` becomes a slice count."""
+    and fitted to the grid (:func:`fit_grid`); ``split_k="auto"`` becomes a slice count."""
     sms = device.compute_units
     if family == "register" and device.is_gpu:
         if shape_class == "skinny_mn":
             geo = orient(geo, m, n)
-        geo = fit_grid(geo, m, n, sms, batch)
+        geo = fit_grid(geo, m, n, k, device, dtype, backend, batch)
     return resolve_split(geo, m, n, k, sms, batch)

@@ -83,7 +83,7 @@ class Task:
         b = 1 if shape else self.shape[0]
         t = self.tuner
         g = shapefit.for_product(g, self.family, m, n, k, t.device,
-                                 tuning.shape_class(m, n, k, b), b)  # fmt: skip
+                                 tuning.shape_class(m, n, k, b), b, t.dtype, t.be.name)  # fmt: skip
         try:
             return make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
                              geometry=g, backend=t.be.name)  # fmt: skip
