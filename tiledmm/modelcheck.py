@@ -60,11 +60,17 @@ class Row:
         return self.measured / self.predicted if self.predicted else None
 
 
+#: The families issue 12 holds to the band; others (the tensor-core ``mma`` family, issue 14)
+#: are predicted and shown with their ratio, not held.
+HELD_FAMILIES = ("naive", "tiled", "register")
+
+
 def band(row: Row, gpu: bool) -> tuple[float, float] | None:
-    """The band a row is held to (None: shown only): GPU rows and, on the CPU, the compiled
-    kernels and the NumPy backend's register family, all at M*N*K >= 1024^3."""
+    """The band a row is held to (None: shown only): GPU rows of the three families and, on
+    the CPU, the compiled kernels and the NumPy backend's register family, all at
+    M*N*K >= 1024^3."""
     m, n, k = row.shape
-    if m * n * k < MIN_PRODUCT or not row.predicted:
+    if m * n * k < MIN_PRODUCT or not row.predicted or row.kernel not in HELD_FAMILIES:
         return None
     if gpu:
         return GPU_BAND

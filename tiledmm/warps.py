@@ -36,6 +36,14 @@ FILL_ACCESSES = 2
 #: main loop's 64 FFMA, 80 LDS and 4 loop/barrier instructions; docs/model.md).
 TILED_STAGE_INSTR = 21  # per staged element per thread
 TILED_STEP_INSTR = 37  # per K step per warp
+#: The register family's extra staging instructions, read off nvcc 13.0's sm_90 SASS of
+#: register.cl as CuPy builds it (interior blocks; docs/model.md): double buffering
+#: (STAGES 2: the buffer index, both buffers' addresses, the guarded fetch and stash) adds per
+#: warp per K step 36-39 in float32 (128x128x16, 128x64x16, 64x32x16), 23 in float64
+#: (64x64x8); the unaligned variant (ALIGNED 0) adds per staged 16-byte vector per thread
+#: 14-18 (VW guarded scalar loads: the bound compares, addresses, moves; 10-18 over 7 tiles).
+REGISTER_STAGES2_INSTR = {4: 37, 8: 23}
+REGISTER_SCALAR_INSTR = 16
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -167,6 +175,11 @@ def staged_counts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> Coun
         # about two index/guard instructions; plus two barriers and the loop (8 instructions).
         vw = 16 // s if engine == "gemm-c" else 1
         step_instr = elems / vw * 4 + 8
+        if kernel == "register" and engine == "gemm-c":
+            if int(opts.get("stages", 1)) >= 2:
+                step_instr += REGISTER_STAGES2_INSTR.get(s, REGISTER_STAGES2_INSTR[4])
+            if not int(opts.get("aligned", 1)):
+                step_instr += elems / vw * REGISTER_SCALAR_INSTR
     instr = warps * steps * (groups * (per_group + lds) + step_instr)
     loads_bytes = (bm * bk + bk * bn) * s
     fill_wf = None
