@@ -43,6 +43,10 @@ VARIANTS = {
     "s128x256_s4_g16": {"GROUP_M": 16},
     "n128x256_s4_swap": {"SWIZZLE": 0, "NS_SWAP": 1},
     "s128x256_s4_rna": {"ROUND": 2},
+    # does TMA round to TF32 when the map says TFLOAT32 (data type 11)? packs without rounding;
+    # "trunc" (FLOAT32 map) is the unrounded error level to compare with
+    "t128x256_c2_tmaround": {"TMA": 1, "CLUSTER": 2, "ROUND": 0, "TMAP_DTYPE": 11},
+    "t128x256_c2_trunc": {"TMA": 1, "CLUSTER": 2, "ROUND": 0},
 }
 SHAPES = [(257, 383, 77), (4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)]
 REPS = 12
@@ -72,7 +76,7 @@ class Driver:
         self.launch = lib.cuLaunchKernel
         self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
 
-    def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int):
+    def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int, dtype: int = 7):
         """A float32 row-major [rows x cols] map, boxes of 32 columns x ``box_rows`` rows,
         128-byte swizzle; a 64-byte aligned 128-byte host buffer (kept alive by the caller)."""
         C = self.C  # noqa: N806
@@ -82,8 +86,8 @@ class Driver:
         stride = (C.c_uint64 * 1)(cols * 4)
         box = (C.c_uint32 * 2)(32, box_rows)
         one = (C.c_uint32 * 2)(1, 1)
-        # FLOAT32 = 7, interleave none = 0, swizzle 128B = 3, L2 promotion 256B = 3, OOB zero
-        rc = self.encode(addr, 7, 2, ptr, dim, stride, box, one, 0, 3, 3, 0)
+        # FLOAT32 = 7 (TFLOAT32 11), interleave none = 0, swizzle 128B = 3, L2 promotion 256B = 3, OOB zero
+        rc = self.encode(addr, dtype, 2, ptr, dim, stride, box, one, 0, 3, 3, 0)
         if rc:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {rc}")
         return raw, addr
@@ -159,8 +163,9 @@ class Kernel:
         tm, tn = ap.shape[0] // self.bm, bt.shape[0] // self.bn
         if self.tma:
             C, d = self.drv.C, self.drv  # noqa: N806
-            ma = d.tensor_map(ap.data.ptr, ap.shape[0], ap.shape[1], self.bm)
-            mb = d.tensor_map(bt.data.ptr, bt.shape[0], bt.shape[1], self.bn // self.cluster)
+            dt = self.defs.get("TMAP_DTYPE", 7)
+            ma = d.tensor_map(ap.data.ptr, ap.shape[0], ap.shape[1], self.bm, dt)
+            mb = d.tensor_map(bt.data.ptr, bt.shape[0], bt.shape[1], self.bn // self.cluster, dt)
             args = (ma, mb, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(ap.shape[1]),
                     C.c_longlong(c.strides[0] // 4), C.c_int(tm), C.c_int(tn))  # fmt: skip
             stream = cp.cuda.get_current_stream().ptr

@@ -16,7 +16,8 @@
 //
 // Defines (all set by the host): BN (64/128/256), WG_M (1/2), NWG (1..3), STAGES, SWIZZLE,
 // WAIT1, GROUP_M (block raster: GROUP_M tile rows per column sweep), MINB (blocks per SM),
-// NS_SWAP (no-swizzle only: swap the two byte offsets; a layout check), ROUND (1 rn, 2 rna),
+// NS_SWAP (no-swizzle only: swap the two byte offsets; a layout check), ROUND (1 rn, 2 rna,
+// 0 none: for measuring),
 // TMA 1: also the kernel wgmma_gemm_tma (tensor-memory-accelerator copies, a producer
 // warpgroup, mbarriers; CLUSTER 1 or 2 blocks along M sharing B by multicast; SWIZZLE 1 only).
 
@@ -77,7 +78,9 @@ __device__ __forceinline__ unsigned smem_u32(const void *p)
 __device__ __forceinline__ float to_tf32(float x)
 {
   unsigned r;
-#if ROUND == 2
+#if ROUND == 0
+  r = __float_as_uint(x);  // no rounding (the tensor cores then ignore the low 13 bits)
+#elif ROUND == 2
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
 #else
   asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
