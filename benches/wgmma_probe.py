@@ -86,7 +86,7 @@ class Driver:
         stride = (C.c_uint64 * 1)(cols * 4)
         box = (C.c_uint32 * 2)(32, box_rows)
         one = (C.c_uint32 * 2)(1, 1)
-        # FLOAT32 = 7 (TFLOAT32 11), interleave none = 0, swizzle 128B = 3, L2 promotion 256B = 3, OOB zero
+        # FLOAT32 7 (TFLOAT32 11), interleave none 0, swizzle 128B 3, L2 promotion 256B 3, OOB 0
         rc = self.encode(addr, dtype, 2, ptr, dim, stride, box, one, 0, 3, 3, 0)
         if rc:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {rc}")
