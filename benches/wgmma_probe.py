@@ -36,6 +36,10 @@ VARIANTS = {
     "t128x256_s4_c1": {"TMA": 1, "CLUSTER": 1},
     "s192x256_s4_w1": {"NWG": 3},
     "t256x128_s4_c2": {"TMA": 1, "CLUSTER": 2, "BN": 128, "WG_M": 2},
+    # does TMA round to TF32 when the map says TFLOAT32 (data type 11)? packs without rounding;
+    # "trunc" (FLOAT32 map) is the unrounded error level to compare with
+    "t128x256_c2_tmaround": {"TMA": 1, "CLUSTER": 2, "ROUND": 0, "TMAP_DTYPE": 11},
+    "t128x256_c2_trunc": {"TMA": 1, "CLUSTER": 2, "ROUND": 0},
     "s128x256_s4_w0": {"WAIT1": 0},
     "s128x128_s6_w1": {"BN": 128, "STAGES": 6},
     "s256x128_s4_w1": {"BN": 128, "WG_M": 2},
@@ -43,10 +47,6 @@ VARIANTS = {
     "s128x256_s4_g16": {"GROUP_M": 16},
     "n128x256_s4_swap": {"SWIZZLE": 0, "NS_SWAP": 1},
     "s128x256_s4_rna": {"ROUND": 2},
-    # does TMA round to TF32 when the map says TFLOAT32 (data type 11)? packs without rounding;
-    # "trunc" (FLOAT32 map) is the unrounded error level to compare with
-    "t128x256_c2_tmaround": {"TMA": 1, "CLUSTER": 2, "ROUND": 0, "TMAP_DTYPE": 11},
-    "t128x256_c2_trunc": {"TMA": 1, "CLUSTER": 2, "ROUND": 0},
 }
 SHAPES = [(257, 383, 77), (4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)]
 REPS = 12
