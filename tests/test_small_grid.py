@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -15,28 +17,33 @@ BIG = Geometry((128, 128, 16), (8, 8), REG, source="test")
 
 
 H200 = reference_h200()
-#: (shape, tile the planner must pick): the choices measured best (or within 5% of the best) on
-#: the H200 through CuPy and OpenCL (benches/results/logs/h200-tile-choice-s6.txt)
-MEASURED_BEST = [
-    ((256, 256, 256), {(32, 32), (64, 32)}),
-    ((512, 512, 512), {(64, 32)}),
-    ((1024, 1024, 1024), {(128, 64)}),
-    ((1536, 1536, 1536), {(128, 64)}),
-    ((3072, 3072, 3072), {(128, 64)}),
-    ((1000, 3000, 777), {(128, 64)}),
-    ((257, 4097, 1031), {(128, 128), (128, 64), (64, 64)}),
-    ((2048, 2048, 2048), {(128, 128)}),
-    ((4096, 4096, 4096), {(128, 128)}),
-    ((8192, 8192, 8192), {(128, 128)}),
-    ((16384, 16384, 16384), {(128, 128)}),
-]
+#: the tile race behind fit_grid: every halving of the H200 tile on 9 shapes, CuPy and OpenCL
+RACE = Path(__file__).parent.parent / "benches/results/logs/h200-tile-choice-s6.json"
+HALVINGS = ("128x128", "128x64", "64x64", "64x32", "32x32")
 
 
-@pytest.mark.parametrize(("shape", "best"), MEASURED_BEST)
-def test_the_planner_picks_the_tile_measured_fastest(shape, best):
+def _race() -> dict:
+    rows = json.loads(RACE.read_text())["rows"]
+    out: dict = {}
+    for r in rows:
+        if r["candidate"] in HALVINGS:
+            out.setdefault((r["backend"], r["m"], r["n"], r["k"]), {})[r["candidate"]] = r
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(_race()))
+def test_the_planner_picks_a_tile_within_10_percent_of_the_measured_best(key):
+    """fit_grid ranks by the model; the model must rank the H200's measured race right: the
+    tile it picks ran within 10% of the fastest halving (issue 11's bar for ``auto``). A
+    change of the GPU register model (tiledmm/hierarchy.py, warps.py, planner.py) that fails
+    this changes which tiles ``tiledmm.matmul`` runs: keep the ranking, or the selection is
+    made by a model known to be wrong."""
+    backend, m, n, k = key
+    measured = {label: r["of_vendor"] for label, r in _race()[key].items()}
     big = replace(BIG, options=tuple(sorted({**dict(REG), "min_tile": 32}.items())))
-    g = shapefit.fit_grid(big, *shape, H200, "float32", "cupy")
-    assert g.block_tile[:2] in best, (shape, g.block_tile)
+    g = shapefit.fit_grid(big, m, n, k, H200, "float32", backend)
+    label = "x".join(map(str, g.block_tile[:2]))
+    assert measured[label] >= 0.9 * max(measured.values()), (key, label, measured)
     bm, bn = g.block_tile[:2]
     assert (bm // g.thread_tile[0]) * (bn // g.thread_tile[1]) == 256  # threads per block kept
     if (bm, bn) != (128, 128):
