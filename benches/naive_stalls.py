@@ -1,0 +1,101 @@
+"""Why the naive kernel runs slower than its L1 level once the operands outgrow the L2 (issue 12:
+the three naive rows of tests/test_model.py KNOWN_OUTSIDE, docs/model.md "still wrong").
+
+Run on the H200 (CuPy backend; Nsight Compute as ``ncu``), about two minutes:
+
+    python3 benches/naive_stalls.py -o $OUT
+
+Profiles one launch of the naive kernel per case (the cases where the model holds, 1024^3
+float64 and 4096^3 float32, beside those where it does not, 2048^3 and 4096^3 float64 and
+8192^3 float32) with ``ncu --clock-control none`` and prints, per case, the profiled time over
+the model's L1 level, the L1 and L2 sector hit rates, the DRAM and L2 bytes, the L1 data-pipe
+wavefronts, and the share of warp cycles stalled on long scoreboard (a global load's data),
+LG throttle (the load queue full) and MIO throttle; writes ``naive-stalls.json`` to the output
+folder. Reading: long scoreboard up with the DRAM bytes while the L1 wavefronts stay at the
+model's count means the missing time is the latency of the lines that miss (a latency term
+per DRAM miss); LG throttle up means the L1's miss queue fills (a bytes-in-flight limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ncu_counters import parse  # noqa: E402
+
+METRICS = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "lts__t_bytes.sum",
+    "l1tex__t_sector_hit_rate.pct",
+    "lts__t_sector_hit_rate.pct",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__data_pipe_lsu_wavefronts.sum",
+    "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",
+    "smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct",
+    "smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct",
+    "smsp__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__cycles_elapsed.avg.per_second",
+)
+CASES = [
+    ("float64", (1024,) * 3),
+    ("float64", (2048,) * 3),
+    ("float64", (4096,) * 3),
+    ("float32", (4096,) * 3),
+    ("float32", (8192,) * 3),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-o", "--out", default=".", help="output folder")
+    ap.add_argument("--ncu", default="ncu")
+    args = ap.parse_args()
+    import tiledmm
+    from tiledmm.device import reference_h200
+
+    rows = []
+    here = Path(__file__).resolve().parent / "ncu_counters.py"
+    for dtype, shape in CASES:
+        plan = tiledmm.plan(*shape, dtype=dtype, backend="cupy", kernel="naive")
+        cmd = [args.ncu, "--target-processes", "all", "--clock-control", "none",
+               "--kernel-name", "gemm", "--launch-skip", "1", "--launch-count", "1", "--csv",
+               "--page", "raw", "--metrics", ",".join(METRICS), sys.executable, str(here),
+               "--child", "naive", dtype, *map(str, shape)]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode:
+            print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
+            return 1
+        c = parse(res.stdout, METRICS)
+        model = tiledmm.make_plan(*shape, dtype=dtype, kernel="naive", device=reference_h200(),
+                                  geometry=tiledmm.Geometry(plan.block_tile, plan.thread_tile,
+                                                            tuple(plan.options.items())),
+                                  backend="cupy")  # fmt: skip
+        l1 = model.level("L1").seconds
+        rows.append({"dtype": dtype, "shape": shape, "block_tile": list(plan.block_tile),
+                     "counters": c, "model_L1_seconds": l1,
+                     "model_DRAM_read": dict(model.level("DRAM").parts)["read"]})  # fmt: skip
+        print(f"naive {dtype} {shape[0]}^3 {plan.block_tile}: time / L1 level "
+              f"{c['gpu__time_duration.sum'] / l1:.2f}; L1 hits "
+              f"{c['l1tex__t_sector_hit_rate.pct']:.0f}%, L2 hits "
+              f"{c['lts__t_sector_hit_rate.pct']:.0f}%; DRAM {c['dram__bytes_read.sum'] / 1e9:.2f}"
+              f" GB (model {rows[-1]['model_DRAM_read'] / 1e9:.2f}), L2 "
+              f"{c['lts__t_bytes.sum'] / 1e9:.2f} GB; stalls long scoreboard "
+              f"{c['smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct']:.0f}%, "
+              f"LG throttle {c['smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct']:.0f}%"
+              f", MIO {c['smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct']:.0f}%",
+              flush=True)  # fmt: skip
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "naive-stalls.json").write_text(json.dumps({"metrics": METRICS, "rows": rows},
+                                                      indent=1) + "\n")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
