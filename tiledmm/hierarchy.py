@@ -12,11 +12,13 @@ instructions go to the FMA pipes and the warp schedulers. SM-side levels
 are timed per SM (the SM with the most blocks finishes last: wave quantization), device-side
 levels (L2, DRAM) over the whole device. A latency level (Little's law: loads in flight per
 warp x resident warps) bounds kernels that cannot keep enough loads in flight. Phases no
-level overlaps (a lockstep wave's prologue and epilogue, the split-K reduction pass) add to
-every level's time (``Level.serial``). Batched launches, split-K and the gemv path are
-counted from their own launch shapes.
+level overlaps (a lockstep wave's prologue and epilogue, the split-K reduction pass, the
+copies of odd leading dimensions into aligned rows) add to every level's time
+(``Level.serial``). Batched launches, split-K and the gemv path are counted from their own
+launch shapes.
 
-CPU: the same levels for a core's caches: SIMD FMA pipes, L1 loads, L2/L3/DRAM lines.
+CPU: the same levels for a core's caches (SIMD FMA pipes, L1 loads, L2/L3/DRAM lines) in
+``tiledmm.cpu_model``; :func:`cpu_levels` is re-exported here.
 """
 
 from __future__ import annotations
