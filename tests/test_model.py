@@ -466,3 +466,36 @@ def test_batch_multiplies_every_level():
     for name in ("compute", "issue", "shared memory", "L2", "DRAM"):
         assert four[name].amount == pytest.approx(4 * one[name].amount), name
     assert four["issue"].seconds == pytest.approx(4 * one["issue"].seconds, rel=0.02)
+
+
+def test_the_model_ranks_the_h200_register_tile_race():
+    """benches/results/logs/h200-tile-choice-s6.json (six register tiles raced on the H200,
+    float32, CuPy and OpenCL): at every shape of 1024^3 and more the tile the model predicts
+    fastest runs within 10% of the measured fastest (the planner's fit_grid picks by these
+    predictions), and each tile's measured / predicted stays in [0.75, 1.4] (0.79-1.32: the
+    32x32 tiles run faster than the model, OpenCL's 128x64 at 1024^3 and its unaligned
+    128x128 at 1000x3000x777 slower)."""
+    reg = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
+    tiles = {
+        "128x128": Geometry((128, 128, 16), (8, 8), reg),
+        "128x64": Geometry((128, 64, 16), (8, 4), reg),
+        "128x128/g8": Geometry((128, 128, 16), (8, 8), reg + (("group_m", 8),)),
+        "64x64": Geometry((64, 64, 16), (4, 4), reg),
+        "64x32": Geometry((64, 32, 16), (4, 2), reg[:4] + (("vn", 2),)),
+        "32x32": Geometry((32, 32, 16), (2, 2), reg[:3] + (("vm", 2), ("vn", 2))),
+    }
+    race = json.loads((RESULTS / "logs" / "h200-tile-choice-s6.json").read_text())["rows"]
+    shapes: dict[tuple, list[tuple[float, float]]] = {}
+    for r in race:
+        if r["m"] * r["n"] * r["k"] < 1024**3:
+            continue
+        p = make_plan(r["m"], r["n"], r["k"], dtype="float32", kernel="register", device=H200,
+                      geometry=tiles[r["candidate"]], backend=r["backend"])  # fmt: skip
+        assert 0.75 <= r["seconds"] / p.predicted_seconds <= 1.4, (r, p.predicted_seconds)
+        shapes.setdefault((r["backend"], r["m"], r["n"], r["k"]), []).append(
+            (r["seconds"], p.predicted_seconds)
+        )
+    assert len(shapes) >= 10
+    for key, got in shapes.items():
+        picked = min(got, key=lambda x: x[1])[0]
+        assert picked <= 1.1 * min(m for m, _ in got), key
