@@ -178,7 +178,7 @@ def _numpy_blas(g: dict, s: int, dev: DeviceSpec, dtype: str) -> Level:
     core_l2 = dev.level("L2") / max(1, dev.compute_units)
     t = t_gemm + (passes / core_l2 if core_l2 else 0.0)
     return Level("compute", flops, flops / t, t,
-                 f"vendor GEMM per {bm}x{bn}x{bk} tile at 1/{per_call:.3g} of its rate; "
+                 f"vendor GEMM per {bm}x{bn}x{bk} tile at {1 / per_call:.2f} of its rate; "
                  f"NumPy passes {passes / 1e6:.4g} MB on one core", "FLOP")  # fmt: skip
 
 
