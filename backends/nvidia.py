@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from tiledmm import DeviceSpec
 
-__all__ = ["LANES", "lanes", "device_spec", "STATIC_SHARED", "MEMORY_BANDWIDTH", "known_bandwidth"]
+__all__ = [
+    "LANES",
+    "lanes",
+    "device_spec",
+    "STATIC_SHARED",
+    "MEMORY_BANDWIDTH",
+    "known_bandwidth",
+    "SCHEDULERS_PER_SM",
+    "SHARED_BYTES_PER_CLOCK",
+    "TRIP_CYCLES",
+    "SUSTAINED_CLOCK",
+]
 
 #: FP32 and FP64 FMA lanes per SM by compute capability (CUDA C Programming Guide, "Arithmetic
 #: Instructions" throughput table). Datacenter parts have fast FP64; consumer parts 2 per SM.
@@ -27,6 +38,13 @@ LANES: dict[tuple[int, int], tuple[int, int]] = {
 }
 #: Static ``__shared__`` arrays are capped at 48 KiB per block (the kernels use only those).
 STATIC_SHARED = 48 * 1024
+#: The SM-side figures of the hierarchical model, as tiledmm.device.reference_h200 holds them
+#: for the H200 (the model the committed results are checked with): warp schedulers per SM
+#: (each issues one instruction per clock, Volta and later), shared memory / L1 bytes per clock
+#: per SM, the memory trip latency in SM clocks, and the clock sustained under full load as a
+#: fraction of the boost clock (cuBLAS SGEMM: 51 of 67 TFLOP/s). Without them a real device
+#: planned without the issue and latency bounds that modelcheck validates.
+SCHEDULERS_PER_SM, SHARED_BYTES_PER_CLOCK, TRIP_CYCLES, SUSTAINED_CLOCK = 4, 128, 263, 0.77
 
 
 #: Peak memory bandwidth (bytes/s, vendor data sheets) by a piece of the device name, for
@@ -101,6 +119,14 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
         peak_flops=(("float32", sms * l32 * 2 * clock), ("float64", sms * l64 * 2 * clock)),
         bandwidth=bw,
         launch_overhead=launch_overhead,
+        levels=(
+            ("shared memory", sms * SHARED_BYTES_PER_CLOCK * clock),
+            ("L1", sms * SHARED_BYTES_PER_CLOCK * clock),
+        ),  # fmt: skip
+        fma_peaks=(("float32", sms * l32 * 2 * clock), ("float64", sms * l64 * 2 * clock)),
+        issue_rate=sms * SCHEDULERS_PER_SM * clock,
+        sustained=SUSTAINED_CLOCK,
+        latency=TRIP_CYCLES / clock,
         ceilings_source=(
             f"estimate from {sms} SMs x {l32} FP32 lanes x {clock / 1e9:.2f} GHz and {mem}; "
             "run `tiledmm calibrate` to measure"
