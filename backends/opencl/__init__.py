@@ -88,8 +88,11 @@ def _pick(choice: str):
     return (gpus or list(devs))[0]
 
 
-#: how long the spin kernel ahead of each timed call keeps an NVIDIA GPU busy (ns)
-SPIN_NS = 200_000
+#: how long the spin kernel ahead of each timed call keeps an NVIDIA GPU busy (ns): longer than
+#: the host side of any call timed here (pyopencl's: 160 us for one GEMM, 300-450 us with a
+#: split-K reduction or aligned copies on the H200, benches/results/logs/h200-opencl-gaps.txt;
+#: behind a 200 us spin those calls still showed the host's gaps)
+SPIN_NS = 1_000_000
 _SPIN_SRC = r"""
 __kernel void spin(ulong ns) {
   ulong t0, t;
@@ -352,7 +355,7 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call from profiling events (first command's start to last one's end).
-        On NVIDIA GPUs each timed call is queued behind a 200 us spin kernel (as on CUDA), so a
+        On NVIDIA GPUs each timed call is queued behind a 1 ms spin kernel (as on CUDA), so a
         call of several commands (split-K's GEMM and reduction) is timed without the host's
         enqueue gaps between them: device time, as the CUDA backends measure it."""
         st = self.state()
