@@ -21,16 +21,18 @@ BIG = Geometry((128, 128, 8), (8, 8), NUMBA)
 
 @pytest.mark.parametrize(
     ("m", "n", "k", "tile", "thread"),
-    [(256, 256, 256, (32, 32), (2, 2)), (512, 512, 512, (64, 32), (4, 2)),
-     (1024, 1024, 1024, (128, 64), (8, 4)), (1000, 3000, 777, (128, 64), (8, 4)),
-     (2048, 2048, 2048, (128, 128), (8, 8))],
+    [(256, 256, 256, (32, 32), (2, 2)), (512, 512, 512, (32, 32), (2, 2)),
+     (1024, 1024, 1024, (64, 64), (4, 4)), (1000, 3000, 777, (128, 64), (8, 4)),
+     (257, 4097, 1031, (64, 64), (4, 4)), (2048, 2048, 2048, (128, 128), (8, 8))],
 )  # fmt: skip
-def test_min_tile_tiles_are_fitted_to_the_grid_by_prediction(m, n, k, tile, thread):
+def test_min_tile_keeps_halving_while_the_grid_is_small(m, n, k, tile, thread):
     g = shapefit.fit_grid(BIG, m, n, k, reference_h200(), "float32", "numba-cuda")
     assert (g.block_tile[:2], g.thread_tile) == (tile, thread)
     assert (tile[0] // thread[0]) * (tile[1] // thread[1]) == 256  # threads per block kept
+    blocks = -(-m // tile[0]) * -(-n // tile[1])
     if tile != (128, 128):
         assert "halved to" in g.source and "vn" not in dict(g.options)
+        assert blocks >= 1.5 * 132 or min(tile) == 32  # stopped by the grid or by min_tile
 
 
 def test_min_tile_floor_and_split_k_are_respected():
@@ -79,7 +81,7 @@ def test_auto_plans_per_class_on_the_h200():
         assert p.kernel == "naive" and p.options.get("gemv") == 1, p
     assert plan(4096, 4096, 4096).block_tile == (128, 128, 8)
     assert plan(512, 512, 512, batch=32).block_tile == (128, 128, 8)
-    assert plan(1024, 1024, 1024).block_tile == (128, 64, 8)  # one block on 128 of 132 SMs
+    assert plan(1024, 1024, 1024).block_tile == (64, 64, 8)
 
 
 def test_measurement_overrules_the_ladder(tmp_path, monkeypatch):

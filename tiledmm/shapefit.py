@@ -12,8 +12,9 @@ from typing import Any
 
 from .backend import Geometry
 
-__all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "auto_split", "resolve_split",
-           "halvings", "fit_grid", "orient", "for_product"]  # fmt: skip
+__all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "SMALL_GRID_BLOCKS_PER_SM",
+           "auto_split", "resolve_split", "halvings", "fit_grid", "orient",
+           "for_product"]  # fmt: skip
 
 
 #: K elements per slice at least, and slices at most, for ``split_k="auto"``
@@ -35,6 +36,8 @@ def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int =
 #: The smallest block side :func:`fit_grid` halves a register tile to (a ``min_tile`` option
 #: overrides it).
 MIN_TILE = 32
+#: numba-cuda's tiles halve while their grid has fewer blocks than this per SM.
+SMALL_GRID_BLOCKS_PER_SM = 1.5
 #: A halved tile is taken only when predicted this much faster (near-ties keep the larger
 #: tile: the model puts 128x64 at 1.03-1.04x the time of 128x128 where both fill their waves,
 #: the H200 measures 1.12x at 8192^3; 1000x3000x777, predicted 0.955x, measured 0.95x/0.76x).
@@ -79,11 +82,13 @@ def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "f
     CuPy and OpenCL, benches/results/logs/h200-tile-choice-s6.txt), the model ranks the
     candidates right: 64x32 at 512^3 (0.84 of cuBLAS against 0.65 for 64x64), 128x64 at 1024^3,
     1536^3, 3072^3 (0.90 against 0.78 for 128x128: 2.2 waves of 128x128 blocks at 2 per SM)
-    and 1000x3000x777, 128x128 from 2048^3 and at 4096^3-16384^3. Only the shared C sources'
-    register tiles (their ``vn`` option) and tiles with ``min_tile`` (numba-cuda's) of single
-    products; tiles with a split-K, and batches (their class tile is measured: 64x64 lost to
-    128x64 on all four batched shapes, benches/results/logs/h200-shapes-0255.json), are left
-    alone."""
+    and 1000x3000x777, 128x128 from 2048^3 and at 4096^3-16384^3. That is the shared C
+    sources' register tiles (their ``vn`` option). numba-cuda's tiles (``min_tile`` without
+    ``vn``), whose model ranks 128x64 first at 1024^3 where 64x64 measured 0.53 of cuBLAS
+    against 0.47, keep the rule they were measured with (benches/numba_classes.py): halve while
+    the grid is under ``SMALL_GRID_BLOCKS_PER_SM`` blocks per SM. Tiles with a split-K, and
+    batches (their class tile is measured: 64x64 lost to 128x64 on all four batched shapes,
+    benches/results/logs/h200-shapes-0255.json), are left alone."""
     from .planner import PlanError, make_plan
 
     opts = dict(geo.options)
@@ -91,6 +96,16 @@ def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "f
         return geo
     if batch > 1:
         return geo
+    if "vn" not in opts:  # numba-cuda's tiles: the grid rule
+        sms = max(1, device.compute_units)
+        for cand in halvings(geo):
+            bm, bn = cand.block_tile[:2]
+            if -(-m // bm) * -(-n // bn) >= SMALL_GRID_BLOCKS_PER_SM * sms:
+                break
+        if cand is geo:
+            return geo
+        note = f"{geo.source}; halved to {bm}x{bn} for a grid of {m}x{n} on {sms} SMs"
+        return replace(cand, source=note)
     best, best_t = geo, None
     for cand in halvings(geo):
         try:
