@@ -270,6 +270,8 @@ def fmt(r: dict) -> str:
     if "tflops" in r:
         s += (f" | {r['tflops']:6.1f} TF/s = {r['frac']:.2f} of cuBLAS {r['vendor_tflops']:.0f};"
               f" GEMM only {r['gemm_tflops']:6.1f} = {r['gemm_frac']:.2f}")  # fmt: skip
+    if "diag" in r:
+        s += f" | bad {r['diag']['bad_frac']:.3f} first {r['diag']['first_bad']}"
     if "error" in r:
         s += f" FAILED: {r['error'][:300]}"
     return s + f"  [{r['regs']} regs, {r['smem']} B smem]"
