@@ -12,7 +12,8 @@ from typing import Any
 
 from .backend import Geometry
 
-__all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "SMALL_GRID_BLOCKS_PER_SM",
+__all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "MAX_FIT_WAVES",
+           "SMALL_GRID_BLOCKS_PER_SM",
            "auto_split", "resolve_split", "halvings", "fit_grid", "orient",
            "for_product"]  # fmt: skip
 
@@ -36,6 +37,11 @@ def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int =
 #: The smallest block side :func:`fit_grid` halves a register tile to (a ``min_tile`` option
 #: overrides it).
 MIN_TILE = 32
+#: Grids of more waves than this keep the stored tile: a partial last wave then costs at most
+#: 1/5 of the time, less than the model's error on the smaller tiles' own speed (it puts 128x64
+#: at 1.03-1.04x of 128x128, the H200 measures 1.12x), which picked 64x64 for 8192x8192x64
+#: (16 waves; 0.85 of cuBLAS against 1.12 for 128x128, benches/results/h200-shapes.json).
+MAX_FIT_WAVES = 4
 #: numba-cuda's tiles halve while their grid has fewer blocks than this per SM.
 SMALL_GRID_BLOCKS_PER_SM = 1.5
 #: A halved tile is taken only when predicted this much faster (near-ties keep the larger
@@ -77,7 +83,8 @@ def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "f
              backend: str = "", batch: int = 1) -> Geometry:  # fmt: skip
     """``geo`` or one of its :func:`halvings`, whichever the planner predicts fastest for this
     product on ``device`` (its wave quantization and occupancy: fewer, larger tiles leave SMs
-    idle on a small grid or in a last partial wave; smaller tiles reuse less). Near-ties
+    idle on a small grid or in a last partial wave; smaller tiles reuse less), for grids of at
+    most :data:`MAX_FIT_WAVES` waves of the stored tile. Near-ties
     (:data:`FIT_MARGIN`) keep the larger tile. Measured on the H200 (benches/tile_choice.py,
     CuPy and OpenCL, benches/results/logs/h200-tile-choice-s6.txt), the model ranks the
     candidates right: 64x32 at 512^3 (0.84 of cuBLAS against 0.65 for 64x64), 128x64 at 1024^3,
@@ -114,6 +121,8 @@ def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "f
             t = plan.predicted_seconds
         except PlanError:
             continue
+        if best_t is None and plan.occupancy.waves > MAX_FIT_WAVES:
+            return geo  # many waves: the stored tile (see MAX_FIT_WAVES)
         if best_t is None or t < best_t * (1 - FIT_MARGIN):
             best, best_t = cand, t
     if best is geo:
