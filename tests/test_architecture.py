@@ -93,7 +93,10 @@ def test_planner_is_pure():
     assert graph["tiledmm.planner_mma"] <= pure | {"tiledmm.plans"}
     assert graph["tiledmm.plans"] <= pure
     assert graph["tiledmm.tensorcore"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.hierarchy"}
-    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.warps"}
+    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.warps",
+                                          "tiledmm.levels", "tiledmm.cpu_model"}  # fmt: skip
+    assert graph["tiledmm.cpu_model"] <= {"tiledmm.device", "tiledmm.levels"}
+    assert not graph["tiledmm.levels"]
     assert not graph["tiledmm.warps"]
     assert graph["tiledmm.dram"] <= {"tiledmm.device"}
 
