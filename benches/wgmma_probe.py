@@ -47,8 +47,18 @@ VARIANTS = {
     "s128x256_s4_g16": {"GROUP_M": 16},
     "n128x256_s4_swap": {"SWIZZLE": 0, "NS_SWAP": 1},
     "s128x256_s4_rna": {"ROUND": 2},
+    # screen 2: GROUP_M 16, faster packs (PACK 2), TMA reading A in place (TFLOAT32 map)
+    "s128x256_g16_p2": {"GROUP_M": 16, "PACK": 2},
+    "s128x256_g32_p2": {"GROUP_M": 32, "PACK": 2},
+    "t128x256_c1_g16_direct": {"TMA": 1, "GROUP_M": 16, "PACK": 2, "TMAP_DTYPE": 11, "DIRECT": 1},
+    "t128x256_c1_g16_p2": {"TMA": 1, "GROUP_M": 16, "PACK": 2},
+    "s192x256_g16_p2": {"NWG": 3, "GROUP_M": 16, "PACK": 2},
+    "s256x128_g16_p2": {"BN": 128, "WG_M": 2, "GROUP_M": 16, "PACK": 2},
+    "s128x128_s6_g16_p2": {"BN": 128, "STAGES": 6, "GROUP_M": 16, "PACK": 2},
 }
-SHAPES = [(257, 383, 77), (4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)]
+SCREEN = [v for v in VARIANTS if "g16" in v or "g32" in v]  # the default run (screen 2)
+SHAPES = [(257, 383, 77), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+          (8192, 8192, 8192), (4095, 4097, 4093), (1000, 3000, 777)]  # fmt: skip
 REPS = 12
 
 
@@ -76,14 +86,15 @@ class Driver:
         self.launch = lib.cuLaunchKernel
         self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
 
-    def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int, dtype: int = 7):
+    def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int, dtype: int = 7,
+                   ld: int = 0):  # fmt: skip
         """A float32 row-major [rows x cols] map, boxes of 32 columns x ``box_rows`` rows,
         128-byte swizzle; a 64-byte aligned 128-byte host buffer (kept alive by the caller)."""
         C = self.C  # noqa: N806
         raw = C.create_string_buffer(192)
         addr = (C.addressof(raw) + 63) & ~63
         dim = (C.c_uint64 * 2)(cols, rows)
-        stride = (C.c_uint64 * 1)(cols * 4)
+        stride = (C.c_uint64 * 1)((ld or cols) * 4)
         box = (C.c_uint32 * 2)(32, box_rows)
         one = (C.c_uint32 * 2)(1, 1)
         # FLOAT32 7 (TFLOAT32 11), interleave none 0, swizzle 128B 3, L2 promotion 256B 3, OOB 0
@@ -132,52 +143,75 @@ class Kernel:
         self.cluster = int(defs.get("CLUSTER", 1)) if self.tma else 1
         self.gemm = self.mod.get_function("wgmma_gemm_tma" if self.tma else "wgmma_gemm")
         self.drv = Driver() if self.tma else None
-        self.pack_a = self.mod.get_function("tf32_pack_a")
-        self.pack_bt = self.mod.get_function("tf32_pack_bt")
+        p2 = "2" if defs.get("PACK", 1) == 2 else ""
+        self.pack_a = self.mod.get_function("tf32_pack_a" + p2)
+        self.pack_bt = self.mod.get_function("tf32_pack_bt" + p2)
+        self.p2 = bool(p2)
         attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
         driver.funcSetAttribute(self.gemm.ptr, attr, self.smem)
         self.regs = driver.funcGetAttribute(getattr(driver, "CU_FUNC_ATTRIBUTE_NUM_REGS", 4),
                                             self.gemm.ptr)  # fmt: skip
 
+    def direct(self, x) -> bool:
+        """TMA with a TFLOAT32 map reads (and rounds) ``x`` (rows K-major) in place."""
+        ok = self.tma and self.defs.get("DIRECT", 0) and self.defs.get("TMAP_DTYPE") == 11
+        return bool(ok and x.strides[1] == 4 and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0)
+
     def pack(self, a, b):
+        """(A operand, B^T operand, kp): each an (array, rows, row stride in floats) K-major."""
         cp = self.cp
         m, k = a.shape
         n = b.shape[1]
         bm = self.bm * self.cluster
         mp, np_, kp = -(-m // bm) * bm, -(-n // self.bn) * self.bn, -(-k // 32) * 32
-        ap = cp.empty((mp, kp), cp.float32)
-        bt = cp.empty((np_, kp), cp.float32)
         i32, i64 = cp.int32, cp.int64
         sa = (i64(a.strides[0] // 4), i64(a.strides[1] // 4))
         sb = (i64(b.strides[0] // 4), i64(b.strides[1] // 4))
-        q = mp * kp // 4
-        self.pack_a(((q + 255) // 256,), (256,), (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp)))
-        self.pack_bt(
-            (np_ // 32, kp // 32), (32, 8), (b, bt, i32(k), i32(n), *sb, i32(np_), i32(kp))
-        )
-        return ap, bt
+        if self.direct(a):
+            opa = (a, mp, a.strides[0] // 4)
+        else:
+            ap = cp.empty((mp, kp), cp.float32)
+            if self.p2:
+                vec = int(a.strides[1] == 4 and a.strides[0] % 16 == 0 and a.data.ptr % 16 == 0)
+                self.pack_a((-(-kp // 512), min(mp, 65535)), (128,),
+                            (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp), i32(vec)))  # fmt: skip
+            else:
+                q = mp * kp // 4
+                self.pack_a(((q + 255) // 256,), (256,),
+                            (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp)))  # fmt: skip
+            opa = (ap, mp, kp)
+        if self.direct(b.T):
+            opb = (b.T, np_, b.strides[1] // 4)
+        else:
+            bt = cp.empty((np_, kp), cp.float32)
+            grid = (np_ // 64, kp // 32) if self.p2 else (np_ // 32, kp // 32)
+            self.pack_bt(grid, (32, 8), (b, bt, i32(k), i32(n), *sb, i32(np_), i32(kp)))
+            opb = (bt, np_, kp)
+        return opa, opb, kp
 
-    def run_packed(self, ap, bt, c) -> None:
+    def run_packed(self, opa, opb, kp, c) -> None:
         cp = self.cp
         m, n = c.shape
-        tm, tn = ap.shape[0] // self.bm, bt.shape[0] // self.bn
+        tm, tn = opa[1] // self.bm, opb[1] // self.bn
         if self.tma:
             C, d = self.drv.C, self.drv  # noqa: N806
             dt = self.defs.get("TMAP_DTYPE", 7)
-            ma = d.tensor_map(ap.data.ptr, ap.shape[0], ap.shape[1], self.bm, dt)
-            mb = d.tensor_map(bt.data.ptr, bt.shape[0], bt.shape[1], self.bn // self.cluster, dt)
-            args = (ma, mb, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(ap.shape[1]),
+            (xa, _, lda), (xb, _, ldb) = opa, opb
+            # the map's extent is the operand's own (TMA fills zeros past it)
+            ma = d.tensor_map(xa.data.ptr, xa.shape[0], xa.shape[1], self.bm, dt, lda)
+            mb = d.tensor_map(xb.data.ptr, xb.shape[0], xb.shape[1], self.bn // self.cluster,
+                              dt, ldb)  # fmt: skip
+            args = (ma, mb, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(kp),
                     C.c_longlong(c.strides[0] // 4), C.c_int(tm), C.c_int(tn))  # fmt: skip
             stream = cp.cuda.get_current_stream().ptr
             d.call(self.gemm.ptr, tm * tn, self.threads, self.smem, stream, args)
             return
-        args = (ap, bt, c, cp.int32(m), cp.int32(n), cp.int32(ap.shape[1]),
+        args = (opa[0], opb[0], c, cp.int32(m), cp.int32(n), cp.int32(kp),
                 cp.int64(c.strides[0] // 4), cp.int32(tm), cp.int32(tn))  # fmt: skip
         self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)
 
     def __call__(self, a, b, c) -> None:
-        ap, bt = self.pack(a, b)
-        self.run_packed(ap, bt, c)
+        self.run_packed(*self.pack(a, b), c)
 
 
 def timed(cp, f) -> list[float]:
@@ -231,8 +265,9 @@ def measure(cp, kern: Kernel, row: dict, seed: int) -> None:
     fl = 2.0 * m * n * k
     vt = statistics.median(timed(cp, lambda: cp.matmul(a, b)))
     tt = statistics.median(timed(cp, lambda: kern(a, b, c)))
-    ap, bt = kern.pack(a, b)
-    gt = statistics.median(timed(cp, lambda: kern.run_packed(ap, bt, c)))
+    packed = kern.pack(a, b)
+    gt = statistics.median(timed(cp, lambda: kern.run_packed(*packed, c)))
+    row["pack_ms"] = statistics.median(timed(cp, lambda: kern.pack(a, b))) * 1e3
     row.update(vendor_tflops=fl / vt / 1e12, tflops=fl / tt / 1e12, gemm_tflops=fl / gt / 1e12,
                frac=vt / tt, gemm_frac=vt / gt)  # fmt: skip
 
@@ -267,6 +302,8 @@ def fmt(r: dict) -> str:
         return s + f" FAILED: {r.get('error', '')[:300]}"
     s += (f" {'ok   ' if r['ok'] else 'WRONG'} err {r['err']:.2e} (cuBLAS {r['vendor_err']:.2e})"
           f" max {r['maxerr']:.1e} nans {r['nans']}")  # fmt: skip
+    if "pack_ms" in r:
+        s += f" pack {r['pack_ms']:.3f} ms"
     if "tflops" in r:
         s += (f" | {r['tflops']:6.1f} TF/s = {r['frac']:.2f} of cuBLAS {r['vendor_tflops']:.0f};"
               f" GEMM only {r['gemm_tflops']:6.1f} = {r['gemm_frac']:.2f}")  # fmt: skip
@@ -280,7 +317,8 @@ def fmt(r: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="")
-    p.add_argument("--variants", default="", help="comma-separated names (default: all)")
+    p.add_argument("--variants", default="", help="comma-separated names, or 'all' "
+                   "(default: this screen's)")  # fmt: skip
     p.add_argument("--shapes", default="", help="m,n,k;m,n,k (default: the screen's)")
     p.add_argument("--budget", type=float, default=110.0, help="seconds for the whole screen")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
@@ -292,7 +330,9 @@ def main(argv=None) -> int:
     if args.child:
         child(args.child, json.loads(args.defines), shapes)
         return 0
-    names = [v for v in args.variants.split(",") if v] or list(VARIANTS)
+    names = [v for v in args.variants.split(",") if v] or SCREEN
+    if names == ["all"]:
+        names = list(VARIANTS)
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
