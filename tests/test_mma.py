@@ -567,7 +567,9 @@ def test_wgmma_compiles(extra, tmp_path):
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     kernels = res.stderr.count("Compiling entry function")
-    assert kernels == 3 + extra.get("TMA", 0), res.stderr[-2000:]
+    assert "'wgmma_gemm'" in res.stderr and ("wgmma_gemm_tma" in res.stderr) == bool(
+        extra.get("TMA")
+    ), res.stderr[-2000:]
     assert res.stderr.count(" 0 bytes spill stores") == kernels, res.stderr[-2000:]
 
 
