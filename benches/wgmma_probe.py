@@ -55,6 +55,9 @@ VARIANTS = {
     "s192x256_g16_p2": {"NWG": 3, "GROUP_M": 16, "PACK": 2},
     "s256x128_g16_p2": {"BN": 128, "WG_M": 2, "GROUP_M": 16, "PACK": 2},
     "s128x128_s6_g16_p2": {"BN": 128, "STAGES": 6, "GROUP_M": 16, "PACK": 2},
+    # the tiles backends/cupy_cuda/wgmma.py's wgmma_fit takes for small products (1024^3)
+    "s128x64_g16": {"BN": 64, "GROUP_M": 16},
+    "s64x128_g16": {"BN": 128, "NWG": 1, "GROUP_M": 16},
 }
 SCREEN = [v for v in VARIANTS if "g16" in v or "g32" in v]  # the default run (screen 2)
 SHAPES = [(257, 383, 77), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),

@@ -544,6 +544,20 @@ def test_wgmma_plan_routes_to_the_kernel():
                                      geometry=geo))  # fmt: skip
 
 
+def test_wgmma_fit_narrows_tiles_only_for_small_grids():
+    from tiledmm_backends.cupy_cuda import wgmma
+
+    assert wgmma.fit_tiles(128, 256, 2048, 2048, 132) == (128, 256)  # 128 blocks: kept
+    assert wgmma.fit_tiles(128, 256, 1024, 1024, 132) == (128, 64)  # 32 -> 128 blocks
+    assert wgmma.fit_tiles(128, 256, 100, 100, 132) == (64, 64)  # as small as it gets
+    assert wgmma.fit_tiles(256, 128, 1024, 1024, 132, wg_m=2) == (128, 64)
+    p = make_plan(1024, 1024, 1024, dtype="float32", kernel="mma", device=H200, geometry=WG_GEO)
+    assert wgmma.defines(p, 132)["BN"] == 256  # without the option the plan's tiles run
+    fit = replace(p, options={**p.options, "wgmma_fit": 1})
+    d = wgmma.defines(fit, 132)
+    assert (d["BN"], d["NWG"]) == (64, 2) and wgmma.defines(fit)["BN"] == 256
+
+
 WGMMA_NVCC = [{}, {"SWIZZLE": 0}, {"NWG": 3}, {"BN": 128, "WG_M": 2}, {"TMA": 1, "CLUSTER": 2},
               {"TMA": 1, "CLUSTER": 1, "BN": 128, "STAGES": 6}]  # fmt: skip
 

@@ -5,6 +5,8 @@ tiles by cp.async from every thread) or 2 (TMA copies by a producer warpgroup; `
 two blocks along M share B by multicast), on a compute capability 9.0 device (``sm_90a`` code
 runs there only). Other options: ``stages``, ``group_m``, ``wg_m``, ``swizzle``, ``wait1``,
 ``tf32_round`` (see ``mma_spec.wgmma_defines``); ``block_tile`` is (BM, BN, 32).
+``wgmma_fit`` 1: where the plan's tiles would leave more than half the SMs idle, narrower
+tiles (BN halved, then BM, down to 64 x 64) until they do not (:func:`fit_tiles`).
 
 One product is three launches: two pack kernels round A and B^T to TF32 into zero-padded
 K-major buffers (TF32 wgmma reads both operands K-major), then the GEMM, which loads without
@@ -23,7 +25,7 @@ from tiledmm.cache import LRUCache
 
 from ..kernels import mma_spec
 
-__all__ = ["wants", "defines", "run", "WgmmaKernel"]
+__all__ = ["wants", "defines", "fit_tiles", "run", "WgmmaKernel"]
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "wgmma.cu"
 _KERNELS: LRUCache[Any] = LRUCache(16)
@@ -34,11 +36,34 @@ def wants(plan: Any) -> bool:
     return plan.dtype == "float32" and int(plan.options.get("wgmma", 0)) > 0
 
 
-def defines(plan: Any) -> dict[str, int]:
-    """``wgmma.cu``'s defines for ``plan`` (ValueError for what it can't run)."""
+def fit_tiles(bm: int, bn: int, m: int, n: int, sms: int, wg_m: int = 1) -> tuple[int, int]:
+    """(BM, BN) for an M x N product: the plan's, or narrower (BN halved first, then BM; not
+    below 64 x 64, BM a multiple of 64 ``wg_m``) while fewer than half of ``sms`` blocks."""
+
+    def blocks(t: tuple[int, int]) -> int:
+        return -(-m // t[0]) * -(-n // t[1])
+
+    t = (bm, bn)
+    while 2 * blocks(t) < sms:
+        if t[1] > 64 and t[1] >= t[0]:
+            t = (t[0], t[1] // 2)
+        elif t[0] > 64 * wg_m and t[0] % (128 * wg_m) == 0:
+            t = (t[0] // 2, t[1])
+        elif t[1] > 64:
+            t = (t[0], t[1] // 2)
+        else:
+            break
+    return t
+
+
+def defines(plan: Any, sms: int = 0) -> dict[str, int]:
+    """``wgmma.cu``'s defines for ``plan`` (ValueError for what it can't run); ``sms``: the
+    device's multiprocessors, for ``wgmma_fit``."""
     (bm, bn, bk), o = plan.block_tile, plan.options
     if o.get("precision") != "tf32":
         raise ValueError("float32 runs on the tensor cores only with precision='tf32'")
+    if int(o.get("wgmma_fit", 0)) and sms:
+        bm, bn = fit_tiles(bm, bn, plan.m, plan.n, sms, int(o.get("wg_m", 1)))
     return mma_spec.wgmma_defines(
         bm, bn, bk, stages=int(o.get("stages", 4)), group_m=int(o.get("group_m", 8)),
         wg_m=int(o.get("wg_m", 1)), tma=int(o["wgmma"]) == 2, cluster=int(o.get("cluster", 1)),
@@ -152,7 +177,8 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     if not k:
         out.fill(0)
         return
-    defs = defines(plan)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    defs = defines(plan, sms)
     key = (tuple(sorted(defs.items())), cp.cuda.runtime.getDevice())
     kern = _KERNELS.get_or_make(key, lambda: WgmmaKernel(cp, defs))
     s0, s1 = out.strides
