@@ -58,6 +58,12 @@ VARIANTS = {
     # the tiles backends/cupy_cuda/wgmma.py's wgmma_fit takes for small products (1024^3)
     "s128x64_g16": {"BN": 64, "GROUP_M": 16},
     "s64x128_g16": {"BN": 128, "NWG": 1, "GROUP_M": 16},
+    # float16 / bfloat16 by wgmma (benches/wgmma_half.py): which descriptor field takes the
+    # B panel stride (8192 bytes) and which the 8-row stride (1024)
+    "h16_128x256_g16": {"HALF": 1, "GROUP_M": 16},
+    "h16_128x256_g16_swap": {"HALF": 1, "GROUP_M": 16, "HB_LBO": 1024, "HB_SBO": 8192},
+    "hbf_128x256_g16": {"HALF": 2, "GROUP_M": 16},
+    "hbf_128x256_g16_swap": {"HALF": 2, "GROUP_M": 16, "HB_LBO": 1024, "HB_SBO": 8192},
 }
 SCREEN = [v for v in VARIANTS if "g16" in v or "g32" in v]  # the default run (screen 2)
 SHAPES = [(257, 383, 77), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -280,8 +286,17 @@ def child(name: str, defs: dict, shapes) -> None:
     import cupy as cp
 
     t0 = time.monotonic()
+    half = None
+    if defs.get("HALF"):  # the float16 / bfloat16 experiment (benches/wgmma_half.py)
+        import wgmma_half as half
+
+        shapes = half.SHAPES
     try:
-        kern = Kernel(cp, defs)
+        if half:
+            src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+            kern = half.HalfKernel(cp, defs, compile_cubin(src), dims)
+        else:
+            kern = Kernel(cp, defs)
     except Exception as exc:  # noqa: BLE001 - report the build failure, no rows
         print("ROW " + json.dumps({"variant": name, "error": f"build: {exc}"[-1500:]}), flush=True)
         return
@@ -289,7 +304,10 @@ def child(name: str, defs: dict, shapes) -> None:
     for si, shape in enumerate(shapes):
         row = {"variant": name, "shape": list(shape), "defines": defs, **build}
         try:
-            measure(cp, kern, row, 1000 + si)
+            if half:
+                half.measure(cp, kern, row, 1000 + si, errors, timed)
+            else:
+                measure(cp, kern, row, 1000 + si)
         except Exception as exc:  # noqa: BLE001 - a fault: report it, stop this variant
             row["error"] = str(exc)[-1500:]
             print("ROW " + json.dumps(row), flush=True)
@@ -369,7 +387,8 @@ def main(argv=None) -> int:
             got = [{"variant": name, "error": f"no result: {tail}"}]
         for r in got:
             print(f"[{time.monotonic() - t0:6.1f}s] {fmt(r)}", flush=True)
-        if len(got) < len(shapes) and "shape" in got[-1] and "error" not in got[-1]:
+        full = len(shapes) if not defs.get("HALF") else 3
+        if len(got) < full and "shape" in got[-1] and "error" not in got[-1]:
             print(f"   {name}: child stopped early: {tail}", flush=True)
         rows += got
     print("\nbest correct variant per shape (whole product incl. TF32 packing):")

@@ -57,6 +57,9 @@
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
+#ifndef HALF
+#define HALF 0
+#endif
 
 #define THREADS (128 * NWG)
 #define BM (64 * WG_M * NWG)
@@ -569,5 +572,184 @@ extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TMA
   // producer warp's lanes took different paths)
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 #endif
+}
+#endif
+
+#if HALF
+// ---- float16 (HALF 1) / bfloat16 (HALF 2) experiment (benches/wgmma_probe.py only): A row-major
+// (K-major), B row-major read as N-major (wgmma's transpose bit: no pack), f32 accumulators,
+// 16-bit result; BK 64 (128-byte rows of A); cp.async ring as wgmma_gemm. The B tile is stored
+// as 64-column (128-byte) panels of BK rows, 128-byte swizzled per 8 rows; HB_LBO / HB_SBO are
+// the descriptor's two byte offsets (panel stride 64 * 128 bytes, 8-row stride 1024 bytes; which
+// field takes which is what the screen finds out). No bounds: M, N, K multiples of the tile.
+#if HALF == 2
+#define HTYPE "bf16"
+#define HCVT "cvt.rn.bf16.f32"
+#else
+#define HTYPE "f16"
+#define HCVT "cvt.rn.f16.f32"
+#endif
+#ifndef HB_LBO
+#define HB_LBO 8192
+#endif
+#ifndef HB_SBO
+#define HB_SBO 1024
+#endif
+#define HBK 64
+#define HB_BYTES (HBK * BN * 2)
+#define HSTAGE (A_BYTES + HB_BYTES)
+
+#if BN == 128
+__device__ __forceinline__ void wgmma_h(float (&d)[64], unsigned long long da,
+                                        unsigned long long db, int sd)
+{
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." HTYPE "." HTYPE " "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(sd));
+}
+#endif
+#if BN == 256
+__device__ __forceinline__ void wgmma_h(float (&d)[128], unsigned long long da,
+                                        unsigned long long db, int sd)
+{
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." HTYPE "." HTYPE " "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(sd));
+}
+#endif
+
+__device__ __forceinline__ unsigned long long desc_mn(unsigned addr)
+{
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(HB_LBO >> 4) << 16)
+         | ((unsigned long long)(HB_SBO >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ unsigned short to_half(float x)
+{
+  unsigned short h;
+  asm(HCVT " %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    wgmma_gemm_h(const unsigned short *__restrict__ a, const unsigned short *__restrict__ b,
+                 unsigned short *__restrict__ c, int m, int n, int k, int tiles_m, int tiles_n)
+{
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const int tid = threadIdx.x;
+  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
+  const int first_m = (bid / per_group) * GROUP_M;
+  const int gsize = min(tiles_m - first_m, GROUP_M);
+  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
+  const unsigned short *ablk = a + (long long)tm * BM * k, *bblk = b + tn * BN;
+  const int kt_n = k / HBK;
+
+  auto load = [&](int kt, int s) {
+    const unsigned sa = base + s * HSTAGE, sb = sa + A_BYTES;
+    const unsigned short *ag = ablk + kt * HBK, *bg = bblk + (long long)kt * HBK * n;
+#pragma unroll
+    for (int i = tid; i < BM * 8; i += THREADS)
+      cp_async16(sa + chunk_off(i >> 3, i & 7), ag + (long long)(i >> 3) * k + (i & 7) * 8);
+#pragma unroll
+    for (int i = tid; i < HBK * BN / 8; i += THREADS) {
+      const int kr = i / (BN / 8), j = i % (BN / 8), cc = j & 7;
+      cp_async16(sb + (j >> 3) * (HBK * 128) + kr * 128 + ((cc ^ (kr & 7)) << 4),
+                 bg + (long long)kr * n + j * 8);
+    }
+  };
+
+  float acc[WG_M][NACC];
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi)
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
+#pragma unroll
+  for (int s = 0; s < PF; ++s) {
+    if (s < kt_n) load(s, s);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  const int wg = tid >> 7;
+  for (int kt = 0; kt < kt_n; ++kt) {
+    cp_async_wait<PF - 1>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (kt + PF < kt_n) load(kt + PF, (kt + PF) % STAGES);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    const unsigned sa = base + (kt % STAGES) * HSTAGE, sb = sa + A_BYTES;
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int ks = 0; ks < HBK / 16; ++ks) {
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi)
+        wgmma_h(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * 32),
+                desc_mn(sb + ks * 16 * 128), 1);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    wgmma_wait<WAIT1>();
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+
+  const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi) {
+    const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = tn * BN + 8 * j + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned lo = to_half(acc[mi][4 * j + 2 * h]), hi = to_half(acc[mi][4 * j + 2 * h + 1]);
+        *reinterpret_cast<unsigned *>(c + (long long)(r0 + 8 * h) * n + col) = lo | (hi << 16);
+      }
+    }
+  }
 }
 #endif

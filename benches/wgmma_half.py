@@ -1,0 +1,106 @@
+"""float16 / bfloat16 through ``wgmma`` (``wgmma.cu`` built with HALF 1 / 2): an experiment
+``benches/wgmma_probe.py`` runs in its child processes (variants whose defines have HALF).
+
+A row-major and B row-major go to the kernel as they are (no pack: wgmma reads 16-bit B
+N-major through its transpose bit), f32 accumulators, 16-bit result; shapes multiples of the
+tile only. Checked against a float64 product of the 16-bit inputs (NaN-poisoned output), timed
+beside the vendor GEMM on the same data (float16: cupy.matmul; bfloat16: torch.matmul when
+torch is there). Not in the library yet.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+#: aligned shapes (M % BM, N % BN, K % 64 == 0 for the variants here)
+SHAPES = [(384, 512, 192), (4096, 4096, 4096), (8192, 8192, 8192)]
+
+
+class HalfKernel:
+    """The ``wgmma_gemm_h`` entry of one build."""
+
+    def __init__(self, cp, defs: dict, cubin: bytes, dims) -> None:
+        from cupy.cuda import driver, function
+
+        self.cp, self.defs = cp, defs
+        self.bm, self.bn, self.threads, self.smem = dims(defs)
+        self.mod = function.Module()
+        self.mod.load(cubin)
+        self.gemm = self.mod.get_function("wgmma_gemm_h")
+        attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(self.gemm.ptr, attr, self.smem)
+        self.regs = driver.funcGetAttribute(getattr(driver, "CU_FUNC_ATTRIBUTE_NUM_REGS", 4),
+                                            self.gemm.ptr)  # fmt: skip
+
+    def __call__(self, a, b, c) -> None:
+        cp = self.cp
+        (m, k), n = a.shape, b.shape[1]
+        if m % self.bm or n % self.bn or k % 64:
+            raise ValueError(f"{m}x{n}x{k}: the half experiment takes whole tiles only")
+        tm, tn = m // self.bm, n // self.bn
+        args = (a, b, c, cp.int32(m), cp.int32(n), cp.int32(k), cp.int32(tm), cp.int32(tn))
+        self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)
+
+
+def _bf16_bits(cp, x):
+    """float32 -> bfloat16 bits (round to nearest even) as uint16."""
+    u = x.view(cp.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+
+
+def _f64(cp, x, bf16: bool):
+    if bf16:
+        return (x.astype(cp.uint32) << 16).view(cp.float32).astype(cp.float64)
+    return x.astype(cp.float64)
+
+
+def _vendor(cp, a, b, bf16: bool):
+    """(callable giving the vendor's 16-bit result as this module's storage, name) or None."""
+    if not bf16:
+        return (lambda: cp.matmul(a, b)), "cupy.matmul"
+    try:
+        import torch
+
+        ta = torch.from_dlpack(a.view(cp.int16)).view(torch.bfloat16)
+        tb = torch.from_dlpack(b.view(cp.int16)).view(torch.bfloat16)
+
+        def run():
+            return cp.from_dlpack(torch.matmul(ta, tb).view(torch.int16)).view(cp.uint16)
+
+        return run, "torch.matmul"
+    except Exception:  # noqa: BLE001 - no vendor bf16 GEMM here
+        return None
+
+
+def measure(cp, kern: HalfKernel, row: dict, seed: int, errors, timed) -> None:
+    """Check and time one shape (``errors``, ``timed``: the probe's helpers)."""
+    m, n, k = row["shape"]
+    bf16 = kern.defs.get("HALF") == 2
+    rng = cp.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=cp.float32)
+    b = rng.standard_normal((k, n), dtype=cp.float32)
+    if bf16:
+        a, b = _bf16_bits(cp, a), _bf16_bits(cp, b)
+    else:
+        a, b = a.astype(cp.float16), b.astype(cp.float16)
+    ref = _f64(cp, a, bf16) @ _f64(cp, b, bf16)
+    vend = _vendor(cp, a, b, bf16)
+    row["vendor_err"] = row["vendor_tflops"] = row["frac"] = row["gemm_frac"] = float("nan")
+    if vend:
+        row["vendor"] = vend[1]
+        row["vendor_err"], row["vendor_maxerr"], _ = errors(cp, _f64(cp, vend[0](), bf16), ref)
+    c = cp.full((m, n), 0xFFFF, cp.uint16) if bf16 else cp.full((m, n), cp.nan, cp.float16)
+    kern(a, b, c)
+    cp.cuda.runtime.deviceSynchronize()
+    row["err"], row["maxerr"], row["nans"] = errors(cp, _f64(cp, c, bf16), ref)
+    tol = 3 * row["vendor_err"] if vend else 1e-2  # no vendor: a loose absolute check
+    row["ok"] = row["nans"] == 0 and row["err"] <= tol + 1e-6
+    del ref
+    if m * n * k < 1 << 30:
+        return
+    fl = 2.0 * m * n * k
+    tt = statistics.median(timed(cp, lambda: kern(a, b, c)))
+    row.update(tflops=fl / tt / 1e12, gemm_tflops=fl / tt / 1e12)
+    if vend:
+        vt = statistics.median(timed(cp, vend[0]))
+        row.update(vendor_tflops=fl / vt / 1e12, frac=vt / tt, gemm_frac=vt / tt)
