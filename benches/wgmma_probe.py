@@ -58,6 +58,7 @@ VARIANTS = {
     # the tiles backends/cupy_cuda/wgmma.py's wgmma_fit takes for small products (1024^3)
     "s128x64_g16": {"BN": 64, "GROUP_M": 16},
     "s64x128_g16": {"BN": 128, "NWG": 1, "GROUP_M": 16},
+    "s64x64_g16": {"BN": 64, "NWG": 1, "GROUP_M": 16},
     # float16 / bfloat16 by wgmma (benches/wgmma_half.py): which descriptor field takes the
     # B panel stride (8192 bytes) and which the 8-row stride (1024)
     "h16_128x256_g16": {"HALF": 1, "GROUP_M": 16},
