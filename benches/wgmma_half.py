@@ -2,8 +2,8 @@
 ``benches/wgmma_probe.py`` runs in its child processes (variants whose defines have HALF).
 
 A row-major and B row-major go to the kernel as they are (no pack: wgmma reads 16-bit B
-N-major through its transpose bit), f32 accumulators, 16-bit result; shapes multiples of the
-tile only. Checked against a float64 product of the 16-bit inputs (NaN-poisoned output), timed
+N-major through its transpose bit), f32 accumulators, 16-bit result; N and K multiples of 8
+(16-byte rows), edges zero-filled by cp.async, stores guarded. Checked against a float64 product of the 16-bit inputs (NaN-poisoned output), timed
 beside the vendor GEMM on the same data (float16: cupy.matmul; bfloat16: torch.matmul when
 torch is there). Not in the library yet.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import statistics
 
-#: aligned shapes (M % BM, N % BN, K % 64 == 0 for the variants here)
-SHAPES = [(384, 512, 192), (4096, 4096, 4096), (8192, 8192, 8192)]
+#: shapes with N and K multiples of 8 (16-byte rows); the kernel zero-fills the rest
+SHAPES = [(384, 512, 192), (97, 136, 40), (4096, 4096, 4096), (8192, 8192, 8192),
+          (1000, 3000, 776), (4095, 4088, 4000)]  # fmt: skip
 
 
 class HalfKernel:
@@ -35,9 +36,9 @@ class HalfKernel:
     def __call__(self, a, b, c) -> None:
         cp = self.cp
         (m, k), n = a.shape, b.shape[1]
-        if m % self.bm or n % self.bn or k % 64:
-            raise ValueError(f"{m}x{n}x{k}: the half experiment takes whole tiles only")
-        tm, tn = m // self.bm, n // self.bn
+        if n % 8 or k % 8:
+            raise ValueError(f"{m}x{n}x{k}: N and K must be multiples of 8 here")
+        tm, tn = -(-m // self.bm), -(-n // self.bn)
         args = (a, b, c, cp.int32(m), cp.int32(n), cp.int32(k), cp.int32(tm), cp.int32(tn))
         self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)
 

@@ -388,7 +388,7 @@ def main(argv=None) -> int:
             got = [{"variant": name, "error": f"no result: {tail}"}]
         for r in got:
             print(f"[{time.monotonic() - t0:6.1f}s] {fmt(r)}", flush=True)
-        full = len(shapes) if not defs.get("HALF") else 3
+        full = len(shapes) if not defs.get("HALF") else 6
         if len(got) < full and "shape" in got[-1] and "error" not in got[-1]:
             print(f"   {name}: child stopped early: {tail}", flush=True)
         rows += got

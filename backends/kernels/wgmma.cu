@@ -581,7 +581,7 @@ extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TMA
 // 16-bit result; BK 64 (128-byte rows of A); cp.async ring as wgmma_gemm. The B tile is stored
 // as 64-column (128-byte) panels of BK rows, 128-byte swizzled per 8 rows; HB_LBO / HB_SBO are
 // the descriptor's two byte offsets (panel stride 64 * 128 bytes, 8-row stride 1024 bytes; which
-// field takes which is what the screen finds out). No bounds: M, N, K multiples of the tile.
+// field takes which is what the screen finds out). K and N multiples of 8 (16-byte rows).
 #if HALF == 2
 #define HTYPE "bf16"
 #define HCVT "cvt.rn.bf16.f32"
@@ -666,6 +666,12 @@ __device__ __forceinline__ unsigned long long desc_mn(unsigned addr)
          | ((unsigned long long)(HB_SBO >> 4) << 32) | (1ull << 62);
 }
 
+__device__ __forceinline__ void cp_async16z(unsigned dst, const void *src, bool in)
+{
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(in ? 16 : 0) : "memory");
+}
+
 __device__ __forceinline__ unsigned short to_half(float x)
 {
   unsigned short h;
@@ -685,19 +691,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int gsize = min(tiles_m - first_m, GROUP_M);
   const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
   const unsigned short *ablk = a + (long long)tm * BM * k, *bblk = b + tn * BN;
-  const int kt_n = k / HBK;
+  const int kt_n = (k + HBK - 1) / HBK;
 
+  // out-of-range 16-byte chunks are zero-filled (src-size 0): rows past M, K past K, columns
+  // past N (K and N multiples of 8, rows 16-byte aligned: the host's business)
   auto load = [&](int kt, int s) {
     const unsigned sa = base + s * HSTAGE, sb = sa + A_BYTES;
-    const unsigned short *ag = ablk + kt * HBK, *bg = bblk + (long long)kt * HBK * n;
+    const int k0 = kt * HBK;
 #pragma unroll
-    for (int i = tid; i < BM * 8; i += THREADS)
-      cp_async16(sa + chunk_off(i >> 3, i & 7), ag + (long long)(i >> 3) * k + (i & 7) * 8);
+    for (int i = tid; i < BM * 8; i += THREADS) {
+      const int r = i >> 3, kk = k0 + (i & 7) * 8;
+      const bool in = tm * BM + r < m && kk < k;
+      cp_async16z(sa + chunk_off(r, i & 7), in ? ablk + (long long)r * k + kk : a, in);
+    }
 #pragma unroll
     for (int i = tid; i < HBK * BN / 8; i += THREADS) {
       const int kr = i / (BN / 8), j = i % (BN / 8), cc = j & 7;
-      cp_async16(sb + (j >> 3) * (HBK * 128) + kr * 128 + ((cc ^ (kr & 7)) << 4),
-                 bg + (long long)kr * n + j * 8);
+      const bool in = k0 + kr < k && tn * BN + j * 8 < n;
+      cp_async16z(sb + (j >> 3) * (HBK * 128) + kr * 128 + ((cc ^ (kr & 7)) << 4),
+                  in ? bblk + (long long)(k0 + kr) * n + j * 8 : b, in);
     }
   };
 
@@ -746,8 +758,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       const int col = tn * BN + 8 * j + 2 * t;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        if (r >= m || col >= n) continue;
         const unsigned lo = to_half(acc[mi][4 * j + 2 * h]), hi = to_half(acc[mi][4 * j + 2 * h + 1]);
-        *reinterpret_cast<unsigned *>(c + (long long)(r0 + 8 * h) * n + col) = lo | (hi << 16);
+        unsigned short *p = c + (long long)r * n + col;
+        if (col + 1 < n)  // n even: 4-byte aligned pairs
+          *reinterpret_cast<unsigned *>(p) = lo | (hi << 16);
+        else
+          p[0] = (unsigned short)lo;
       }
     }
   }
