@@ -3,9 +3,9 @@
 
 A row-major and B row-major go to the kernel as they are (no pack: wgmma reads 16-bit B
 N-major through its transpose bit), f32 accumulators, 16-bit result; N and K multiples of 8
-(16-byte rows), edges zero-filled by cp.async, stores guarded. Checked against a float64 product of the 16-bit inputs (NaN-poisoned output), timed
-beside the vendor GEMM on the same data (float16: cupy.matmul; bfloat16: torch.matmul when
-torch is there). Not in the library yet.
+(16-byte rows), edges zero-filled by cp.async, stores guarded. Checked against a float64
+product of the 16-bit inputs (NaN-poisoned output), timed beside the vendor GEMM on the same
+data (float16: cupy.matmul; bfloat16: torch.matmul when torch is there). Not in the library.
 """
 
 from __future__ import annotations
