@@ -166,9 +166,21 @@ class WgmmaKernel:
         d.call(self.gemm.ptr, tm * tn, self.threads, self.smem, stream, args)
 
 
+_DEVICES: dict[int, tuple[str, int]] = {}
+
+
+def _device(cp: Any) -> tuple[int, str, int]:
+    """(device id, compute capability, multiprocessors) of the current device, looked up once."""
+    dev = cp.cuda.runtime.getDevice()
+    if dev not in _DEVICES:
+        d = cp.cuda.Device(dev)
+        _DEVICES[dev] = (d.compute_capability, int(d.attributes["MultiProcessorCount"]))
+    return (dev, *_DEVICES[dev])
+
+
 def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     """``out[...] = a @ b`` (2-D float32, any strides) with a wgmma plan."""
-    cc = cp.cuda.Device().compute_capability
+    dev, cc, sms = _device(cp)
     if cc != "90":
         raise ValueError(f"the wgmma kernel is sm_90a code: compute capability 9.0, not {cc}")
     (m, k), n = a.shape, b.shape[1]
@@ -177,9 +189,8 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     if not k:
         out.fill(0)
         return
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     defs = defines(plan, sms)
-    key = (tuple(sorted(defs.items())), cp.cuda.runtime.getDevice())
+    key = (tuple(sorted(defs.items())), dev)
     kern = _KERNELS.get_or_make(key, lambda: WgmmaKernel(cp, defs))
     s0, s1 = out.strides
     plain = (s1 == 4 or n == 1) and (m == 1 or (s0 % 4 == 0 and s0 >= 4 * n))
