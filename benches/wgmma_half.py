@@ -39,7 +39,9 @@ class HalfKernel:
         if n % 8 or k % 8:
             raise ValueError(f"{m}x{n}x{k}: N and K must be multiples of 8 here")
         tm, tn = -(-m // self.bm), -(-n // self.bn)
-        args = (a, b, c, cp.int32(m), cp.int32(n), cp.int32(k), cp.int32(tm), cp.int32(tn))
+        i64 = cp.int64
+        args = (a, b, c, cp.int32(m), cp.int32(n), cp.int32(k), i64(k), i64(n), i64(n),
+                cp.int32(tm), cp.int32(tn))  # fmt: skip
         self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)
 
 

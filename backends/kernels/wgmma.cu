@@ -679,9 +679,12 @@ __device__ __forceinline__ unsigned short to_half(float x)
   return h;
 }
 
+// C[M x N] (row stride ldc) = A[M x K] (row stride lda) @ B[K x N] (row stride ldb); rows
+// 16-byte aligned; A's columns K..K rounded up to 8 must be readable and finite (zero padding).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_h(const unsigned short *__restrict__ a, const unsigned short *__restrict__ b,
-                 unsigned short *__restrict__ c, int m, int n, int k, int tiles_m, int tiles_n)
+                 unsigned short *__restrict__ c, int m, int n, int k, long long lda,
+                 long long ldb, long long ldc, int tiles_m, int tiles_n)
 {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -690,7 +693,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int first_m = (bid / per_group) * GROUP_M;
   const int gsize = min(tiles_m - first_m, GROUP_M);
   const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
-  const unsigned short *ablk = a + (long long)tm * BM * k, *bblk = b + tn * BN;
+  const unsigned short *ablk = a + tm * BM * lda, *bblk = b + tn * BN;
   const int kt_n = (k + HBK - 1) / HBK;
 
   // out-of-range 16-byte chunks are zero-filled (src-size 0): rows past M, K past K, columns
@@ -702,14 +705,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int i = tid; i < BM * 8; i += THREADS) {
       const int r = i >> 3, kk = k0 + (i & 7) * 8;
       const bool in = tm * BM + r < m && kk < k;
-      cp_async16z(sa + chunk_off(r, i & 7), in ? ablk + (long long)r * k + kk : a, in);
+      cp_async16z(sa + chunk_off(r, i & 7), in ? ablk + r * lda + kk : a, in);
     }
 #pragma unroll
     for (int i = tid; i < HBK * BN / 8; i += THREADS) {
       const int kr = i / (BN / 8), j = i % (BN / 8), cc = j & 7;
       const bool in = k0 + kr < k && tn * BN + j * 8 < n;
       cp_async16z(sb + (j >> 3) * (HBK * 128) + kr * 128 + ((cc ^ (kr & 7)) << 4),
-                  in ? bblk + (long long)(k0 + kr) * n + j * 8 : b, in);
+                  in ? bblk + (k0 + kr) * ldb + j * 8 : b, in);
     }
   };
 
@@ -761,8 +764,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const int r = r0 + 8 * h;
         if (r >= m || col >= n) continue;
         const unsigned lo = to_half(acc[mi][4 * j + 2 * h]), hi = to_half(acc[mi][4 * j + 2 * h + 1]);
-        unsigned short *p = c + (long long)r * n + col;
-        if (col + 1 < n)  // n even: 4-byte aligned pairs
+        unsigned short *p = c + r * ldc + col;
+        if (col + 1 < n && ldc % 2 == 0)  // 4-byte aligned pairs
           *reinterpret_cast<unsigned *>(p) = lo | (hi << 16);
         else
           p[0] = (unsigned short)lo;
