@@ -134,8 +134,8 @@ class WgmmaKernel:
         self.mod = function.Module()
         self.mod.load(_cubin(src))
         self.gemm = self.mod.get_function("wgmma_gemm_tma" if self.tma else "wgmma_gemm")
-        self.pack_a = self.mod.get_function("tf32_pack_a")
-        self.pack_bt = self.mod.get_function("tf32_pack_bt")
+        self.pack_a = self.mod.get_function("tf32_pack_a2")
+        self.pack_bt = self.mod.get_function("tf32_pack_bt2")
         attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
         driver.funcSetAttribute(self.gemm.ptr, attr, self.smem)
         self.drv = _Driver() if self.tma else None
@@ -148,9 +148,10 @@ class WgmmaKernel:
         ap, bt = cp.empty((mp, kp), cp.float32), cp.empty((np_, kp), cp.float32)
         sa = (i64(a.strides[0] // 4), i64(a.strides[1] // 4))
         sb = (i64(b.strides[0] // 4), i64(b.strides[1] // 4))
-        q = mp * kp // 4
-        self.pack_a(((q + 255) // 256,), (256,), (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp)))
-        self.pack_bt((np_ // 32, kp // 32), (32, 8), (b, bt, i32(k), i32(n), *sb, i32(np_),
+        vec = int(a.strides[1] == 4 and a.strides[0] % 16 == 0 and a.data.ptr % 16 == 0)
+        self.pack_a((-(-kp // 512), min(mp, 65535)), (128,),
+                    (a, ap, i32(m), i32(k), *sa, i32(mp), i32(kp), i32(vec)))  # fmt: skip
+        self.pack_bt((np_ // 64, kp // 32), (32, 8), (b, bt, i32(k), i32(n), *sb, i32(np_),
                                                       i32(kp)))  # fmt: skip
         tm, tn, ldc = mp // self.bm, np_ // self.bn, c.strides[0] // 4
         if not self.tma:
