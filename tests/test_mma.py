@@ -544,6 +544,29 @@ def test_wgmma_plan_routes_to_the_kernel():
                                      geometry=geo))  # fmt: skip
 
 
+HALF_GEO = tiledmm.Geometry(
+    (128, 256, 64), (64, 64),
+    (("fk", 16), ("fm", 16), ("fn", 8), ("group_m", 16), ("stages", 4), ("wgmma", 1)),
+)  # fmt: skip
+
+
+def test_wgmma_16bit_defines_and_routing():
+    from tiledmm_backends.cupy_cuda import wgmma
+
+    d = mma_spec.wgmma_defines(128, 256, 64, half=1)
+    assert (d["HALF"], d["BN"]) == (1, 256) and mma_spec.wgmma_defines(128, 256)["HALF"] == 0
+    for kw, match in (({"bk": 32}, "BK must be 64"), ({"bn": 64}, "BN must be 128"),
+                      ({"tma": True}, "cp.async only")):  # fmt: skip
+        args = {"bk": 64, "bn": 256, **kw}
+        with pytest.raises(ValueError, match=match):
+            mma_spec.wgmma_defines(128, args.pop("bn"), args.pop("bk"), half=2, **args)
+    p = make_plan(1000, 3000, 776, dtype="float16", kernel="mma", device=H200, geometry=HALF_GEO)
+    assert wgmma.wants(p) and wgmma.defines(p)["HALF"] == 1
+    fit = replace(p, options={**p.options, "wgmma_fit": 1}, m=1024, n=1024)
+    assert (wgmma.defines(fit, 132)["BN"], wgmma.defines(fit, 132)["NWG"]) == (128, 1)
+    assert not wgmma.wants(make_plan(64, 64, 64, dtype="float16", kernel="mma", device=H200))
+
+
 def test_wgmma_fit_narrows_tiles_only_for_small_grids():
     from tiledmm_backends.cupy_cuda import wgmma
 
@@ -559,7 +582,8 @@ def test_wgmma_fit_narrows_tiles_only_for_small_grids():
 
 
 WGMMA_NVCC = [{}, {"SWIZZLE": 0}, {"NWG": 3}, {"BN": 128, "WG_M": 2}, {"TMA": 1, "CLUSTER": 2},
-              {"TMA": 1, "CLUSTER": 1, "BN": 128, "STAGES": 6}]  # fmt: skip
+              {"TMA": 1, "CLUSTER": 1, "BN": 128, "STAGES": 6}, {"HALF": 1},
+              {"HALF": 2, "BN": 128}]  # fmt: skip
 
 
 def _defs_id(e: dict) -> str:
@@ -585,6 +609,31 @@ def test_wgmma_compiles(extra, tmp_path):
         extra.get("TMA")
     ), res.stderr[-2000:]
     assert res.stderr.count(" 0 bytes spill stores") == kernels, res.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_wgmma_float16():
+    """16-bit wgmma (no packs; B read N-major) on an sm_90 device: odd shapes (K not a multiple
+    of 8: zero-padded copy), a column-major A, a NaN-poisoned output."""
+    import cupy as cp
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("wgmma is sm_90a code")
+    be = tiledmm.get_backend("cupy")
+    rng = np.random.default_rng()
+    for m, n, k, ta in ((37, 53, 29, False), (300, 512, 1000, True), (1, 8, 3, False),
+                        (1000, 3000, 776, False)):  # fmt: skip
+        a = rng.standard_normal((m, k)).astype(np.float16)
+        b = rng.standard_normal((k, n)).astype(np.float16)
+        plan = make_plan(m, n, k, dtype="float16", kernel="mma", device=be.device(),
+                         geometry=HALF_GEO, backend="cupy")  # fmt: skip
+        da = cp.asarray(a.T.copy()).T if ta else cp.asarray(a)
+        out = cp.full((m, n), np.nan, dtype=np.float16)
+        be.run(plan, da, cp.asarray(b), out)
+        got, ref = cp.asnumpy(out).astype(np.float64), a.astype(np.float64) @ b
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert np.isfinite(got).all() and 1e-5 < err < 2e-3, err
 
 
 @pytest.mark.gpu

@@ -179,19 +179,23 @@ def wgmma_smem_bytes(d: dict[str, int]) -> int:
 
 def wgmma_defines(bm: int, bn: int, bk: int = 32, stages: int = 4, group_m: int = 8,
                   wg_m: int = 1, tma: bool = False, cluster: int = 1, swizzle: bool = True,
-                  wait1: bool = True, tf32_round: int = 3) -> dict[str, int]:  # fmt: skip
+                  wait1: bool = True, tf32_round: int = 3,
+                  half: int = 0) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``wgmma.cu`` build (Hopper TF32); raises ValueError for what the
     kernel can't run. Block ``bm`` x ``bn`` x 32: ``bm / (64 wg_m)`` consumer warpgroups, each
     ``wg_m`` m64 slabs of ``bn`` (64, 128 or 256) columns; ``tma``: TMA copies by a producer
     warpgroup (128-byte swizzle only), ``cluster`` 2 blocks along M sharing B by multicast;
     else cp.async by every thread (``swizzle`` 0: no-swizzle core matrices; ``wait1``: one
     wgmma group in flight across the barrier). ``tf32_round`` as ``mma_defines``: 3/4 round to
-    nearest even (cvt.rn), 1/2 to nearest away (cvt.rna), both in the pack pre-pass."""
+    nearest even (cvt.rn), 1/2 to nearest away (cvt.rna), both in the pack pre-pass. ``half``
+    1 / 2: float16 / bfloat16 inputs (``wgmma_gemm_h``: BK 64, BN 128 or 256, cp.async only)."""
     bad = []
-    if bk != 32:
-        bad.append("BK must be 32 (one 128-byte swizzle row of TF32)")
-    if bn not in (64, 128, 256):
-        bad.append("BN must be 64, 128 or 256 (the wgmma N)")
+    if bk != (64 if half else 32):
+        bad.append(f"BK must be {64 if half else 32} (one 128-byte swizzle row)")
+    if bn not in ((128, 256) if half else (64, 128, 256)):
+        bad.append(f"BN must be {'128 or 256' if half else '64, 128 or 256'} (the wgmma N)")
+    if half not in (0, 1, 2) or (half and tma):
+        bad.append("half: 1 (float16) or 2 (bfloat16), cp.async only")
     if wg_m not in (1, 2) or bm % (64 * wg_m) or not 1 <= bm // (64 * wg_m) <= 3:
         bad.append(f"BM must be 64 * wg_m (1 or 2) * 1..3 warpgroups, not {bm} (wg_m {wg_m})")
     if wg_m * bn > 256:
@@ -208,7 +212,8 @@ def wgmma_defines(bm: int, bn: int, bk: int = 32, stages: int = 4, group_m: int 
         bad.append("tf32_round must be 1..4 (wgmma always rounds: in the pack pre-pass)")
     d = dict(BN=bn, WG_M=wg_m, NWG=max(1, bm // (64 * wg_m)), STAGES=stages, SWIZZLE=int(swizzle),
              WAIT1=int(wait1), GROUP_M=group_m, MINB=1, NS_SWAP=0,
-             ROUND=1 if tf32_round >= 3 else 2, TMA=int(tma), CLUSTER=cluster)  # fmt: skip
+             ROUND=1 if tf32_round >= 3 else 2, TMA=int(tma), CLUSTER=cluster,
+             HALF=half)  # fmt: skip
     if not bad and wgmma_smem_bytes(d) > WGMMA_SMEM_LIMIT:
         bad.append(f"{stages} stages need {wgmma_smem_bytes(d)} bytes of shared memory, over "
                    f"{WGMMA_SMEM_LIMIT}")  # fmt: skip

@@ -754,6 +754,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   cp_async_wait<0>();
 
   const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const bool pairs = ldc % 2 == 0 && ((unsigned long long)c & 3) == 0;  // 4-byte aligned pairs
 #pragma unroll
   for (int mi = 0; mi < WG_M; ++mi) {
     const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
@@ -766,10 +767,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (r >= m || col >= n) continue;
         const unsigned lo = to_half(acc[mi][4 * j + 2 * h]), hi = to_half(acc[mi][4 * j + 2 * h + 1]);
         unsigned short *p = c + r * ldc + col;
-        if (col + 1 < n && ldc % 2 == 0)  // 4-byte aligned pairs
+        if (col + 1 < n && pairs) {
           *reinterpret_cast<unsigned *>(p) = lo | (hi << 16);
-        else
+        } else {
           p[0] = (unsigned short)lo;
+          if (col + 1 < n) p[1] = (unsigned short)hi;
+        }
       }
     }
   }
