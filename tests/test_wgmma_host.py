@@ -105,6 +105,7 @@ def fake_cupy(monkeypatch):
     monkeypatch.setattr(wgmma, "_cubin", lambda src: b"")
     monkeypatch.setattr(wgmma, "_KERNELS", type(wgmma._KERNELS)(16))
     monkeypatch.setattr(wgmma, "_DEVICES", {})
+    monkeypatch.setattr(wgmma, "_building", None, raising=False)  # the defines being built
     init = wgmma.WgmmaKernel.__init__
 
     def remember(self, cp_, defs):
