@@ -11,7 +11,9 @@ user calls it (device arrays in, no ``out=``; numba-cuda gets CuPy arrays when C
 and the vendor (cuBLAS via ``cupy.matmul``, TF32 off) timed in the same run on the same data;
 then a float64 subset. Each row is checked first (NaN-poisoned ``out=``, float64 reference).
 Rows are pytest-benchmark JSON with ``extra_info.shape_class``, ``requested_kernel``, ``batch``,
-``dram_fraction`` (bytes of A, B, C over time, of the device bandwidth). A table comes last.
+``dram_fraction`` (bytes of A, B, C over time, of the device's DRAM roof ``dram_roof``: its
+DRAM level, after ``tiledmm calibrate`` the measured streaming-read bandwidth; not the copy
+bandwidth, read and written, which a read-only gemv can exceed). A table comes last.
 
 The sweep times ``backends/kernels/shapes.py``'s candidates per class on two shapes each,
 prints the best per class and backend, writes them as tuning-database entries (``--entries``)
@@ -170,6 +172,7 @@ def run_set(names, families, dtype, shapes, rows, vendor_be) -> None:
                 s = np.dtype(dtype).itemsize
                 moved = s * (a.size + b.size + ref.size)
                 dev = plan.device
+                roof = dev.level("DRAM")
                 info = dict(
                     backend=name, kernel=fam, requested_kernel=req, device=dev.name,
                     device_kind=dev.kind, dtype=dtype, m=m, n=n, k=k, batch=batch,
@@ -181,7 +184,7 @@ def run_set(names, families, dtype, shapes, rows, vendor_be) -> None:
                     block_tile=list(plan.block_tile), thread_tile=list(plan.thread_tile),
                     options=dict(plan.options), geometry_source=plan.geometry_source,
                     rel_error=err, bandwidth=dev.bandwidth, peak_flops=dev.peak(dtype),
-                    dram_fraction=moved / t / dev.bandwidth if dev.bandwidth else None,
+                    dram_roof=roof, dram_fraction=moved / t / roof if roof else None,
                     engine=_engine(name),
                 )  # fmt: skip
                 rows.append(info)
