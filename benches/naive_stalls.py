@@ -19,6 +19,8 @@ per DRAM miss); LG throttle up means the L1's miss queue fills (a bytes-in-fligh
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -51,11 +53,55 @@ CASES = [
 ]
 
 
+#: ncu's time units (``ncu_counters.parse`` scales "nsecond" but not "ns", which this ncu
+#: prints: the session-6 JSON holds the time in nanoseconds).
+TIME_UNITS = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3,
+              "msecond": 1e-3, "s": 1.0, "second": 1.0}  # fmt: skip
+
+
+def _seconds(text: str) -> float:
+    """The profiled kernel's gpu__time_duration.sum in seconds, read with its unit."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    head, units, values = list(csv.reader(io.StringIO("\n".join(lines))))[:3]
+    i = head.index("gpu__time_duration.sum")
+    return float(values[i].replace(",", "")) * TIME_UNITS[units[i]]
+
+
+def line(row: dict) -> str:
+    """One case's summary line (``row["counters"]["gpu__time_duration.sum"]`` in seconds)."""
+    c, shape = row["counters"], row["shape"]
+    return (
+        f"naive {row['dtype']} {shape[0]}^3 {tuple(row['block_tile'])}: time / L1 level "
+        f"{c['gpu__time_duration.sum'] / row['model_L1_seconds']:.2f}; L1 hits "
+        f"{c['l1tex__t_sector_hit_rate.pct']:.0f}%, L2 hits "
+        f"{c['lts__t_sector_hit_rate.pct']:.0f}%; DRAM {c['dram__bytes_read.sum'] / 1e9:.2f}"
+        f" GB (model {row['model_DRAM_read'] / 1e9:.2f}), L2 "
+        f"{c['lts__t_bytes.sum'] / 1e9:.2f} GB; stalls long scoreboard "
+        f"{c['smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct']:.0f}%, "
+        f"LG throttle {c['smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct']:.0f}%"
+        f", MIO {c['smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct']:.0f}%"
+    )
+
+
+def reprint(path: Path) -> None:
+    """The summary lines of a written JSON. Files whose rows lack ``time_unit`` (the session-6
+    run, 2026-12-01) hold the time as ncu printed it, in nanoseconds."""
+    for row in json.loads(path.read_text())["rows"]:
+        scale = {"s": 1.0}.get(row.get("time_unit", "ns"), 1e-9)
+        c = dict(row["counters"])
+        c["gpu__time_duration.sum"] *= scale
+        print(line(dict(row, counters=c)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--out", default=".", help="output folder")
     ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--from-json", type=Path, help="reprint the lines of a written JSON")
     args = ap.parse_args()
+    if args.from_json:
+        reprint(args.from_json)
+        return 0
     import tiledmm
     from tiledmm.device import reference_h200
 
@@ -72,24 +118,16 @@ def main() -> int:
             print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
             return 1
         c = parse(res.stdout, METRICS)
+        c["gpu__time_duration.sum"] = _seconds(res.stdout)
         model = tiledmm.make_plan(*shape, dtype=dtype, kernel="naive", device=reference_h200(),
                                   geometry=tiledmm.Geometry(plan.block_tile, plan.thread_tile,
                                                             tuple(plan.options.items())),
                                   backend="cupy")  # fmt: skip
         l1 = model.level("L1").seconds
-        rows.append({"dtype": dtype, "shape": shape, "block_tile": list(plan.block_tile),
-                     "counters": c, "model_L1_seconds": l1,
+        rows.append({"dtype": dtype, "shape": shape, "time_unit": "s",
+                     "block_tile": list(plan.block_tile), "counters": c, "model_L1_seconds": l1,
                      "model_DRAM_read": dict(model.level("DRAM").parts)["read"]})  # fmt: skip
-        print(f"naive {dtype} {shape[0]}^3 {plan.block_tile}: time / L1 level "
-              f"{c['gpu__time_duration.sum'] / l1:.2f}; L1 hits "
-              f"{c['l1tex__t_sector_hit_rate.pct']:.0f}%, L2 hits "
-              f"{c['lts__t_sector_hit_rate.pct']:.0f}%; DRAM {c['dram__bytes_read.sum'] / 1e9:.2f}"
-              f" GB (model {rows[-1]['model_DRAM_read'] / 1e9:.2f}), L2 "
-              f"{c['lts__t_bytes.sum'] / 1e9:.2f} GB; stalls long scoreboard "
-              f"{c['smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct']:.0f}%, "
-              f"LG throttle {c['smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct']:.0f}%"
-              f", MIO {c['smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct']:.0f}%",
-              flush=True)  # fmt: skip
+        print(line(rows[-1]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "naive-stalls.json").write_text(json.dumps({"metrics": METRICS, "rows": rows},
