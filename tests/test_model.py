@@ -505,3 +505,52 @@ def test_the_model_ranks_the_h200_register_tile_race():
     for key, got in shapes.items():
         picked = min(got, key=lambda x: x[1])[0]
         assert picked <= 1.1 * min(m for m, _ in got), key
+
+
+def _sass_tool(name: str) -> str | None:
+    """``name`` (cuobjdump) on PATH, beside nvcc, or in an nvidia wheel under /tmp."""
+    import shutil
+
+    found = shutil.which(name)
+    if found or not shutil.which("nvcc"):
+        return found
+    roots = [Path(shutil.which("nvcc")).resolve().parent]
+    roots += list(Path("/tmp").glob("*/lib/python3*/site-packages/nvidia/cu*/bin"))
+    roots += list(Path("/tmp").glob("*/nvidia/cu*/bin"))
+    return next((str(r / name) for r in roots if (r / name).exists()), None)
+
+
+@pytest.mark.skipif(_sass_tool("cuobjdump") is None, reason="nvcc and cuobjdump not installed")
+@pytest.mark.parametrize("s,tile", [(4, (2, 128)), (8, (4, 64))])
+def test_naive_steps_in_flight_follow_nvccs_sass(s, tile, tmp_path):
+    """naive.cl as CuPy builds it (nvcc sm_90): in the unrolled K loop, the loads issued
+    before the first FMA cover NAIVE_IN_FLIGHT steps (an A and a B load each): 5 in float32,
+    2 in float64 (32 registers), which the latency level divides the round trips by."""
+    import re
+    import subprocess
+
+    from tiledmm_backends.kernels import source
+
+    from tiledmm.warps import NAIVE_IN_FLIGHT, naive_counts
+
+    defs = dict(REAL_BYTES=s, BM=tile[0], BN=tile[1], BK=1, TM=1, TN=1, THREADS=256,
+                SPLIT_K=1, NO_BATCH=1)  # fmt: skip
+    (tmp_path / "n.cu").write_text(source("naive", defs))
+    cubin = tmp_path / "n.cubin"
+    subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(cubin), str(tmp_path / "n.cu")],
+                   check=True, capture_output=True, timeout=180)  # fmt: skip
+    sass = subprocess.run([_sass_tool("cuobjdump"), "-sass", str(cubin)], check=True,
+                          capture_output=True, text=True).stdout  # fmt: skip
+    code = [(int(a, 16), ins) for a, ins in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)]
+    fma = "DFMA" if s == 8 else "FFMA"
+    loops = [(int(t, 16), a) for a, ins in code for t in re.findall(r"BRA (0x[0-9a-f]+)", ins)
+             if int(t, 16) < a]  # fmt: skip
+    # the main loop: the backward branch whose body holds the most FMAs (the 16x unroll)
+    top, end = max(loops, key=lambda lp: sum(fma in i for a, i in code if lp[0] <= a <= lp[1]))
+    body = [i for a, i in code if top <= a <= end]
+    assert sum(fma in i for i in body) >= 4  # unrolled
+    first = next(n for n, i in enumerate(body) if fma in i)
+    loads = sum("LDG" in i for i in body[:first])
+    assert loads // 2 == NAIVE_IN_FLIGHT[s]
+    g = dict(bn=tile[1], kp=64, warps=8)
+    assert naive_counts(g, s, "gemm-c").mlp == NAIVE_IN_FLIGHT[s]

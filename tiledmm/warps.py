@@ -44,6 +44,9 @@ TILED_STEP_INSTR = 37  # per K step per warp
 #: 14-18 (VW guarded scalar loads: the bound compares, addresses, moves; 10-18 over 7 tiles).
 REGISTER_STAGES2_INSTR = {4: 37, 8: 23}
 REGISTER_SCALAR_INSTR = 16
+#: K steps whose loads a gemm-c naive warp keeps in flight, by element size (nvcc 13.0 sm_90
+#: SASS of naive.cl at 32 registers; docs/model.md "Where the model is still wrong").
+NAIVE_IN_FLIGHT = {4: 5.0, 8: 2.0}
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -101,9 +104,12 @@ def naive_counts(g: dict, s: int, engine: str) -> Counts:
     # A: one address per row of the warp (broadcast); B: the warp's columns, coalesced.
     a_wf, b_wf = rows, max(1, math.ceil(cols * s / WAVEFRONT))
     a_bytes, b_bytes = rows * SECTOR, math.ceil(cols * s / SECTOR) * SECTOR
-    # nvcc unrolls the K loop 4x (loads of 4 steps in flight, 3 address/loop instructions
-    # per 4 FMAs); Numba's u32 loop with wrap-around stays rolled (6 per FMA, 1 in flight).
-    overhead, mlp = (0.75, 4.0) if engine == "gemm-c" else (6.0, 1.0)
+    # nvcc (13.0, sm_90 SASS of naive.cl) unrolls the K loop 16x at 32 registers and issues
+    # each step's loads ahead of the FMA that waits on them: 5 steps in flight in float32
+    # (11 loads before the first FFMA), 2 in float64 (each DFMA's pair loaded one step
+    # ahead); ~0.75 address/loop instructions per FMA. Numba's u32 loop with wrap-around
+    # stays rolled (6 per FMA, 1 in flight).
+    overhead, mlp = (0.75, NAIVE_IN_FLIGHT.get(s, 2.0)) if engine == "gemm-c" else (6.0, 1.0)
     per = warps * k
     return Counts(
         fma=per,
