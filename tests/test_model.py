@@ -242,11 +242,13 @@ def test_calibration_schema_takes_levels_and_keeps_old_records():
 
 #: Held GPU rows outside [0.8, 1.25], each with its reason (docs/model.md, "still wrong").
 _NAIVE_LATENCY = (
-    "naive, operands past the L2: 1.26-1.35x its L1 level; the latency of the lines that miss "
-    "(not their bytes) is not modelled: benches/naive_stalls.py would size it"
+    "naive, operands past the L2: 1.25-1.35x its L1 level, long-scoreboard stalls; a latency "
+    "level from the footprint (every step a DRAM round trip, or the counter's L2 misses) would "
+    "also move Numba's naive rows out (0.44-0.52), whose loads take an L2 hit at every size "
+    "(docs/model.md: benches/naive_stalls.py's counters)"
 )
 _ONE_BLOCK_PER_SM = (
-    "register 128x64 at 1024^3 on OpenCL: 128 blocks, one (8 warps) per SM, 1.31 where CuPy's "
+    "register 128x64 at 1024^3 on OpenCL: 128 blocks, one (8 warps) per SM, 1.26 where CuPy's "
     "same tile is 1.17 (the tile race: 1.32 / 1.16); nvcc's SASS leaves one warp's own stalls "
     "under the issue level, so neither the resident-warps term nor OpenCL's code is modelled"
 )
