@@ -111,7 +111,8 @@ def parse(text: str, metrics=METRICS, row: int = 0) -> dict[str, float]:
         if name in metrics:
             scale = {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3,
                      "MB": 1e6, "GB": 1e9, "usecond": 1e-6, "msecond": 1e-3, "nsecond": 1e-9,
-                     "second": 1.0, "cycle/nsecond": 1e9, "cycle/usecond": 1e6,
+                     "second": 1.0, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0,
+                     "cycle/nsecond": 1e9, "cycle/usecond": 1e6,
                      "cycle/second": 1.0, "Ghz": 1e9, "GHz": 1e9, "Mhz": 1e6,
                      "MHz": 1e6}.get(unit, 1.0)  # fmt: skip
             out[name] = float(value.replace(",", "")) * scale
