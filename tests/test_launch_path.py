@@ -3,6 +3,8 @@ array is the pointer) run on the host, so CI checks the steps CuPy takes on a GP
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
@@ -10,6 +12,7 @@ from tiledmm_backends import kernels as K
 from tiledmm_backends.kernels import launch
 
 import tiledmm
+from tests.helpers import nvcc_build
 from tiledmm.accuracy import matmul_error
 
 GPU = tiledmm.DeviceSpec(name="test gpu", kind="gpu", peak_flops=(("float32", 5e13),),
@@ -169,3 +172,12 @@ def test_single_products_compile_without_the_batch_prologue():
     assert seen == [True, False] and ad.calls.count("reduce") == 1
     assert K.defines(split, True, single=True).get("NO_BATCH") is None  # slices keep it
     assert K.defines(_plan(33, 9, 517), True, single=True)["NO_BATCH"] == 1
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_timing_spin_is_one_source_for_cuda_and_opencl(tmp_path):
+    """spin.cl builds as CUDA (the CuPy backend's timing spin); its OpenCL branch declares the
+    same kernel with OpenCL's types (NVIDIA's OpenCL builds it on the GPU machine)."""
+    src = K.spin_source()
+    nvcc_build(src, tmp_path)
+    assert "__OPENCL_VERSION__" in src and "__kernel void" in src and "ulong" in src

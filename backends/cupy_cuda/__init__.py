@@ -38,13 +38,6 @@ _CP: Any = None
 #: how long the spin kernel ahead of each timed call keeps the GPU busy (ns): longer than the
 #: host side of any call timed here (the slowest, 1-D operands through cupy.matmul: ~45 us)
 SPIN_NS = 200_000
-_SPIN_SRC = r"""
-extern "C" __global__ void spin(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}
-"""
 
 
 def _cupy():
@@ -178,7 +171,7 @@ class CupyBackend(K.SharedSourceTables, Backend):
     def _spin(self):
         """A one-thread kernel that busy-waits ``ns`` nanoseconds of the GPU's global timer."""
         key = ("spin", _cupy().cuda.runtime.getDevice())
-        return self._modules.get_or_make(key, lambda: _compile(_SPIN_SRC, "spin"))
+        return self._modules.get_or_make(key, lambda: _compile(K.spin_source(), "spin"))
 
     # ------------------------------------------------------------------ compile and launch
 

@@ -26,7 +26,7 @@ __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
     "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
-    "geometry_entries", "write_geometry",
+    "geometry_entries", "write_geometry", "spin_source",
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
@@ -181,6 +181,11 @@ def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 REDUCE_THREADS = 256  # work-items per group of the split-K reduction
+
+
+def spin_source() -> str:
+    """The timing spin kernel (``spin`` in ``spin.cl``), one source for CUDA and OpenCL."""
+    return _read("spin.cl")
 
 
 def reduce_source(dtype: str) -> str:

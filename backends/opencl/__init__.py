@@ -93,13 +93,6 @@ def _pick(choice: str):
 #: split-K reduction or aligned copies on the H200, benches/results/logs/h200-opencl-gaps.txt;
 #: behind a 200 us spin those calls still showed the host's gaps)
 SPIN_NS = 1_000_000
-_SPIN_SRC = r"""
-__kernel void spin(ulong ns) {
-  ulong t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}
-"""
 
 
 class OpenCLState:
@@ -130,7 +123,7 @@ class OpenCLState:
         if not (self.dev.type & _cl()[0].device_type.GPU) or "NVIDIA" not in self.dev.vendor:
             return None
         try:
-            return self.kernel("spin", _SPIN_SRC)
+            return self.kernel("spin", K.spin_source())
         except Exception:  # noqa: BLE001 - a driver without inline PTX: time without it
             return None
 
