@@ -102,6 +102,8 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
         ("compute capability", f"{cc[0]}.{cc[1]}"),
         ("shared opt-in per block", f"{optin // 1024} KiB (kernels use static)"),
     )
+    fma = (("float32", sms * l32 * 2 * clock), ("float64", sms * l64 * 2 * clock))
+    smem = sms * SHARED_BYTES_PER_CLOCK * clock
     return DeviceSpec(
         name=name,
         kind="gpu",
@@ -116,14 +118,11 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
         registers_per_unit=int(a.get("regs_per_sm", 65536)),
         max_registers_per_thread=255,
         caches=(("L2", int(a.get("l2", 0))),),
-        peak_flops=(("float32", sms * l32 * 2 * clock), ("float64", sms * l64 * 2 * clock)),
+        peak_flops=fma,
         bandwidth=bw,
         launch_overhead=launch_overhead,
-        levels=(
-            ("shared memory", sms * SHARED_BYTES_PER_CLOCK * clock),
-            ("L1", sms * SHARED_BYTES_PER_CLOCK * clock),
-        ),  # fmt: skip
-        fma_peaks=(("float32", sms * l32 * 2 * clock), ("float64", sms * l64 * 2 * clock)),
+        levels=(("shared memory", smem), ("L1", smem)),
+        fma_peaks=fma,
         issue_rate=sms * SCHEDULERS_PER_SM * clock,
         sustained=SUSTAINED_CLOCK,
         latency=TRIP_CYCLES / clock,
