@@ -25,20 +25,20 @@ from tiledmm import Geometry, shapefit  # noqa: E402
 from tiledmm.bench import Case, Inputs, Settings, measure_case, vendor_result  # noqa: E402
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
+#: every halving fit_grid chooses among (128x128 -> 32x32, as shapefit.halvings makes them),
+#: beside split-K, min_blocks and group_m variants
+HALVED = {"x".join(map(str, g.block_tile[:2])): g
+          for g in shapefit.halvings(Geometry((128, 128, 16), (8, 8), REG))}  # fmt: skip
 CANDIDATES = {
-    "128x128": Geometry((128, 128, 16), (8, 8), REG),
+    "128x128": HALVED["128x128"],
     "128x128/auto-split": Geometry((128, 128, 16), (8, 8), REG + (("split_k", "auto"),)),
-    "128x64": Geometry((128, 64, 16), (8, 4), REG),
+    "128x64": HALVED["128x64"],
     "128x64/mb3": Geometry((128, 64, 16), (8, 4), REG + (("min_blocks", 3),)),
     "128x64/auto-split": Geometry((128, 64, 16), (8, 4), REG + (("split_k", "auto"),)),
     "128x128/g8": Geometry((128, 128, 16), (8, 8), REG + (("group_m", 8),)),
-    "64x64": Geometry((64, 64, 16), (4, 4), REG),
-    "64x32": Geometry(
-        (64, 32, 16), (4, 2), (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 2))
-    ),
-    "32x32": Geometry(
-        (32, 32, 16), (2, 2), (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 2), ("vn", 2))
-    ),
+    "64x64": HALVED["64x64"],
+    "64x32": HALVED["64x32"],
+    "32x32": HALVED["32x32"],
 }
 SHAPES = [(1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (3072, 3072, 3072),
           (4096, 4096, 4096), (1000, 3000, 777), (257, 4097, 1031), (2000, 2000, 2000),
