@@ -128,10 +128,10 @@ extern "C" __global__ void tf32_pack_bt(const float *__restrict__ b, float *__re
 }
 
 // The same packs, faster (the library's; screen 2: 0.31 ms at 8192^3 against ~0.55 for the two
-// above, which stay for benches/wgmma_probe.py's screen-1 variants): A by float4 loads where
-// its rows allow (vec: unit column stride, 16-byte aligned rows), a 2-D grid (x: 4-float chunks of a row, y: rows, striding); B^T by
-// 32 (k) x 64 (n) tiles, 8 elements per thread. Grids: a2 (ceil(kp / 512), min(mp, 65535)) of
-// 128 threads; bt2 (np / 64, kp / 32) of (32, 8).
+// above, which stay for benches/wgmma_probe.py's screen-1 variants): A by float4 loads where its
+// rows allow (vec: unit column stride, 16-byte aligned rows), a 2-D grid (x: 4-float chunks of a
+// row, y: rows, striding); B^T by 32 (k) x 64 (n) tiles, 8 elements per thread. Grids: a2 (ceil(kp
+// / 512), min(mp, 65535)) of 128 threads; bt2 (np / 64, kp / 32) of (32, 8).
 extern "C" __global__ void tf32_pack_a2(const float *__restrict__ a, float *__restrict__ ap, int m,
                                         int k, long long lda, long long sa, int mp, int kp,
                                         int vec)
