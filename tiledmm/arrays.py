@@ -15,10 +15,12 @@ The backends take NumPy, CuPy and Numba arrays (and objects exposing
 
 Mixed kinds follow one rule (:func:`result_kind`): ``out``'s kind when ``out=`` is given, else
 the first operand that is an array (lists and scalars do not count). tiledmm runs float32 and
-float64 operands (``RUN_DTYPES``, NumPy's promotion between them); any other operand dtype of a
-foreign library is delegated. Streams: a CUDA PyTorch operand on a non-default stream is handled
-by :class:`TorchStream` (see there); on the default stream nothing extra happens. Repeated 2-D
-products of torch tensors skip this bridge: :mod:`tiledmm.torchpath` remembers what it decided.
+float64 operands (``RUN_DTYPES``, NumPy's promotion between them), and CUDA tensors of one
+16-bit dtype on a backend's tensor cores (:mod:`tiledmm.halfprec`); any other operand dtype of
+a foreign library is delegated. Streams: a CUDA PyTorch operand on a non-default stream is
+handled by :class:`TorchStream` (see there); on the default stream nothing extra happens.
+Repeated 2-D products of torch tensors skip this bridge: :mod:`tiledmm.torchpath` remembers
+what it decided.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from . import halfprec
 from .kinds import (
     FOREIGN,
     RUN_DTYPES,
@@ -251,7 +254,8 @@ def matmul_foreign(
     ka, kb = kind_of(a), kind_of(b)
     like = out if out is not None else (a if ka is kind else b)
     if not (_runs(a, ka) and _runs(b, kb)):
-        return delegate(a, b, kind, out, like)
+        r = halfprec.matmul(kind, a, b, out, kwargs) if kind.device == "cuda" else None
+        return delegate(a, b, kind, out, like) if r is None else r
     A, B = to_native(a, ka), to_native(b, kb)
     if (ka.lib == "dlpack" and A.dtype not in RUN_DTYPES) or (
         kb.lib == "dlpack" and B.dtype not in RUN_DTYPES
