@@ -10,6 +10,14 @@ checked first (NaN-poisoned output, float64 reference), timed with device events
 beside ``cupy.matmul`` on the same arrays. With ``--precision tf32`` it runs float32 on tensor
 cores against cuBLAS with TF32 enabled (set ``CUPY_TF32=1`` for the vendor); those rows carry
 ``extra_info.precision = "tf32"`` (the report keeps them out of the IEEE float32 tables).
+
+``bfloat16`` in ``--dtypes`` (CuPy has no bfloat16 arrays) runs the way users reach it: torch
+bfloat16 CUDA tensors through ``tiledmm.matmul(..., kernel="mma")`` (``tiledmm.halfprec``),
+beside ``torch.matmul`` on the same tensors (``vendor_backend`` "torch"), both timed by the
+backend's device events after warm-up; the error is against a float64 product of the bfloat16
+inputs, the result checked in a NaN-poisoned ``out=`` first:
+
+    python benches/mma_results.py --dtypes float16,bfloat16 --out benches/results/h200-mma-16.json
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import os
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import tiledmm
 from tiledmm import dispatch, results
@@ -27,6 +36,7 @@ from tiledmm.bench import (
     Settings,
     extra_info,
     measure_case,
+    time_fn,
     vendor_result,
 )
 
@@ -48,6 +58,9 @@ def main(argv=None) -> int:
     settings = Settings(budget=0.3, min_rounds=5, max_rounds=30, warmup=3)
     rows = []
     for dtype in dtypes:
+        if dtype == "bfloat16":
+            rows += bf16_rows(be, settings)
+            continue
         for m, n, k in SHAPES:
             case = Case(be, Inputs(m, n, k, dtype, seed=7))
             try:
@@ -76,5 +89,60 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+#: accepted relative error of bfloat16 results (float32 sums, one rounding to 8 bits: ~1e-3)
+BF16_TOL = 4e-3
+
+
+def bf16_rows(be, settings: Settings) -> list[dict]:
+    """bfloat16 rows through the torch path (see the module docstring)."""
+    import torch
+
+    rows = []
+    for m, n, k in SHAPES:
+        try:
+            row = _bf16_row(torch, be, settings, m, n, k)
+        except Exception as exc:  # noqa: BLE001 - one broken case must not end the run
+            print(f"bfloat16 {m}x{n}x{k}: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _bf16_row(torch, be, settings: Settings, m: int, n: int, k: int) -> dict | None:
+    dev = torch.device("cuda", be.device_key())
+    g = torch.Generator(device=dev).manual_seed(7)
+    ta, tb = ((torch.rand(s, generator=g, device=dev) * 2 - 1).to(torch.bfloat16)
+              for s in ((m, k), (k, n)))  # fmt: skip
+    ref = torch.matmul(ta.double(), tb.double())
+
+    def err(c) -> float:
+        if not bool(torch.isfinite(c).all()):
+            return float("inf")  # an element left unwritten in the poisoned out
+        return float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
+
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=dev)
+    assert tiledmm.matmul(ta, tb, backend=be.name, kernel="mma", out=out) is out
+    e, verr = err(out), err(torch.matmul(ta, tb))
+    del out
+    plan = dispatch.plan_for(be, m, n, k, "bfloat16", "mma")  # the plan the torch path runs
+    tol = max(2 * verr, BF16_TOL)
+    if not e <= tol:
+        print(f"bfloat16 {m}x{n}x{k}: WRONG (relative error {e:.3g}, torch {verr:.3g})",
+              flush=True)  # fmt: skip
+        return None
+    times = time_fn(be, lambda: tiledmm.matmul(ta, tb, backend=be.name, kernel="mma"), settings)
+    vtimes = time_fn(be, lambda: torch.matmul(ta, tb), settings)
+    vendor = {"seconds": statistics.median(vtimes), "rel_error": verr, "backend": "torch"}
+    # extra_info reads the case's backend and shape only: a 2-byte stand-in, then bfloat16
+    case = SimpleNamespace(backend=be, inputs=SimpleNamespace(m=m, n=n, k=k, dtype="float16"))
+    info = extra_info(case, plan, e, statistics.median(times), vendor)
+    info.update(dtype="bfloat16", tolerance=tol, peak_flops=plan.device.peak("bfloat16"),
+                options=dict(plan.options), precision="bfloat16", path="torch",
+                timer=f"{info['timer']}; tiledmm.matmul on torch tensors (host cost shows "
+                "where it exceeds the spin ahead of each call)")  # fmt: skip
+    print(f"bfloat16 {m}x{n}x{k:<5d} {info['gflops'] / 1e3:8.2f} TFLOP/s = "
+          f"{info['gflops'] / info['vendor_gflops']:.2f} of torch.matmul "
+          f"({info['vendor_gflops'] / 1e3:.1f}); error {e:.2e} (torch {verr:.2e}); "
+          f"{plan.block_tile} {plan.thread_tile}", flush=True)  # fmt: skip
+    return results.benchmark_entry(info, times, settings)
