@@ -1,7 +1,8 @@
 """The search behind `tiledmm tune` (``tiledmm.tune``): tasks (one family on one shape, its
-pruned candidates and results), the budgeted tuner (exhaustive or random+local, every candidate
-checked against a float64 reference before it is timed, every result logged to a resumable
-JSON-lines file) and the race of the best candidates that picks a winner.
+pruned candidates and results: :mod:`tiledmm.tune_task`, re-exported here), the budgeted tuner
+(exhaustive or random+local, every candidate checked against a float64 reference before it is
+timed, every result logged to a resumable JSON-lines file) and the race of the best candidates
+that picks a winner.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ import random
 import re
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import shapefit, tuning
+from . import tuning
 from .accuracy import rel_error
 from .backend import Backend, Geometry
-from .planner import PlanError, default_geometry, make_plan
+from .tune_task import Task, geo_key, geo_text, geometry_of
 
 __all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
 
@@ -35,66 +35,6 @@ def log_path(device_name: str, backend: str) -> Path:
     """The resumable log of one device and backend, beside the user tuning database."""
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{device_name}--{backend}").strip("-").lower()
     return tuning.database_path().parent / "tune" / f"{slug}.jsonl"
-
-
-def geo_key(g: Geometry) -> str:
-    return json.dumps([list(g.block_tile), list(g.thread_tile), sorted(map(list, g.options))])
-
-
-def geo_text(g: Geometry) -> str:
-    bm, bn, bk = g.block_tile
-    opts = ",".join(f"{k}={v}" for k, v in g.options)
-    return f"{bm}x{bn}x{bk}/{g.thread_tile[0]}x{g.thread_tile[1]}" + (f" {opts}" if opts else "")
-
-
-class Task:
-    """One family on one shape: the operands, the reference, the candidates and results."""
-
-    def __init__(self, tuner: Tuner, family: str, cls: str, shape: tuple[int, int, int, int]):
-        self.tuner, self.family, self.cls, self.shape = tuner, family, cls, shape
-        b, m, n, k = shape
-        self.flops = 2 * b * m * n * k
-        self.key = f"{tuner.dtype}|{family}|{b}x{m}x{n}x{k}"
-        self.results: dict[str, dict] = {}
-        dev, dt = tuner.device, tuner.dtype
-        model = replace(default_geometry(family, dt, dev), source="model default")
-        shipped = tuning.select(tuner.be, family, dt, dev, cls, user=False)
-        self.default = shipped or model
-        base = [model] if tuner.cold else [self.default, model]
-        space = tuner.be.search_space(family, dt, dev) or []
-        seen, self.space = set(), []
-        for g in [x for x in base if x is not None] + list(space):
-            plan = self.plan(g)
-            if plan is None or geo_key(g) in seen:
-                continue
-            runs = _runs_as(plan)  # two stored geometries that run alike on this shape: one
-            if runs not in seen:
-                seen.update((geo_key(g), runs))
-                self.space.append(g)
-        self.pruned = len(space) + len(base) - len(self.space)
-        self.choice: dict | None = None
-        self.default_gflops: float | None = None
-        self.host: Any = None
-
-    def plan(self, g: Geometry, shape: tuple[int, int, int] | None = None):
-        """The plan dispatch would run for stored geometry ``g`` on the task's shape (or
-        ``shape``): ``shapefit.for_product`` applied, as ``tiledmm.matmul`` applies it."""
-        m, n, k = shape or self.shape[1:]
-        b = 1 if shape else self.shape[0]
-        t = self.tuner
-        g = shapefit.for_product(g, self.family, m, n, k, t.device,
-                                 tuning.shape_class(m, n, k, b), b, t.dtype, t.be.name)  # fmt: skip
-        try:
-            return make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
-                             geometry=g, backend=t.be.name)  # fmt: skip
-        except PlanError:
-            return None
-
-    def ok(self) -> list[dict]:
-        return [r for r in self.results.values() if r["status"] == "ok"]
-
-    def best(self) -> dict | None:
-        return max(self.ok(), key=lambda r: r["gflops"], default=None)
 
 
 class Tuner:
@@ -381,19 +321,6 @@ class Tuner:
 
                 times[i].append(statistics.median(self.be.timings(fn, repeat=3, warmup=1)))
         return [statistics.median(t) for t in times]
-
-
-def geometry_of(key: str) -> Geometry:
-    bt, tt, opts = json.loads(key)
-    return Geometry(tuple(bt), tuple(tt), tuple(tuple(o) for o in opts), source="tiledmm tune")
-
-
-def _runs_as(plan: Any) -> str:
-    """What a plan launches (tiles and options, ``split_k`` 1 as none): candidates that differ
-    only before ``shapefit.for_product`` (``split_k="auto"`` resolving to 1, a tile halved to
-    one already listed) are one candidate."""
-    opts = sorted((k, v) for k, v in plan.options.items() if not (k == "split_k" and v in (1, "1")))
-    return json.dumps([list(plan.block_tile), list(plan.thread_tile), opts], default=str)
 
 
 def _distance(g: Geometry, key: list) -> int:

@@ -1,0 +1,93 @@
+"""A tuning task of `tiledmm tune`: one family on one shape, its candidate geometries (the
+shipped default, the model's, the backend's search space, pruned to those that plan and run
+differently on the shape) and their results; and the geometry keys the tuner's log stores.
+:mod:`tiledmm.tune_search` runs the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from . import shapefit, tuning
+from .backend import Geometry
+from .planner import PlanError, default_geometry, make_plan
+
+if TYPE_CHECKING:
+    from .tune_search import Tuner
+
+__all__ = ["Task", "geo_key", "geo_text", "geometry_of"]
+
+
+def geo_key(g: Geometry) -> str:
+    return json.dumps([list(g.block_tile), list(g.thread_tile), sorted(map(list, g.options))])
+
+
+def geo_text(g: Geometry) -> str:
+    bm, bn, bk = g.block_tile
+    opts = ",".join(f"{k}={v}" for k, v in g.options)
+    return f"{bm}x{bn}x{bk}/{g.thread_tile[0]}x{g.thread_tile[1]}" + (f" {opts}" if opts else "")
+
+
+def geometry_of(key: str) -> Geometry:
+    bt, tt, opts = json.loads(key)
+    return Geometry(tuple(bt), tuple(tt), tuple(tuple(o) for o in opts), source="tiledmm tune")
+
+
+class Task:
+    """One family on one shape: the operands, the reference, the candidates and results."""
+
+    def __init__(self, tuner: Tuner, family: str, cls: str, shape: tuple[int, int, int, int]):
+        self.tuner, self.family, self.cls, self.shape = tuner, family, cls, shape
+        b, m, n, k = shape
+        self.flops = 2 * b * m * n * k
+        self.key = f"{tuner.dtype}|{family}|{b}x{m}x{n}x{k}"
+        self.results: dict[str, dict] = {}
+        dev, dt = tuner.device, tuner.dtype
+        model = replace(default_geometry(family, dt, dev), source="model default")
+        shipped = tuning.select(tuner.be, family, dt, dev, cls, user=False)
+        self.default = shipped or model
+        base = [model] if tuner.cold else [self.default, model]
+        space = tuner.be.search_space(family, dt, dev) or []
+        seen, self.space = set(), []
+        for g in [x for x in base if x is not None] + list(space):
+            plan = self.plan(g)
+            if plan is None or geo_key(g) in seen:
+                continue
+            runs = _runs_as(plan)  # two stored geometries that run alike on this shape: one
+            if runs not in seen:
+                seen.update((geo_key(g), runs))
+                self.space.append(g)
+        self.pruned = len(space) + len(base) - len(self.space)
+        self.choice: dict | None = None
+        self.default_gflops: float | None = None
+        self.host: Any = None
+
+    def plan(self, g: Geometry, shape: tuple[int, int, int] | None = None):
+        """The plan dispatch would run for stored geometry ``g`` on the task's shape (or
+        ``shape``): ``shapefit.for_product`` applied, as ``tiledmm.matmul`` applies it."""
+        m, n, k = shape or self.shape[1:]
+        b = 1 if shape else self.shape[0]
+        t = self.tuner
+        g = shapefit.for_product(g, self.family, m, n, k, t.device,
+                                 tuning.shape_class(m, n, k, b), b, t.dtype, t.be.name)  # fmt: skip
+        try:
+            return make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
+                             geometry=g, backend=t.be.name)  # fmt: skip
+        except PlanError:
+            return None
+
+    def ok(self) -> list[dict]:
+        return [r for r in self.results.values() if r["status"] == "ok"]
+
+    def best(self) -> dict | None:
+        return max(self.ok(), key=lambda r: r["gflops"], default=None)
+
+
+def _runs_as(plan: Any) -> str:
+    """What a plan launches (tiles and options, ``split_k`` 1 as none): candidates that differ
+    only before ``shapefit.for_product`` (``split_k="auto"`` resolving to 1, a tile halved to
+    one already listed) are one candidate."""
+    opts = sorted((k, v) for k, v in plan.options.items() if not (k == "split_k" and v in (1, "1")))
+    return json.dumps([list(plan.block_tile), list(plan.thread_tile), opts], default=str)
