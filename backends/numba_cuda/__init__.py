@@ -241,7 +241,9 @@ class NumbaCudaBackend(Backend):
 
         if nb.SIMULATOR:
             return super().timings(fn, repeat=repeat, warmup=warmup)
-        return nb.event_seconds(fn, repeat, warmup)
+        from .timing import event_seconds
+
+        return event_seconds(fn, repeat, warmup)
 
     # ----------------------------------------------------------------- the kernel
 

@@ -1,4 +1,5 @@
-"""The one place that imports ``numba.cuda``: kernel loading, launching, device facts, events.
+"""The one place that imports ``numba.cuda``: kernel loading, launching, device facts, events
+(the event timing itself is ``timing.py``, on this module's ``cuda``).
 
 Imported lazily by the backend (never at ``import tiledmm``). Two engines sit behind it
 (:data:`ENGINE`): ``numba-cuda`` (``numba.cuda``; also the CUDA simulator that CI runs) and
@@ -372,53 +373,3 @@ def device_id() -> int:
 to_device = cuda.to_device
 device_array = cuda.device_array
 synchronize = cuda.synchronize
-
-
-#: sleeps of 1 us (nominal: ``nanosleep`` takes 0-2x) the spin kernel ahead of each timed call
-#: makes: longer than the host side of any call timed here (tens of microseconds)
-SPIN_SLEEPS = 400
-
-
-def _spin(sleeps):  # one thread that keeps the GPU busy while the host enqueues the timed call
-    for _ in range(sleeps):
-        cuda.nanosleep(_U32(1000))
-
-
-_spins: list = []  # the configured spin launch (None: it could not compile)
-
-
-def _spin_launch():
-    """A launch of :func:`_spin` on the default stream (compiled on first use), or None where
-    this engine or device cannot compile it (then the events include the host's launch path)."""
-    if not _spins:
-        try:
-            with small_grids_on_purpose():
-                launch = cuda.jit(_spin)[1, 1]
-            launch(_U32(1))
-        except Exception:  # noqa: BLE001 - an optional refinement of the timings
-            launch = None
-        _spins.append(launch)
-    return _spins[0]
-
-
-def event_seconds(fn, repeat: int, warmup: int) -> list[float]:
-    """Device seconds per call of ``fn()`` between CUDA events on the default stream. Each
-    timed call is queued behind a spin kernel (:data:`SPIN_SLEEPS`), so the host has enqueued
-    all of ``fn``'s work before the start event fires: the events time the device work, not
-    Python's launch path (as the CuPy backend's timings do, and OpenCL's profiling events;
-    the per-call host cost is ``benches/numba_overhead.py``'s)."""
-    spin = _spin_launch()
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    out = []
-    for _ in range(repeat):
-        start, end = cuda.event(), cuda.event()
-        if spin is not None:
-            spin(_U32(SPIN_SLEEPS))
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) / 1e3)
-    return out
