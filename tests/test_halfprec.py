@@ -92,11 +92,15 @@ def test_matmul_hands_back_what_it_does_not_run(rng, monkeypatch):
     monkeypatch.setattr(halfprec, "run", None)  # reaching it would fail
     a, b = tensor(rng, (4, 6), "bfloat16"), tensor(rng, (6, 2), "bfloat16")
     cpu = Kind("torch", "cpu", 0, True)
-    assert halfprec.matmul(cpu, a, b, None, {"backend": "auto", "kernel": "auto"}) is None
-    assert halfprec.matmul(CUDA, a, b, None, {"backend": "auto"}) is None  # CPU tensors
-    assert halfprec.matmul(CUDA, a, b, None, {"precision": "tf32"}) is None
-    assert halfprec.matmul(CUDA, a, b, None, {"dtype": "float32"}) is None
-    assert halfprec.matmul(Kind("jax", "cuda", 0, True), a, b, None, {}) is None
+
+    def ask(kind, kwargs):
+        return halfprec.matmul(kind, a, b, None, kwargs, None)
+
+    assert ask(cpu, {"backend": "auto", "kernel": "auto"}) is None
+    assert ask(CUDA, {"backend": "auto"}) is None  # CPU tensors
+    assert ask(CUDA, {"precision": "tf32"}) is None
+    assert ask(CUDA, {"dtype": "float32"}) is None
+    assert ask(Kind("jax", "cuda", 0, True), {}) is None
 
 
 def test_bridge_asks_halfprec_before_delegating(rng, monkeypatch):
@@ -105,11 +109,11 @@ def test_bridge_asks_halfprec_before_delegating(rng, monkeypatch):
     monkeypatch.setattr(halfprec, "matmul", lambda *args: seen.append(args) or "ran")
     got = arrays.matmul_foreign(CUDA, a, b, None, tiledmm.matmul, backend="cupy", kernel="mma")
     assert got == "ran" and seen[0][:4] == (CUDA, a, b, None)
-    assert seen[0][4] == {"backend": "cupy", "kernel": "mma"}
+    assert seen[0][4] == {"backend": "cupy", "kernel": "mma"} and callable(seen[0][5])
     monkeypatch.setattr(halfprec, "matmul", lambda *args: None)  # not run: torch.matmul
     got = arrays.matmul_foreign(CUDA, a, b, None, tiledmm.matmul, backend="numpy")
     assert got.dtype == torch.float16 and torch.equal(got, torch.matmul(a, b))
-    monkeypatch.setattr(halfprec, "matmul", None)  # CPU kinds never ask
+    monkeypatch.undo()
     got = arrays.matmul_foreign(arrays.foreign(a, b), a, b, None, tiledmm.matmul, backend="numpy")
     assert torch.equal(got, torch.matmul(a, b))
 
@@ -158,9 +162,9 @@ class Fake16(Backend):
 
 
 def _host_view(t):
-    """The CPU analogue of the CUDA views: NumPy over the tensor's memory, its strides."""
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
+    """The CPU analogue of the bridge's CUDA views: NumPy over the tensor's memory, its
+    strides (bfloat16 tensors come as int16: :func:`halfprec.words`)."""
+    assert t.dtype in (torch.float16, torch.int16)
     return t.numpy()
 
 
@@ -175,7 +179,11 @@ def fake():
 def _run(fake, a, b, out=None, kernel="auto"):
     name = halfprec.half_dtype(torch, a, b, out)
     assert name is not None
-    return halfprec.run(torch, a, b, out, name, fake.name, kernel, _host_view)
+    return halfprec.run(torch, a, b, out, name, fake.name, kernel, _words(name))
+
+
+def _words(name):
+    return halfprec.words(torch, _host_view, name)
 
 
 SHAPES = [((257, 77), (77, 129)), ((2, 1, 33, 20), (3, 20, 17)), ((20,), (4, 20, 9)),
@@ -215,7 +223,7 @@ def test_run_errors_and_refusals(rng, fake):
         _run(fake, a, b, kernel="register")
     with pytest.raises(ValueError, match="kernel must be"):
         _run(fake, a, b, kernel="fastest")
-    assert halfprec.run(torch, a, b, None, "bfloat16", "numpy", "auto", _host_view) is None
+    assert halfprec.run(torch, a, b, None, "bfloat16", "numpy", "auto", _words("bfloat16")) is None
     assert not fake.plans
 
 

@@ -254,7 +254,7 @@ def matmul_foreign(
     ka, kb = kind_of(a), kind_of(b)
     like = out if out is not None else (a if ka is kind else b)
     if not (_runs(a, ka) and _runs(b, kb)):
-        r = halfprec.matmul(kind, a, b, out, kwargs) if kind.device == "cuda" else None
+        r = halfprec.matmul(kind, a, b, out, kwargs, _torch_cuda_view)  # (None: not run there)
         return delegate(a, b, kind, out, like) if r is None else r
     A, B = to_native(a, ka), to_native(b, kb)
     if (ka.lib == "dlpack" and A.dtype not in RUN_DTYPES) or (

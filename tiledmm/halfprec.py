@@ -9,7 +9,8 @@ same 16-bit dtype to a backend that lists that dtype in ``mma_dtypes`` (the CuPy
   16-bit words and the plan's dtype (``"bfloat16"``) says what they hold;
 - the result is allocated by torch (``a``'s dtype and device: float16 -> float16, bfloat16 ->
   bfloat16, as ``torch.matmul`` returns), the plan is ``plan_for(be, m, n, k, dtype, "mma")``
-  and the batch goes through ``api._run_batched`` (NumPy's broadcasting and 1-D promotion);
+  and the batch goes to the backend's ``run_batched``, else matrix by matrix over broadcast
+  views (NumPy's broadcasting and 1-D promotion);
 - launches go to torch's current stream (``TorchStream`` on a non-default one), on the
   tensors' device.
 
@@ -36,7 +37,16 @@ from .dispatch import choose_backend, plan_for
 from .kinds import Kind, optional_module
 from .torchpath import TorchStream, stream_for
 
-__all__ = ["HALF", "half_dtype", "storage_dtype", "result_shape", "matmul", "run"]
+__all__ = [
+    "HALF",
+    "half_dtype",
+    "storage_dtype",
+    "result_shape",
+    "matmul",
+    "run",
+    "words",
+    "tensor_core_family",
+]
 
 #: torch dtype name -> (plan dtype name, NumPy dtype of the CuPy view over its words)
 HALF = {"float16": ("float16", np.dtype(np.float16)), "bfloat16": ("bfloat16", np.dtype(np.uint16))}
@@ -75,15 +85,23 @@ def storage_dtype(name: str) -> np.dtype:
 
 def result_shape(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...] | None:
     """``matmul``'s result shape for operand shapes ``sa``, ``sb`` (NumPy's rules), or None."""
-    from .api import _result_shape, _shapes
+    if not sa or not sb:
+        return None
+    a2, b2 = (1, *sa) if len(sa) == 1 else sa, (*sb, 1) if len(sb) == 1 else sb
+    if a2[-1] != b2[-2]:
+        return None
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        return None
+    return batch + ((a2[-2],) if len(sa) > 1 else ()) + ((b2[-1],) if len(sb) > 1 else ())
 
-    s = _shapes(sa, sb)
-    return None if s is None else _result_shape(s[0], s[1], s[2], s[4], s[5])
 
-
-def matmul(kind: Kind, a: Any, b: Any, out: Any, kwargs: dict) -> Any:
+def matmul(kind: Kind, a: Any, b: Any, out: Any, kwargs: dict, cuda_view: Callable) -> Any:
     """``a @ b`` for CUDA tensors of one 16-bit dtype on a backend's tensor cores, as a tensor
-    of that dtype (``out`` itself when given); None: not handled here (the caller delegates)."""
+    of that dtype (``out`` itself when given); None: not handled here (the caller delegates).
+    ``cuda_view(tensor)``: a CuPy array over a CUDA tensor's memory and strides (the bridge's
+    own, handed in: this module imports neither the bridge nor the API)."""
     if kind.lib != "torch" or kind.device != "cuda" or kwargs.get("precision") is not None:
         return None
     if set(kwargs) - {"backend", "kernel", "precision"}:
@@ -101,18 +119,15 @@ def matmul(kind: Kind, a: Any, b: Any, out: Any, kwargs: dict) -> Any:
     backend, kernel = kwargs.get("backend", "auto"), kwargs.get("kernel", "auto")
     h = stream_for(kind)
     with cp.cuda.Device(idx), TorchStream(idx, h) if h else nullcontext():
-        return run(
-            torch, a, b, out, name, backend, kernel, lambda t: _cuda_view(torch, cp, t, name)
-        )
+        return run(torch, a, b, out, name, backend, kernel, words(torch, cuda_view, name))
 
 
-def _cuda_view(torch: Any, cp: Any, t: Any, name: str) -> Any:
-    """A CuPy array over ``t``'s memory (its strides): float16, or bfloat16's uint16 words."""
-    from .arrays import _torch_cuda_view
-
-    if name == "bfloat16":
-        return _torch_cuda_view(t.view(torch.int16)).view(cp.uint16)
-    return _torch_cuda_view(t)
+def words(torch: Any, view: Callable, name: str) -> Callable[[Any], Any]:
+    """``view`` for ``name`` tensors: as it is for float16; for bfloat16, ``view`` of the tensor
+    as int16 (a dtype torch and NumPy share), its result seen as uint16 words."""
+    if name != "bfloat16":
+        return view
+    return lambda t: view(t.view(torch.int16)).view(storage_dtype(name))
 
 
 def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: str,
@@ -121,30 +136,48 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     on ``backend``'s tensor-core family, with ``view(tensor)`` the backend's array over a
     tensor's memory; None when the backend has no ``mma`` for ``name`` or does not take the
     views (then the caller delegates)."""
-    from .api import _result_shape, _run_batched, _shapes, _tensor_core_kernel
-
     if kernel != "auto" and kernel not in KERNEL_FAMILIES:
         raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
-    batch, m, n, k, a1, b1, pa, pb = _shapes(tuple(a.shape), tuple(b.shape))
-    A = view(a.unsqueeze(0) if a1 else a)
-    B = view(b.unsqueeze(-1) if b1 else b)
+    a1, b1 = a.dim() == 1, b.dim() == 1
+    a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(-1) if b1 else b  # NumPy's 1-D promotion
+    (m, k), n = a2.shape[-2:], b2.shape[-1]
+    batch = tuple(np.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+    A, B = view(a2), view(b2)
     be = choose_backend(backend, A, B, m, n, k, name, kernel)
     if name not in getattr(be, "mma_dtypes", ()) and name not in be.dtypes:
         return None
     if not be.accepts(A):
         return None
-    fam = _tensor_core_kernel(be, name, kernel, None)  # "mma" (or a clear ValueError)
+    fam = tensor_core_family(be, name, kernel)
     plan = plan_for(be, m, n, k, name, fam, batch=math.prod(batch))
     direct = out is not None and not (_shares(out, a) or _shares(out, b))
-    shape = _result_shape(batch, m, n, a1, b1)
-    R = out if direct else torch.empty(shape, dtype=a.dtype, device=a.device)
-    Rv = R.unsqueeze(-1) if b1 else R  # (batch..., m, n) over the result's own memory
-    Rv = Rv.unsqueeze(-2) if a1 else Rv
-    _run_batched(be, plan, A, B, view(Rv), batch, pa, pb)
+    R = out if direct else torch.empty(result_shape(a.shape, b.shape), dtype=a.dtype,
+                                       device=a.device)  # fmt: skip
+    R2 = R.unsqueeze(-1) if b1 else R  # (batch..., m, n) over the result's own memory
+    R2 = R2.unsqueeze(-2) if a1 else R2
+    C = view(R2)
+    if not batch:
+        be.run(plan, A, B, C)
+    elif not be.run_batched(plan, A, B, C):  # matrix by matrix, over broadcast (0-stride) views
+        A, B = view(a2.expand(*batch, m, k)), view(b2.expand(*batch, k, n))
+        for idx in np.ndindex(*batch):
+            be.run(plan, A[idx], B[idx], C[idx])
     if out is not None and not direct:
         out.copy_(R)
         return out
     return R
+
+
+def tensor_core_family(be: Any, name: str, kernel: str) -> str:
+    """The family for ``name`` on ``be``: ``mma`` where the backend runs the dtype only there
+    (a clear error for another family asked by name, the API's rule for CuPy float16 arrays),
+    else ``kernel``."""
+    if name in be.dtypes:
+        return kernel
+    if kernel not in ("auto", "mma"):
+        raise ValueError(f"{name} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
+                         f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
+    return "mma"
 
 
 def _shares(x: Any, y: Any) -> bool:
