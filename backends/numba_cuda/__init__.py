@@ -9,7 +9,7 @@ a CuPy result, anything else a Numba ``DeviceNDArray`` (zero-copy ``cupy.asarray
 Kernels are generated per parameter set (see ``kernels.py``), compiled once per signature,
 cached on disk, and launched through a ``Launcher`` per launch (``plan.launch_key``, device;
 a bounded cache; no per-call typing). Tiles come from the geometry database
-(``kernels/geometry.json``, section "numba"), the device description from
+(``kernels/geometry.json``, section "numba"), the device description (``device.py``) from
 ``tiledmm_backends.nvidia``. Indices are unsigned 32-bit: one matrix may hold at most
 2**32 - 1 elements. ``engine.py`` is the only module that imports ``numba.cuda``, lazily;
 ``unavailable_reason`` says what is missing and how to fix it.
@@ -22,7 +22,6 @@ import importlib.util
 import math
 import os
 import sys
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -31,11 +30,10 @@ from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
 from tiledmm.cache import LRUCache
 
 from .. import kernels as K
-from .. import nvidia
+from .device import SIM_NAME as SIM_NAME  # re-exported: these lived here
+from .device import current_spec, device_spec_from
 
 __all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]
-
-SIM_NAME = "CUDA simulator"
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -137,7 +135,7 @@ class NumbaCudaBackend(Backend):
         return None
 
     def device(self) -> DeviceSpec:
-        return _device_spec().with_calibration()
+        return current_spec().with_calibration()
 
     def device_key(self) -> int:
         """The current CUDA device's ordinal."""
@@ -367,49 +365,6 @@ def _contig(x: Any) -> Any:
     out = nb.device_array(x.shape, x.dtype)
     nb.copy2d(x, out)
     return out
-
-
-@cache
-def _device_spec() -> DeviceSpec:
-    from . import engine as nb
-
-    if nb.SIMULATOR:
-        return DeviceSpec(
-            name=SIM_NAME, kind="gpu", vendor="NVIDIA (simulated)", compute_units=1,
-            warp_size=32, max_shared_per_block=48 * 1024, shared_per_unit=48 * 1024,
-            peak_flops=(("float32", 1e6), ("float64", 1e6)), bandwidth=1e6,
-            launch_overhead=1e-3, ceilings_source="estimate: the simulator runs on the host",
-        )  # fmt: skip
-    return device_spec_from(nb.cuda.get_current_device())
-
-
-# numba.cuda device attribute (CU_DEVICE_ATTRIBUTE_* without the prefix) for each of
-# nvidia.device_spec's keys
-_ATTRS = dict(
-    sms="MULTIPROCESSOR_COUNT", clock_khz="CLOCK_RATE", mem_clock_khz="MEMORY_CLOCK_RATE",
-    bus_bits="GLOBAL_MEMORY_BUS_WIDTH", warp="WARP_SIZE", threads_per_block="MAX_THREADS_PER_BLOCK",
-    threads_per_sm="MAX_THREADS_PER_MULTIPROCESSOR", blocks_per_sm="MAX_BLOCKS_PER_MULTIPROCESSOR",
-    shared_optin="MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
-    shared_per_sm="MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
-    regs_per_sm="MAX_REGISTERS_PER_MULTIPROCESSOR", l2="L2_CACHE_SIZE",
-)  # fmt: skip
-
-
-def device_spec_from(dev: Any) -> DeviceSpec:
-    """A DeviceSpec from a numba.cuda device's attributes (missing ones take defaults)."""
-    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    a = {}
-    for key, attr in _ATTRS.items():
-        try:
-            a[key] = int(getattr(dev, attr))
-        except (AttributeError, TypeError, ValueError):  # unknown to this driver/binding
-            pass
-    a.setdefault("sms", 1)
-    a.setdefault("clock_khz", 1000000)
-    a.setdefault("mem_clock_khz", 1000000)
-    a.setdefault("bus_bits", 256)
-    cc = tuple(dev.compute_capability)
-    return nvidia.device_spec(name, cc, a, launch_overhead=27e-6)
 
 
 @hookimpl
