@@ -24,7 +24,7 @@ import numpy as np
 from . import arrays, torchpath
 from . import dask as dask_engine
 from .backend import KERNEL_FAMILIES, Backend
-from .dispatch import cache_token, choose_backend, plan_for
+from .dispatch import cache_token, choose_backend, plan_for, tensor_core_family
 from .planner import Plan
 from .semantics import check_like_numpy
 
@@ -254,7 +254,7 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
         check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
         return _store(be, out, _matmul(a, b, backend=be.name, kernel=kernel, precision=precision))
 
-    kernel = _tensor_core_kernel(be, rname, kernel, precision)
+    kernel = tensor_core_family(be, rname, kernel)
     if rname not in be.dtypes and kernel != "mma":  # delegated: the array library's own result
         if host:
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
@@ -318,18 +318,6 @@ def _shaped_launch(be: Backend, plan: Plan, rdt, host: bool, shaped: tuple, a: A
         R = be.to_numpy(R)
         return R[()] if R.ndim == 0 else R
     return R
-
-
-def _tensor_core_kernel(be: Backend, rname: str, kernel: str, precision: str | None) -> str:
-    """The family for a dtype the backend runs only on tensor cores (float16/bfloat16 where it
-    lists them in ``mma_dtypes``): ``mma``, and a clear error for another family asked by name;
-    any other dtype keeps ``kernel``. (TF32 is ``precision``'s business: ``plan_for``.)"""
-    if rname in be.dtypes or rname not in getattr(be, "mma_dtypes", ()):
-        return kernel
-    if kernel not in ("auto", "mma"):
-        raise ValueError(f"{rname} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
-                         f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
-    return "mma"
 
 
 def hot_path_entries() -> int:

@@ -34,7 +34,14 @@ from .backend import KERNEL_FAMILIES, Backend, Geometry
 from .cache import LRUCache
 from .planner import Plan, PlanError, default_geometry, make_plan
 
-__all__ = ["plan", "plan_for", "resolve_backend", "auto_kernel", "clear_caches"]
+__all__ = [
+    "plan",
+    "plan_for",
+    "resolve_backend",
+    "auto_kernel",
+    "clear_caches",
+    "tensor_core_family",
+]
 
 RUNG_MARGIN = 4.0
 _plans: LRUCache[Plan] = LRUCache(4096)
@@ -268,3 +275,16 @@ def plan(
     tt = _tile("thread_tile", thread_tile, 2, "TM, TN")
     be = resolve_backend(backend, dtype=dt, shape=(m, n, k), kernel=kernel)
     return plan_for(be, m, n, k, dt, kernel, bt, tt, precision=precision)
+
+
+def tensor_core_family(be: Backend, dtype: str, kernel: str) -> str:
+    """The family for ``dtype`` on ``be`` when the backend runs that dtype only on tensor cores
+    (float16/bfloat16 listed in its ``mma_dtypes``, not its ``dtypes``): ``mma``, and a clear
+    error for another family asked by name; any other dtype keeps ``kernel``. (TF32 is
+    ``precision``'s business: :func:`plan_for`.)"""
+    if dtype in be.dtypes or dtype not in getattr(be, "mma_dtypes", ()):
+        return kernel
+    if kernel not in ("auto", "mma"):
+        raise ValueError(f"{dtype} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
+                         f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
+    return "mma"

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .backend import KERNEL_FAMILIES
-from .dispatch import choose_backend, plan_for
+from .dispatch import choose_backend, plan_for, tensor_core_family
 from .kinds import Kind, optional_module
 from .torchpath import TorchStream, stream_for
 
@@ -45,7 +45,6 @@ __all__ = [
     "matmul",
     "run",
     "words",
-    "tensor_core_family",
 ]
 
 #: torch dtype name -> (plan dtype name, NumPy dtype of the CuPy view over its words)
@@ -166,18 +165,6 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
         out.copy_(R)
         return out
     return R
-
-
-def tensor_core_family(be: Any, name: str, kernel: str) -> str:
-    """The family for ``name`` on ``be``: ``mma`` where the backend runs the dtype only there
-    (a clear error for another family asked by name, the API's rule for CuPy float16 arrays),
-    else ``kernel``."""
-    if name in be.dtypes:
-        return kernel
-    if kernel not in ("auto", "mma"):
-        raise ValueError(f"{name} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
-                         f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
-    return "mma"
 
 
 def _shares(x: Any, y: Any) -> bool:
