@@ -5,6 +5,7 @@ compiled CPU kernels (PoCL, numba-cpu) and the NumPy backend (docs/model.md). Pu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .device import DeviceSpec
 from .levels import Level
@@ -26,8 +27,11 @@ CPU_MISSES_IN_FLIGHT = 16
 #: the EPYC and the Xeon: 0.40-0.64; its generated code is not read off; docs/model.md).
 POCL_REGISTER_EFFICIENCY = 0.5
 #: Clocks per element Numba's tile packing costs on one core (a guarded scalar copy per
-#: element: compare, select, strided load, store; docs/model.md).
-NUMBA_PACK_CLOCKS = 4.0
+#: element from layout-generic operands: compare, select, strided load, store; docs/model.md).
+NUMBA_PACK_CLOCKS = 2.5
+#: The vector width LLVM gives Numba's loops on x86: 32-byte (ymm) vectors even where AVX-512
+#: exists (the kernels' assembly shows ymm only; docs/model.md).
+LLVM_VECTOR_BYTES = 32
 #: OpenBLAS's cost per call beyond its large-size rate, as a tile edge: a t x t x t product
 #: runs at t / (t + NUMPY_BLAS_EDGE) of the vendor rate (a bm x bn x bk one at
 #: 1 / (1 + NUMPY_BLAS_EDGE (1/bm + 1/bn + 1/bk) / 3)): per call it packs both operand tiles,
@@ -112,14 +116,18 @@ def cpu_levels(
         out.append(Level("compute", flops, flops / t, t,
                          f"PoCL micro-kernel at {POCL_REGISTER_EFFICIENCY:g} of the FMA peak",
                          "FLOP"))  # fmt: skip
-    if engine == "numba-cpu" and kernel == "register" and clock:
-        # fastmath off: multiply and add stay two instructions (half the FMA peak); the
-        # block packs its A and B tiles (guarded scalar copies) before each K step
+    pack = 0.0
+    if engine == "numba-cpu" and kernel in ("tiled", "register") and clock:
+        # before each K step the block packs its A and B tiles (guarded scalar copies): a
+        # phase the loops do not overlap, added to every level below
         packed = g["gx"] * g["gy"] * math.ceil(g["kp"] / bk) * (bm + bn) * bk
-        t = 2 * flops / peak + packed * NUMBA_PACK_CLOCKS / clock / cores
-        out.append(Level("compute", flops, flops / t, t,
-                         f"unfused mul+add; packing at {NUMBA_PACK_CLOCKS:g} clocks/element",
-                         "FLOP"))  # fmt: skip
+        pack = packed * NUMBA_PACK_CLOCKS / clock / cores
+    if engine == "numba-cpu" and kernel == "register" and clock:
+        # fastmath off: multiply and add stay two instructions (half the FMA peak)
+        t = 2 * flops / peak
+        out.append(Level("compute", flops, flops / t, t, "unfused mul+add", "FLOP"))
+    if engine == "numba-cpu" and kernel == "tiled" and clock:
+        out += _numba_rank1(g, s, dev, flops, clock * cores)
     if engine == "numpy" and kernel == "register":
         # the vendor GEMM per tile (its own micro-kernel: no L1 level of ours), then NumPy's
         # passes over the tiles; the panels' L2 and DRAM levels below as for the others
@@ -132,7 +140,7 @@ def cpu_levels(
         simd = engine == "gemm-c"
     fma_vec = flops / 2 / (lanes if simd else 1)
     t_fma = fma_vec * 2 * lanes / peak if simd else flops / (peak / lanes)
-    if not (kernel == "register" and engine in ("numba-cpu", "gemm-c", "numpy")):  # above
+    if not (engine == "numba-cpu" or (kernel == "register" and engine in ("gemm-c", "numpy"))):
         out.append(
             Level(
                 "compute",
@@ -143,19 +151,58 @@ def cpu_levels(
                 "FLOP",
             )
         )
-    if not (kernel == "register" and engine == "numpy"):
+    if not (kernel == "register" and engine == "numpy") and not (
+        kernel == "tiled" and engine == "numba-cpu"
+    ):
         l1 = fma_vec * loads_per_fma * (dev.simd_bytes if simd else s)
         l1_bw = dev.level("L1")
         out.append(Level("L1", l1, l1_bw, l1 / l1_bw if l1_bw else 0))
     panel_bytes = s * g["kp"] * (bm + bn) * g["mp"] * g["np"] / (bm * bn)
     inner = "L2" if (bm * bk + bk * bn) * s <= dev.cache("L2") else "L3"
-    bw = dev.level(inner)
-    out.append(Level(inner, panel_bytes, bw, panel_bytes / bw if bw else 0.0, "block panels"))
+    parts = {inner: [("block panels", panel_bytes)]}
+    if engine == "numba-cpu" and kernel == "tiled":
+        level, moved = _numba_b_tile(g, s, dev, flops)
+        if moved:
+            parts.setdefault(level, []).append(("B tile per C row", moved))
+    for name, ps in parts.items():
+        amount, bw = sum(b for _, b in ps), dev.level(name)
+        note, split = " + ".join(p for p, _ in ps), tuple(ps) if len(ps) > 1 else ()
+        out.append(Level(name, amount, bw, amount / bw if bw else 0.0, note, parts=split))
     dram = (m * k + k * n + m * n) * s
     if (k * n) * s > dev.cache("L3"):
         dram += panel_bytes
     out.append(Level("DRAM", dram, dev.level("DRAM"), dram / dev.level("DRAM")))
+    if pack:
+        note = f"+ packing {pack * 1e3:.3g} ms at {NUMBA_PACK_CLOCKS:g} clocks/element (serial)"
+        out = [replace(lv, seconds=lv.seconds + pack, serial=pack,
+                       note=f"{lv.note}; {note}" if lv.note else note) for lv in out]  # fmt: skip
     return out
+
+
+def _numba_rank1(g: dict, s: int, dev: DeviceSpec, flops: float, clocks: float) -> list[Level]:
+    """Numba's tiled loop ``c[j] += a * b[j]``: for each row i of the C tile, every row p of
+    the B tile updates the C row. Per vector of LLVM's width a multiply and an add (a vector
+    per clock), and B and C loaded and C stored through L1 (the C row stays there across p;
+    the B tile's own level: :func:`_numba_b_tile`)."""
+    vb = min(dev.simd_bytes, LLVM_VECTOR_BYTES)
+    vecs = flops / 2 / (vb // s)
+    t_fp = vecs / clocks
+    l1 = vecs * 3 * vb
+    return [Level("compute", flops, flops / t_fp, t_fp,
+                  f"{vb}-byte vectors, unfused mul+add: a vector per clock", "FLOP"),
+            Level("L1", l1, dev.level("L1"), l1 / dev.level("L1"),
+                  "rank-1 updates: B and C loaded, C stored per vector")]  # fmt: skip
+
+
+def _numba_b_tile(g: dict, s: int, dev: DeviceSpec, flops: float) -> tuple[str, float]:
+    """(level, bytes) of Numba's tiled loop reading its B tile again for every C row, when the
+    tile does not fit L1: a vector of B per vector of multiply-adds from the cache holding it."""
+    b_tile = g["bk"] * g["bn"] * s
+    if b_tile <= dev.cache("L1"):
+        return "L1", 0.0
+    vb = min(dev.simd_bytes, LLVM_VECTOR_BYTES)
+    level = next((x for x in ("L2", "L3") if b_tile <= dev.cache(x)), "DRAM")
+    return level, flops / 2 / (vb // s) * vb
 
 
 def _numpy_blas(g: dict, s: int, dev: DeviceSpec, dtype: str) -> Level:

@@ -276,10 +276,11 @@ def cpu_levels(
     cores: int, clock_hz: float, simd_bytes: int, dram: float
 ) -> tuple[tuple[tuple[str, float], ...], float]:
     """Estimated CPU level ceilings (bytes/s, all cores) and instruction rate: two SIMD loads
-    per clock from L1, one 64-byte line per clock from L2, half that from L3 (x86 cores since
-    Zen/Skylake), ``dram`` measured or guessed; 4 instructions per clock per core."""
+    per clock from L1, 32 bytes per clock from L2 and from L3 (Zen's L2-to-L1 width; the 2-core
+    Xeon's calibrated L2 copy gives 30.5 B per clock per core), ``dram`` measured or guessed;
+    4 instructions per clock per core."""
     c = cores * clock_hz
-    levels = (("L1", 2 * simd_bytes * c), ("L2", 64 * c), ("L3", 32 * c), ("DRAM", dram))
+    levels = (("L1", 2 * simd_bytes * c), ("L2", 32 * c), ("L3", 32 * c), ("DRAM", dram))
     return levels, 4 * c
 
 
