@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .accuracy import rel_error
+from .accuracy import reference, rel_error
 from .backend import Backend
 from .planner import PlanError
 from .results import benchmark_entry
@@ -107,8 +107,13 @@ class Inputs:
 
     @property
     def ref(self) -> np.ndarray:
+        return self.reference()
+
+    def reference(self, one_thread: bool = False) -> np.ndarray:
+        """The float64 product, computed once (``one_thread``: on one BLAS thread, when a CPU
+        kernel is timed next: ``tiledmm.accuracy.reference``)."""
         if self._ref is None:
-            self._ref = self.a.astype(np.float64) @ self.b.astype(np.float64)
+            self._ref = reference(self.a, self.b, one_thread)
         return self._ref
 
 
@@ -145,7 +150,8 @@ def check_case(case: Case, plan: Any) -> float:
     _poison(be, case.out)
     be.run(plan, case.A, case.B, case.out)
     be.synchronize()
-    return rel_error(be.to_numpy(case.out), case.inputs.ref)
+    ref = case.inputs.reference(one_thread=plan.device.kind == "cpu")
+    return rel_error(be.to_numpy(case.out), ref)
 
 
 def time_fn(be: Backend, fn: Callable[[], Any], settings: Settings) -> list[float]:
