@@ -129,3 +129,40 @@ def test_vectors_take_the_gemv_path_in_every_dtype():
             p = dispatch.plan_for(be, m, n, k, dtype)
             assert p.kernel == "naive" and p.options.get("gemv") == 1, (dtype, m, n, p)
         assert dispatch.plan_for(be, 4096, 4096, 4096, dtype).kernel != "naive"
+
+
+def test_skinny_short_side_fits_the_product():
+    """A class tile's side along a skinny product's short dimension shrinks while it is at
+    least twice what the product needs (that dimension rounded up to a power of two, and the
+    floor): the rows cut are padding. Split-K and the long side stay."""
+    cold = Geometry((64, 128, 16), (4, 8), REG + (("split_k", 8),))
+    fitted = shapefit.for_product(cold, "register", 16, 8192, 8192, H200, "skinny_mn")
+    assert fitted.block_tile == (32, 128, 16) and fitted.thread_tile == (2, 8)
+    assert dict(fitted.options)["vm"] == 2 and dict(fitted.options)["split_k"] == 8
+    assert "short side fitted" in fitted.source
+    turned = shapefit.for_product(cold, "register", 4096, 16, 8192, H200, "skinny_mn")
+    assert turned.block_tile == (128, 32, 16) and dict(turned.options)["vn"] == 2
+    assert shapefit.fit_short_side(cold, 64, 4096) == cold  # 64 rows needed: no padding
+    assert shapefit.fit_short_side(cold, 48, 4096) == cold  # 48 rounds up to 64
+    numba = Geometry((128, 32, 8), (8, 4), (("min_tile", 32), ("split_k", "auto")))
+    assert shapefit.fit_short_side(numba, 4096, 16) == numba  # at the floor already
+    assert shapefit.fit_short_side(BIG, 16, 8192).block_tile == (16 * 2, 128, 16)  # floor 32
+    plan = tiledmm.make_plan(16, 8192, 8192, dtype="float32", kernel="register", device=H200,
+                             geometry=fitted, backend="cupy")  # fmt: skip
+    unfit = tiledmm.make_plan(16, 8192, 8192, dtype="float32", kernel="register", device=H200,
+                              geometry=cold, backend="cupy")  # fmt: skip
+    assert plan.grid[:2] == unfit.grid[:2] and plan.padding_waste < unfit.padding_waste
+    assert plan.predicted_seconds < unfit.predicted_seconds
+
+
+def test_shipped_skinny_tiles_are_already_fitted():
+    """The measured skinny entries (issue 11's set) are left as they ran."""
+    db = json.loads((Path(tiledmm.__file__).parent.parent / "backends/kernels/geometry.json")
+                    .read_text())["entries"]  # fmt: skip
+    entries = [e for e in db if e.get("shape_class") == "skinny_mn" and e["family"] == "register"]
+    assert len(entries) >= 4
+    for e in entries:
+        g = Geometry.from_dict(e)
+        for m, n in ((64, 4096), (4096, 32), (16, 8192)):
+            turned = shapefit.orient(g, m, n)
+            assert shapefit.fit_short_side(turned, m, n) == turned, (e, m, n)

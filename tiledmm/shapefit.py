@@ -2,8 +2,9 @@
 class entry serves products of different grids and orientations. ``resolve_split`` turns
 ``split_k="auto"`` into slices for the grid, ``fit_grid`` halves a register tile where the
 planner predicts the smaller tile faster (small grids, partial last waves), ``orient`` turns a
-skinny product's tile to its short side. Pure functions of the geometry, the product and the
-device; dispatch applies them on GPUs."""
+skinny product's tile to its short side and ``fit_short_side`` trims that side to the
+product. Pure functions of the geometry, the product and the device; dispatch applies them on
+GPUs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .backend import Geometry
 
 __all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "MAX_FIT_WAVES",
            "SMALL_GRID_BLOCKS_PER_SM",
-           "auto_split", "resolve_split", "halvings", "fit_grid", "orient",
+           "auto_split", "resolve_split", "halvings", "fit_grid", "orient", "fit_short_side",
            "for_product"]  # fmt: skip
 
 
@@ -152,6 +153,37 @@ def orient(geo: Geometry, m: int, n: int) -> Geometry:
                    options=tuple(sorted(opts.items())), source=note)  # fmt: skip
 
 
+def fit_short_side(geo: Geometry, m: int, n: int) -> Geometry:
+    """``geo`` (already turned by :func:`orient`) with the block side along a skinny product's
+    short dimension halved, thread tile with it (vector width clipped), while that side is at
+    least twice what the product needs (its short dimension rounded up to a power of two, and
+    the floor: ``min_tile``, else :data:`MIN_TILE`). Those rows are padding: the block does
+    the same useful work with half the FMAs, on the same grid, and the K slices stay. A class
+    tile tuned on 64-row products then serves a 16-row one (a cold-started tuner's 64x128 ran
+    16x8192x8192 at 0.57 of the shipped 32x64 on the H200, logs/h200-tune-coldstart-cupy.log).
+    Only the shared C sources' register tiles (``vn``) and numba-cuda's (``min_tile``)."""
+    bm, bn, bk = geo.block_tile
+    tm, tn = geo.thread_tile
+    opts = dict(geo.options)
+    if "vn" not in opts and "min_tile" not in opts:
+        return geo
+    floor = int(opts.get("min_tile", MIN_TILE))
+    short_m = m < n
+    side, t, need = (bm, tm, m) if short_m else (bn, tn, n)
+    need = max(floor, 1 << max(0, need - 1).bit_length())
+    while side >= 2 * need and t >= 4 and t % 2 == 0:
+        side, t = side // 2, t // 2
+    if side == (bm if short_m else bn):
+        return geo
+    vec = "vm" if short_m else "vn"
+    if vec in opts:
+        opts[vec] = min(int(opts[vec]), t)
+    bt, tt = ((side, bn, bk), (t, tn)) if short_m else ((bm, side, bk), (tm, t))
+    note = f"{geo.source}; short side fitted to {bt[0]}x{bt[1]} for a {m}x{n} output"
+    return replace(geo, block_tile=bt, thread_tile=tt, options=tuple(sorted(opts.items())),
+                   source=note)  # fmt: skip
+
+
 def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 1) -> Geometry:
     """``geo`` with ``split_k="auto"`` replaced by :func:`auto_split` for this product (a
     geometry without it is returned as it is)."""
@@ -170,6 +202,6 @@ def for_product(geo: Geometry, family: str, m: int, n: int, k: int, device: Any,
     sms = device.compute_units
     if family == "register" and device.is_gpu:
         if shape_class == "skinny_mn":
-            geo = orient(geo, m, n)
+            geo = fit_short_side(orient(geo, m, n), m, n)
         geo = fit_grid(geo, m, n, k, device, dtype, backend, batch)
     return resolve_split(geo, m, n, k, sms, batch)
