@@ -237,6 +237,34 @@ def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch
     )
 
 
+def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cache):
+    """A geometry another backend tuned on this very device (CuPy's for OpenCL: one kernel
+    source) comes right after the default, before earlier winners and the random sample, when
+    this backend's space holds it; other devices' and dtypes' entries, and geometries outside
+    the space, are not tried."""
+    be = Fake()
+    dev = be.device()
+
+    def entry(backend, tiles, device=dev.name, dtype="float32", cls="square"):
+        return dict(backend=backend, device=device, dtype=dtype, family="tiled",
+                    shape_class=cls, block_tile=list(tiles), thread_tile=[1, 1], options={},
+                    measured={"gflops": 1.0, "date": "2026-12-01T00:00:00"})  # fmt: skip
+
+    entries = [entry("sibling", (64, 64, 64), cls="odd"), entry("sibling", (8, 8, 8)),
+               entry("other-device", (16, 16, 16), device="another device"),
+               entry("sibling", (24, 24, 24), dtype="float64"),
+               entry("sibling", (48, 48, 48)),  # not in Fake's space
+               entry(be.name, (40, 8, 8))]  # its own entry: not a sibling  # fmt: skip
+    tuning.save_entries(entries)
+    tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    task = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
+    tuner.winners["tiled"] = [tune.geo_key(Geometry((16, 16, 16)))]
+    order = [tune.geo_key(g) for g in tuner.order(task)]
+    keys = [tune.geo_key(Geometry(t)) for t in ((8, 8, 8), (64, 64, 64), (16, 16, 16))]
+    assert order[1:4] == keys  # its class first, then the other class, then earlier winners
+    assert len(order) == len(set(order)) == len(task.space)
+
+
 def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):
     be = Fake()
     tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)

@@ -194,10 +194,12 @@ class Tuner:
 
     def order(self, task: Task, explore_until: float = math.inf):
         """Candidates in the order the strategy visits them (a generator: local search reads
-        the results so far). random+local: the default, then the winners of this run's earlier
-        tasks of the family (good tiles for one shape are the best first guess for the next),
-        then a random sample (a tenth of the space, or until ``explore_until``: the budget
-        decides how much of it is exploring), then local search around the best so far."""
+        the results so far). random+local: the default, then what other backends tuned on
+        this device (``Task.siblings``: CuPy's tiles for OpenCL, one kernel source), then the
+        winners of this run's earlier tasks of the family (good tiles for one shape are the
+        best first guess for the next), then a random sample (a tenth of the space, or until
+        ``explore_until``: the budget decides how much of it is exploring), then local search
+        around the best so far."""
         space = task.space
         exhaustive = self.strategy == "exhaustive" or (
             self.strategy == "auto" and len(space) <= EXHAUSTIVE_MAX
@@ -209,7 +211,7 @@ class Tuner:
             return
         done = {geo_key(space[0])}
         by_key = {geo_key(g): g for g in rest}
-        for gk in self.winners.get(task.family, []):
+        for gk in task.siblings + self.winners.get(task.family, []):
             if gk in by_key and gk not in done:
                 done.add(gk)
                 yield by_key[gk]

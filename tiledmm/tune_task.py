@@ -1,6 +1,7 @@
 """A tuning task of `tiledmm tune`: one family on one shape, its candidate geometries (the
 shipped default, the model's, the backend's search space, pruned to those that plan and run
-differently on the shape) and their results; and the geometry keys the tuner's log stores.
+differently on the shape; what other backends tuned on this device, to try first) and their
+results; and the geometry keys the tuner's log stores.
 :mod:`tiledmm.tune_search` runs the tasks.
 """
 
@@ -60,6 +61,9 @@ class Task:
                 seen.update((geo_key(g), runs))
                 self.space.append(g)
         self.pruned = len(space) + len(base) - len(self.space)
+        #: what other backends tuned on this device (first guesses, when in this space)
+        self.siblings = [geo_key(Geometry.from_dict(e)) for e in
+                         tuning.sibling_entries(tuner.be.name, dt, family, dev, cls)]  # fmt: skip
         self.choice: dict | None = None
         self.default_gflops: float | None = None
         self.host: Any = None

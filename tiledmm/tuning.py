@@ -218,6 +218,18 @@ def lookup(backend: str, dtype: str, family: str, device: DeviceSpec, cls: str,
     return best[1] if best else None
 
 
+def sibling_entries(backend: str, dtype: str, family: str, device: DeviceSpec, cls: str,
+                    entries: list[dict] | None = None) -> list[dict]:  # fmt: skip
+    """The user entries tuned on this very device for ``family`` and ``dtype`` by *other*
+    backends (CuPy and OpenCL run one kernel source), the product's class first, newest first:
+    `tiledmm tune` tries those of them its own space holds right after its defaults."""
+    found = [e for e in (user_entries() if entries is None else entries)
+             if e["backend"] != backend and e["dtype"] == dtype and e["family"] == family
+             and e.get("device") == device.name]  # fmt: skip
+    found.sort(key=lambda e: e["measured"]["date"], reverse=True)
+    return sorted(found, key=lambda e: e["shape_class"] != cls)
+
+
 def _newer(a: dict, b: dict) -> bool:
     return a["measured"]["date"] >= b["measured"]["date"]
 
