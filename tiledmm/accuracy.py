@@ -55,6 +55,6 @@ def matmul_error(c: Any, a: Any, b: Any) -> float:
     products summed, which a correct kernel keeps near sqrt(K) * eps however much the sum cancels
     (||A@B|| alone flags a 9-term dot product that cancels to 0.003 as 5e-5 in float32)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    scale = float(np.linalg.norm(np.matmul(np.abs(a), np.abs(b))))
+    scale = norm(np.matmul(np.abs(a), np.abs(b)))
     diff = np.asarray(c, np.float64) - np.matmul(a, b)
-    return float(np.linalg.norm(diff) / (scale or 1.0))
+    return norm(diff) / (scale or 1.0)
