@@ -281,21 +281,126 @@ __device__ __forceinline__ void fence_acc(float (&d)[NACC])
 }
 
 // C[M x N] (row stride ldc) = Ap[Mp x Kp] @ Bt[Np x Kp]^T; grid: tiles_m * tiles_n blocks.
+// ---------------------------------------------------------------- what every kernel shares
+
+// The block's tile (tm, tn): blocks take GROUP_M tile rows at a time, column by column, so
+// the B tiles a group reads stay in the L2 while its rows are done
+__device__ __forceinline__ void group_tile(int tiles_m, int tiles_n, int &tm, int &tn)
+{
+  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
+  const int first_m = (bid / per_group) * GROUP_M;
+  const int gsize = min(tiles_m - first_m, GROUP_M);
+  tm = first_m + (bid % per_group) % gsize;
+  tn = (bid % per_group) / gsize;
+}
+
+__device__ __forceinline__ void zero_acc(float (&acc)[WG_M][NACC])
+{
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi)
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
+}
+
+// One stage's MMAs (``mmas()``) as one wgmma group, then at most WAIT groups left in flight;
+// the accumulators fenced on both sides
+template <int WAIT, class Mmas>
+__device__ __forceinline__ void mma_group(float (&acc)[WG_M][NACC], Mmas mmas)
+{
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  mmas();
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  wgmma_wait<WAIT>();
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+}
+
+// A TF32 stage (A at sa, B at sb): warpgroup wg's WG_M 64-row slices of A against all of B
+__device__ __forceinline__ void tf32_mmas(float (&acc)[WG_M][NACC], unsigned sa, unsigned sb,
+                                          int wg)
+{
+#pragma unroll
+  for (int ks = 0; ks < BK / 8; ++ks) {
+#pragma unroll
+    for (int mi = 0; mi < WG_M; ++mi)
+      wgmma_tf32(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * KSTEP_BYTES),
+                 desc(sb + ks * KSTEP_BYTES), 1);
+  }
+}
+
+// The block's product over kt_n K tiles through STAGES cp.async stages, PF tiles ahead:
+// load(kt, s) issues tile kt's copies into stage s, stage(s) its MMAs (a mma_group)
+template <class Load, class Stage>
+__device__ __forceinline__ void cp_async_pipeline(int kt_n, Load load, Stage stage)
+{
+#pragma unroll
+  for (int s = 0; s < PF; ++s) {
+    if (s < kt_n) load(s, s);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  for (int kt = 0; kt < kt_n; ++kt) {
+    cp_async_wait<PF - 1>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (kt + PF < kt_n) load(kt + PF, (kt + PF) % STAGES);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    stage(kt % STAGES);
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+}
+
+// Every accumulator pair of thread tid's m64nBN fragments with its C row and first column:
+// f(row, col, value at col, value at col + 1)
+template <class F>
+__device__ __forceinline__ void each_pair(const float (&acc)[WG_M][NACC], int tm, int tn,
+                                          int tid, F f)
+{
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < WG_M; ++mi) {
+    const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = tn * BN + 8 * j + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        f(r0 + 8 * h, col, acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+// float C: 8-byte pair stores where N, ldc and C allow, rows past M and columns past N skipped
+__device__ __forceinline__ void store_f32(const float (&acc)[WG_M][NACC], float *c, int m, int n,
+                                          long long ldc, int tm, int tn, int tid)
+{
+  const bool pairs = n % 2 == 0 && ldc % 2 == 0 && ((unsigned long long)c & 7) == 0;
+  each_pair(acc, tm, tn, tid, [&](int r, int col, float v0, float v1) {
+    if (r >= m)
+      return;
+    float *p = c + r * ldc + col;
+    if (pairs && col + 1 < n) {
+      *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+    } else {
+      if (col < n) p[0] = v0;
+      if (col + 1 < n) p[1] = v1;
+    }
+  });
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     wgmma_gemm(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ c,
                int m, int n, int kp, long long ldc, int tiles_m, int tiles_n)
 {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const int tid = threadIdx.x;
-
-  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
-  const int first_m = (bid / per_group) * GROUP_M;
-  const int gsize = min(tiles_m - first_m, GROUP_M);
-  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  int tm, tn;
+  group_tile(tiles_m, tiles_n, tm, tn);
   const float *ablk = a + (long long)tm * BM * kp;
   const float *bblk = b + (long long)tn * BN * kp;
-  const int kt_n = kp / BK;
 
   auto load = [&](int kt, int s) {
     const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
@@ -309,67 +414,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
   };
 
   float acc[WG_M][NACC];
-#pragma unroll
-  for (int mi = 0; mi < WG_M; ++mi)
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
-
-#pragma unroll
-  for (int s = 0; s < PF; ++s) {
-    if (s < kt_n) load(s, s);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-
-  const int wg = tid >> 7;
-  for (int kt = 0; kt < kt_n; ++kt) {
-    cp_async_wait<PF - 1>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (kt + PF < kt_n) load(kt + PF, (kt + PF) % STAGES);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-
-    const unsigned sa = base + (kt % STAGES) * STAGE_BYTES, sb = sa + A_BYTES;
-#pragma unroll
-    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks) {
-#pragma unroll
-      for (int mi = 0; mi < WG_M; ++mi)
-        wgmma_tf32(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * KSTEP_BYTES),
-                   desc(sb + ks * KSTEP_BYTES), 1);
-    }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    wgmma_wait<WAIT1>();
-#pragma unroll
-    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
-  }
-  wgmma_wait<0>();
-  cp_async_wait<0>();
-
-  const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const bool pairs = n % 2 == 0 && ldc % 2 == 0 && ((unsigned long long)c & 7) == 0;
-#pragma unroll
-  for (int mi = 0; mi < WG_M; ++mi) {
-    const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = tn * BN + 8 * j + 2 * t;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        if (r >= m) continue;
-        float *p = c + r * ldc + col;
-        const float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
-        if (pairs && col + 1 < n) {
-          *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
-        } else {
-          if (col < n) p[0] = v0;
-          if (col + 1 < n) p[1] = v1;
-        }
-      }
-    }
-  }
+  zero_acc(acc);
+  cp_async_pipeline(kp / BK, load, [&](int s) {
+    const unsigned sa = base + s * STAGE_BYTES;
+    mma_group<WAIT1>(acc, [&] { tf32_mmas(acc, sa, sa + A_BYTES, wg); });
+  });
+  store_f32(acc, c, m, n, ldc, tm, tn, tid);
 }
 
 #if TMA
@@ -451,10 +501,8 @@ extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TMA
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
 #endif
 
-  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
-  const int first_m = (bid / per_group) * GROUP_M;
-  const int gsize = min(tiles_m - first_m, GROUP_M);
-  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
+  int tm, tn;
+  group_tile(tiles_m, tiles_n, tm, tn);
   const int kt_n = kp / BK;
 
   if (tid == 0) {
@@ -488,56 +536,17 @@ extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TMA
     }
   } else {
     float acc[WG_M][NACC];
-#pragma unroll
-    for (int mi = 0; mi < WG_M; ++mi)
-#pragma unroll
-      for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
+    zero_acc(acc);
     for (int kt = 0; kt < kt_n; ++kt) {
       const int s = kt % STAGES;
       mbar_wait(full + 8 * s, (kt / STAGES) & 1);
-      const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
-#pragma unroll
-      for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int ks = 0; ks < BK / 8; ++ks) {
-#pragma unroll
-        for (int mi = 0; mi < WG_M; ++mi)
-          wgmma_tf32(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * KSTEP_BYTES),
-                     desc(sb + ks * KSTEP_BYTES), 1);
-      }
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      wgmma_wait<1>();
-#pragma unroll
-      for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
+      const unsigned sa = base + s * STAGE_BYTES;
+      mma_group<1>(acc, [&] { tf32_mmas(acc, sa, sa + A_BYTES, wg); });
       if (kt > 0 && (tid & 127) == 0)
         for (unsigned r = 0; r < CLUSTER; ++r) mbar_arrive_at(empty + 8 * ((kt - 1) % STAGES), r);
     }
     wgmma_wait<0>();
-
-    const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const bool pairs = n % 2 == 0 && ldc % 2 == 0 && ((unsigned long long)c & 7) == 0;
-#pragma unroll
-    for (int mi = 0; mi < WG_M; ++mi) {
-      const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = tn * BN + 8 * j + 2 * t;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r0 + 8 * h;
-          if (r >= m) continue;
-          float *p = c + r * ldc + col;
-          const float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
-          if (pairs && col + 1 < n) {
-            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
-          } else {
-            if (col < n) p[0] = v0;
-            if (col + 1 < n) p[1] = v1;
-          }
-        }
-      }
-    }
+    store_f32(acc, c, m, n, ldc, tm, tn, tid);
   }
 #if CLUSTER > 1
   // no block leaves while its peer may still signal or write its memory (not .aligned: the
@@ -601,13 +610,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const int tid = threadIdx.x;
-  const int bid = blockIdx.x, per_group = GROUP_M * tiles_n;
-  const int first_m = (bid / per_group) * GROUP_M;
-  const int gsize = min(tiles_m - first_m, GROUP_M);
-  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  int tm, tn;
+  group_tile(tiles_m, tiles_n, tm, tn);
   const unsigned short *ablk = a + tm * BM * lda, *bblk = b + tn * BN;
-  const int kt_n = (k + HBK - 1) / HBK;
 
   // out-of-range 16-byte chunks are zero-filled (src-size 0): rows past M, K past K, columns
   // past N (K and N multiples of 8, rows 16-byte aligned: the host's business)
@@ -630,64 +636,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   };
 
   float acc[WG_M][NACC];
+  zero_acc(acc);
+  cp_async_pipeline((k + HBK - 1) / HBK, load, [&](int s) {
+    const unsigned sa = base + s * HSTAGE, sb = sa + A_BYTES;
+    mma_group<WAIT1>(acc, [&] {
 #pragma unroll
-  for (int mi = 0; mi < WG_M; ++mi)
+      for (int ks = 0; ks < HBK / 16; ++ks) {
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
-#pragma unroll
-  for (int s = 0; s < PF; ++s) {
-    if (s < kt_n) load(s, s);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  const int wg = tid >> 7;
-  for (int kt = 0; kt < kt_n; ++kt) {
-    cp_async_wait<PF - 1>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (kt + PF < kt_n) load(kt + PF, (kt + PF) % STAGES);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    const unsigned sa = base + (kt % STAGES) * HSTAGE, sb = sa + A_BYTES;
-#pragma unroll
-    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int ks = 0; ks < HBK / 16; ++ks) {
-#pragma unroll
-      for (int mi = 0; mi < WG_M; ++mi)
-        wgmma_h(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * 32),
-                desc_mn(sb + ks * 16 * 128), 1);
-    }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    wgmma_wait<WAIT1>();
-#pragma unroll
-    for (int mi = 0; mi < WG_M; ++mi) fence_acc(acc[mi]);
-  }
-  wgmma_wait<0>();
-  cp_async_wait<0>();
-
-  const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const bool pairs = ldc % 2 == 0 && ((unsigned long long)c & 3) == 0;  // 4-byte aligned pairs
-#pragma unroll
-  for (int mi = 0; mi < WG_M; ++mi) {
-    const int r0 = tm * BM + (wg * WG_M + mi) * 64 + warp * 16 + g;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = tn * BN + 8 * j + 2 * t;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        if (r >= m || col >= n) continue;
-        const unsigned lo = to_half(acc[mi][4 * j + 2 * h]);
-        const unsigned hi = to_half(acc[mi][4 * j + 2 * h + 1]);
-        unsigned short *p = c + r * ldc + col;
-        if (col + 1 < n && pairs) {
-          *reinterpret_cast<unsigned *>(p) = lo | (hi << 16);
-        } else {
-          p[0] = (unsigned short)lo;
-          if (col + 1 < n) p[1] = (unsigned short)hi;
-        }
+        for (int mi = 0; mi < WG_M; ++mi)
+          wgmma_h(acc[mi], desc(sa + (wg * WG_M + mi) * 64 * 128 + ks * 32),
+                  desc_mn(sb + ks * 16 * 128), 1);
       }
+    });
+  });
+
+  const bool pairs = ldc % 2 == 0 && ((unsigned long long)c & 3) == 0;  // 4-byte aligned pairs
+  each_pair(acc, tm, tn, tid, [&](int r, int col, float v0, float v1) {
+    if (r >= m || col >= n)
+      return;
+    const unsigned lo = to_half(v0), hi = to_half(v1);
+    unsigned short *p = c + r * ldc + col;
+    if (col + 1 < n && pairs) {
+      *reinterpret_cast<unsigned *>(p) = lo | (hi << 16);
+    } else {
+      p[0] = (unsigned short)lo;
+      if (col + 1 < n) p[1] = (unsigned short)hi;
     }
-  }
+  });
 }
 #endif
