@@ -611,6 +611,23 @@ def test_wgmma_compiles(extra, tmp_path):
     assert res.stderr.count(" 0 bytes spill stores") == kernels, res.stderr[-2000:]
 
 
+def _wgmma_case(cp, geo, dtype, m, n, k, a_cols, b_stride=1):
+    """(result, float64 reference) of one wgmma plan run by the CuPy backend on fresh normal
+    operands into a NaN-poisoned output; A column-major when ``a_cols``, B's columns
+    ``b_stride`` apart."""
+    be = tiledmm.get_backend("cupy")
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    plan = make_plan(m, n, k, dtype=np.dtype(dtype).name, kernel="mma", device=be.device(),
+                     geometry=geo, backend="cupy")  # fmt: skip
+    da = cp.asarray(a.T.copy()).T if a_cols else cp.asarray(a)
+    db = cp.asarray(np.repeat(b, b_stride, axis=1))[:, ::b_stride]
+    out = cp.full((m, n), np.nan, dtype=dtype)
+    be.run(plan, da, db, out)
+    return cp.asnumpy(out).astype(np.float64), a.astype(np.float64) @ b
+
+
 @pytest.mark.gpu
 @gpu
 def test_gpu_wgmma_float16():
@@ -620,18 +637,9 @@ def test_gpu_wgmma_float16():
 
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("wgmma is sm_90a code")
-    be = tiledmm.get_backend("cupy")
-    rng = np.random.default_rng()
     for m, n, k, ta in ((37, 53, 29, False), (300, 512, 1000, True), (1, 8, 3, False),
                         (1000, 3000, 776, False)):  # fmt: skip
-        a = rng.standard_normal((m, k)).astype(np.float16)
-        b = rng.standard_normal((k, n)).astype(np.float16)
-        plan = make_plan(m, n, k, dtype="float16", kernel="mma", device=be.device(),
-                         geometry=HALF_GEO, backend="cupy")  # fmt: skip
-        da = cp.asarray(a.T.copy()).T if ta else cp.asarray(a)
-        out = cp.full((m, n), np.nan, dtype=np.float16)
-        be.run(plan, da, cp.asarray(b), out)
-        got, ref = cp.asnumpy(out).astype(np.float64), a.astype(np.float64) @ b
+        got, ref = _wgmma_case(cp, HALF_GEO, np.float16, m, n, k, ta)
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert np.isfinite(got).all() and 1e-5 < err < 2e-3, err
 
@@ -646,21 +654,11 @@ def test_gpu_wgmma_tf32(mode):
 
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("wgmma is sm_90a code")
-    be = tiledmm.get_backend("cupy")
     opts = {**dict(WG_GEO.options), "wgmma": mode, **({"cluster": 2} if mode == 2 else {})}
     geo = replace(WG_GEO, options=tuple(sorted(opts.items())))
-    rng = np.random.default_rng()
     for m, n, k, ta in ((37, 53, 29, False), (300, 513, 1000, True), (1, 7, 3, False),
                         (257, 255, 0, False)):  # fmt: skip
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
-        plan = make_plan(m, n, k, dtype="float32", kernel="mma", device=be.device(),
-                         geometry=geo, backend="cupy")  # fmt: skip
-        da = cp.asarray(a.T.copy()).T if ta else cp.asarray(a)  # column-major A when ta
-        out = cp.full((m, n), np.nan, dtype=np.float32)
-        db = cp.asarray(np.repeat(b, 2, axis=1))[:, ::2]  # column stride 2
-        be.run(plan, da, db, out)
-        got, ref = cp.asnumpy(out).astype(np.float64), a.astype(np.float64) @ b
+        got, ref = _wgmma_case(cp, geo, np.float32, m, n, k, ta, b_stride=2)
         assert np.isfinite(got).all()
         if k:
             err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
