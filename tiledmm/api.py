@@ -23,8 +23,14 @@ import numpy as np
 
 from . import arrays, torchpath
 from . import dask as dask_engine
-from .backend import KERNEL_FAMILIES, Backend
-from .dispatch import cache_token, choose_backend, plan_for, tensor_core_family
+from .backend import Backend
+from .dispatch import (
+    cache_token,
+    check_kernel_name,
+    choose_backend,
+    plan_for,
+    tensor_core_family,
+)
 from .planner import Plan
 from .semantics import check_like_numpy
 
@@ -219,8 +225,7 @@ def _hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
 def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
             precision: str | None = None, **ufunc_kwargs):  # fmt: skip
     """The full path: numpy's rules, backend and plan choice, batches, out=."""
-    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
-        raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
+    check_kernel_name(kernel)
     if precision not in (None, "tf32"):
         raise ValueError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
     if dask_engine.is_dask_array(a) or dask_engine.is_dask_array(b):

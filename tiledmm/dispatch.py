@@ -40,6 +40,7 @@ __all__ = [
     "resolve_backend",
     "auto_kernel",
     "clear_caches",
+    "check_kernel_name",
     "tensor_core_family",
 ]
 
@@ -268,13 +269,18 @@ def plan(
         dt = np.dtype(dtype).name
     except TypeError:
         raise PlanError(f"dtype {dtype!r} is not a NumPy dtype (try float32 or float64)") from None
-    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
-        fams = ", ".join(KERNEL_FAMILIES)
-        raise PlanError(f"kernel must be 'auto' or one of {fams}, not {kernel!r}")
+    check_kernel_name(kernel)
     bt = _tile("block_tile", block_tile, 3, "BM, BN, BK")
     tt = _tile("thread_tile", thread_tile, 2, "TM, TN")
     be = resolve_backend(backend, dtype=dt, shape=(m, n, k), kernel=kernel)
     return plan_for(be, m, n, k, dt, kernel, bt, tt, precision=precision)
+
+
+def check_kernel_name(kernel: str) -> None:
+    """A clear error for a kernel name that is neither ``"auto"`` nor a family."""
+    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
+        fams = ", ".join(KERNEL_FAMILIES)
+        raise PlanError(f"kernel must be 'auto' or one of {fams}, not {kernel!r}")
 
 
 def tensor_core_family(be: Backend, dtype: str, kernel: str) -> str:

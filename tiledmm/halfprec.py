@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import KERNEL_FAMILIES
-from .dispatch import choose_backend, plan_for, tensor_core_family
+from .dispatch import check_kernel_name, choose_backend, plan_for, tensor_core_family
 from .kinds import Kind, optional_module
 from .torchpath import TorchStream, stream_for
 
@@ -135,8 +134,7 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     on ``backend``'s tensor-core family, with ``view(tensor)`` the backend's array over a
     tensor's memory; None when the backend has no ``mma`` for ``name`` or does not take the
     views (then the caller delegates)."""
-    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
-        raise ValueError(f"kernel must be 'auto' or one of {KERNEL_FAMILIES}, not {kernel!r}")
+    check_kernel_name(kernel)
     a1, b1 = a.dim() == 1, b.dim() == 1
     a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(-1) if b1 else b  # NumPy's 1-D promotion
     (m, k), n = a2.shape[-2:], b2.shape[-1]
