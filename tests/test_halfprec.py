@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import arrays, halfprec, registry
+from tiledmm import arrays, halfprec, registry, semantics
 from tiledmm.backend import Backend
 from tiledmm.device import reference_h200
 from tiledmm.kinds import Kind
@@ -80,10 +80,10 @@ def test_half_dtype_refuses_what_torch_keeps(rng):
 def test_views_and_result_shapes():
     assert halfprec.storage_dtype("float16") == np.float16
     assert halfprec.storage_dtype("bfloat16") == np.uint16  # CuPy has no bfloat16
-    assert halfprec.result_shape((2, 1, 5, 7), (3, 7, 4)) == (2, 3, 5, 4)
-    assert halfprec.result_shape((7,), (7,)) == ()
-    assert halfprec.result_shape((5, 7), (7,)) == (5,)
-    assert halfprec.result_shape((5, 7), (6, 3)) is None
+    assert semantics.result_shape((2, 1, 5, 7), (3, 7, 4)) == (2, 3, 5, 4)
+    assert semantics.result_shape((7,), (7,)) == ()
+    assert semantics.result_shape((5, 7), (7,)) == (5,)
+    assert semantics.result_shape((5, 7), (6, 3)) is None
 
 
 def test_matmul_hands_back_what_it_does_not_run(rng, monkeypatch):

@@ -32,7 +32,7 @@ from .dispatch import (
     tensor_core_family,
 )
 from .planner import Plan
-from .semantics import check_like_numpy
+from .semantics import check_like_numpy, matmul_shapes, result_shape_of
 
 __all__ = ["matmul"]
 
@@ -54,31 +54,6 @@ def _result_dtype(da: np.dtype, db: np.dtype) -> tuple[np.dtype | None, str]:
     except TypeError:  # no matmul loop: let numpy raise its own error later
         return None, ""
     return rdt, rdt.name
-
-
-@lru_cache(maxsize=1024)
-def _shapes(sa: tuple[int, ...], sb: tuple[int, ...]):
-    """(batch, M, N, K, a_is_1d, b_is_1d, batch_a, batch_b) or None when numpy would raise."""
-    if not sa or not sb:
-        return None
-    a1, b1 = len(sa) == 1, len(sb) == 1
-    m, k = (1, sa[0]) if a1 else sa[-2:]
-    k2, n = (sb[0], 1) if b1 else sb[-2:]
-    if k != k2:
-        return None
-    ba, bb = sa[:-2], sb[:-2]
-    nd = max(len(ba), len(bb))
-    pa, pb = (1,) * (nd - len(ba)) + ba, (1,) * (nd - len(bb)) + bb
-    batch = []
-    for x, y in zip(pa, pb, strict=True):
-        if x != y and 1 not in (x, y):
-            return None
-        batch.append(y if x == 1 else x)
-    return tuple(batch), m, n, k, a1, b1, pa, pb
-
-
-def _result_shape(batch, m, n, a1, b1) -> tuple[int, ...]:
-    return tuple(batch) + (() if a1 else (m,)) + (() if b1 else (n,))
 
 
 def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
@@ -242,13 +217,13 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
     a, b = _as_array(a), _as_array(b)
     host = isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
     rdt, rname = _result_dtype(a.dtype, b.dtype)
-    shapes = _shapes(a.shape, b.shape)
+    shapes = matmul_shapes(a.shape, b.shape)
     if rdt is None or shapes is None:
         if host:
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         _raise_like_numpy(a, b, out)
     batch, m, n, k, a1, b1, pa, pb = shapes
-    rshape = _result_shape(batch, m, n, a1, b1)
+    rshape = result_shape_of(batch, m, n, a1, b1)
     if out is not None:
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
             check_like_numpy(a, b, out)  # numpy's TypeError for a non-array out

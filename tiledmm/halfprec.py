@@ -34,13 +34,13 @@ import numpy as np
 
 from .dispatch import check_kernel_name, choose_backend, plan_for, tensor_core_family
 from .kinds import Kind, optional_module
+from .semantics import matmul_shapes, result_shape, result_shape_of
 from .torchpath import TorchStream, stream_for
 
 __all__ = [
     "HALF",
     "half_dtype",
     "storage_dtype",
-    "result_shape",
     "matmul",
     "run",
     "words",
@@ -79,20 +79,6 @@ def half_dtype(torch: Any, a: Any, b: Any, out: Any = None) -> str | None:
 def storage_dtype(name: str) -> np.dtype:
     """The NumPy dtype of the backend's view of a ``name`` tensor (bfloat16: uint16 words)."""
     return HALF[name][1]
-
-
-def result_shape(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...] | None:
-    """``matmul``'s result shape for operand shapes ``sa``, ``sb`` (NumPy's rules), or None."""
-    if not sa or not sb:
-        return None
-    a2, b2 = (1, *sa) if len(sa) == 1 else sa, (*sb, 1) if len(sb) == 1 else sb
-    if a2[-1] != b2[-2]:
-        return None
-    try:
-        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
-    except ValueError:
-        return None
-    return batch + ((a2[-2],) if len(sa) > 1 else ()) + ((b2[-1],) if len(sb) > 1 else ())
 
 
 def matmul(kind: Kind, a: Any, b: Any, out: Any, kwargs: dict, cuda_view: Callable) -> Any:
@@ -135,10 +121,8 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     tensor's memory; None when the backend has no ``mma`` for ``name`` or does not take the
     views (then the caller delegates)."""
     check_kernel_name(kernel)
-    a1, b1 = a.dim() == 1, b.dim() == 1
+    batch, m, n, k, a1, b1, _, _ = matmul_shapes(tuple(a.shape), tuple(b.shape))
     a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(-1) if b1 else b  # NumPy's 1-D promotion
-    (m, k), n = a2.shape[-2:], b2.shape[-1]
-    batch = tuple(np.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
     A, B = view(a2), view(b2)
     be = choose_backend(backend, A, B, m, n, k, name, kernel)
     if name not in getattr(be, "mma_dtypes", ()) and name not in be.dtypes:
@@ -148,7 +132,7 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     fam = tensor_core_family(be, name, kernel)
     plan = plan_for(be, m, n, k, name, fam, batch=math.prod(batch))
     direct = out is not None and not (_shares(out, a) or _shares(out, b))
-    R = out if direct else torch.empty(result_shape(a.shape, b.shape), dtype=a.dtype,
+    R = out if direct else torch.empty(result_shape_of(batch, m, n, a1, b1), dtype=a.dtype,
                                        device=a.device)  # fmt: skip
     R2 = R.unsqueeze(-1) if b1 else R  # (batch..., m, n) over the result's own memory
     R2 = R2.unsqueeze(-2) if a1 else R2

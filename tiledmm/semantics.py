@@ -1,12 +1,49 @@
-"""NumPy's matmul rules as data-free checks, shared by the API and the Dask engine."""
+"""NumPy's matmul rules as data-free checks and shapes, shared by the API, the Dask engine and
+the torch half-precision path."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-__all__ = ["accepted_by_numpy", "check_like_numpy"]
+__all__ = ["accepted_by_numpy", "check_like_numpy", "matmul_shapes", "result_shape_of",
+           "result_shape"]  # fmt: skip
+
+
+@lru_cache(maxsize=1024)
+def matmul_shapes(sa: tuple[int, ...], sb: tuple[int, ...]):
+    """(batch, M, N, K, a_is_1d, b_is_1d, batch_a, batch_b) of ``matmul`` on operand shapes
+    ``sa``, ``sb`` (1-D operands promoted, batches broadcast), or None when numpy would raise."""
+    if not sa or not sb:
+        return None
+    a1, b1 = len(sa) == 1, len(sb) == 1
+    m, k = (1, sa[0]) if a1 else sa[-2:]
+    k2, n = (sb[0], 1) if b1 else sb[-2:]
+    if k != k2:
+        return None
+    ba, bb = sa[:-2], sb[:-2]
+    nd = max(len(ba), len(bb))
+    pa, pb = (1,) * (nd - len(ba)) + ba, (1,) * (nd - len(bb)) + bb
+    batch = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        batch.append(y if x == 1 else x)
+    return tuple(batch), m, n, k, a1, b1, pa, pb
+
+
+def result_shape_of(batch, m, n, a1, b1) -> tuple[int, ...]:
+    """The result's shape from :func:`matmul_shapes`' parts (1-D operands drop their axis)."""
+    return tuple(batch) + (() if a1 else (m,)) + (() if b1 else (n,))
+
+
+def result_shape(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``matmul``'s result shape for operand shapes ``sa``, ``sb``, or None when numpy would
+    raise."""
+    s = matmul_shapes(tuple(sa), tuple(sb))
+    return None if s is None else result_shape_of(*s[:3], *s[4:6])
 
 
 def check_like_numpy(a: Any, b: Any, out: Any = None) -> None:
