@@ -29,6 +29,7 @@ from .dispatch import (
     check_kernel_name,
     choose_backend,
     plan_for,
+    run_batch,
     tensor_core_family,
 )
 from .planner import Plan
@@ -258,7 +259,7 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
     )
     R = out if direct else be.empty(tuple(batch) + (m, n), rdt, like=like)
     if m and n:
-        _run_batched(be, plan, A, B, R, batch, pa, pb)
+        run_batch(be, plan, A, B, R, batch, pa, pb)
         if precision is None and out is None:
             single = not batch and A.ndim == 2 and B.ndim == 2
             plain = single and not (a1 or b1)
@@ -292,7 +293,7 @@ def _shaped_launch(be: Backend, plan: Plan, rdt, host: bool, shaped: tuple, a: A
     if b1:
         B = B.reshape(k, 1)
     R = be.empty(batch + (m, n), rdt, like=a)
-    _run_batched(be, plan, A, B, R, batch, pa, pb)
+    run_batch(be, plan, A, B, R, batch, pa, pb)
     R = R.reshape(rshape)
     if host:
         R = be.to_numpy(R)
@@ -322,21 +323,6 @@ def _remember(key: tuple | None, entry: tuple) -> None:
         for old in list(_fast)[: HOT_PATH_MAX // 2]:
             _fast.pop(old, None)
     _fast[key] = entry
-
-
-def _run_batched(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:
-    """``R = A @ B`` over the batch: the backend's ``run_batched`` (one launch on the GPU
-    backends), else ``run`` per matrix."""
-    if not batch:
-        be.run(plan, A, B, R)
-        return
-    if be.run_batched(plan, A, B, R):
-        return
-    off_a, off_b = len(batch) - (A.ndim - 2), len(batch) - (B.ndim - 2)
-    for idx in np.ndindex(*batch):
-        ia = tuple(0 if pa[d] == 1 else i for d, i in enumerate(idx))[off_a:]
-        ib = tuple(0 if pb[d] == 1 else i for d, i in enumerate(idx))[off_b:]
-        be.run(plan, A[ia], B[ib], R[idx])
 
 
 def _castable(src: np.dtype, dst: Any) -> bool:

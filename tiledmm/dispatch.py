@@ -41,6 +41,7 @@ __all__ = [
     "auto_kernel",
     "clear_caches",
     "check_kernel_name",
+    "run_batch",
     "tensor_core_family",
 ]
 
@@ -294,3 +295,19 @@ def tensor_core_family(be: Backend, dtype: str, kernel: str) -> str:
         raise ValueError(f"{dtype} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
                          f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
     return "mma"
+
+
+def run_batch(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:
+    """``R = A @ B`` over ``batch`` (:func:`tiledmm.semantics.matmul_shapes`' batch and the
+    operands' padded batch shapes ``pa``, ``pb``; 1 = broadcast): the backend's
+    ``run_batched`` (one launch on the GPU backends), else ``run`` per matrix."""
+    if not batch:
+        be.run(plan, A, B, R)
+        return
+    if be.run_batched(plan, A, B, R):
+        return
+    off_a, off_b = len(batch) - (A.ndim - 2), len(batch) - (B.ndim - 2)
+    for idx in np.ndindex(*batch):
+        ia = tuple(0 if pa[d] == 1 else i for d, i in enumerate(idx))[off_a:]
+        ib = tuple(0 if pb[d] == 1 else i for d, i in enumerate(idx))[off_b:]
+        be.run(plan, A[ia], B[ib], R[idx])

@@ -32,7 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from .dispatch import check_kernel_name, choose_backend, plan_for, tensor_core_family
+from .dispatch import (
+    check_kernel_name,
+    choose_backend,
+    plan_for,
+    run_batch,
+    tensor_core_family,
+)
 from .kinds import Kind, optional_module
 from .semantics import matmul_shapes, result_shape, result_shape_of
 from .torchpath import TorchStream, stream_for
@@ -121,7 +127,7 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     tensor's memory; None when the backend has no ``mma`` for ``name`` or does not take the
     views (then the caller delegates)."""
     check_kernel_name(kernel)
-    batch, m, n, k, a1, b1, _, _ = matmul_shapes(tuple(a.shape), tuple(b.shape))
+    batch, m, n, k, a1, b1, pa, pb = matmul_shapes(tuple(a.shape), tuple(b.shape))
     a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(-1) if b1 else b  # NumPy's 1-D promotion
     A, B = view(a2), view(b2)
     be = choose_backend(backend, A, B, m, n, k, name, kernel)
@@ -137,12 +143,7 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     R2 = R.unsqueeze(-1) if b1 else R  # (batch..., m, n) over the result's own memory
     R2 = R2.unsqueeze(-2) if a1 else R2
     C = view(R2)
-    if not batch:
-        be.run(plan, A, B, C)
-    elif not be.run_batched(plan, A, B, C):  # matrix by matrix, over broadcast (0-stride) views
-        A, B = view(a2.expand(*batch, m, k)), view(b2.expand(*batch, k, n))
-        for idx in np.ndindex(*batch):
-            be.run(plan, A[idx], B[idx], C[idx])
+    run_batch(be, plan, A, B, C, batch, pa, pb)
     if out is not None and not direct:
         out.copy_(R)
         return out
