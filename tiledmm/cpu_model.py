@@ -196,13 +196,12 @@ def _numba_rank1(g: dict, s: int, dev: DeviceSpec, flops: float, clocks: float) 
 
 def _numba_b_tile(g: dict, s: int, dev: DeviceSpec, flops: float) -> tuple[str, float]:
     """(level, bytes) of Numba's tiled loop reading its B tile again for every C row, when the
-    tile does not fit L1: a vector of B per vector of multiply-adds from the cache holding it."""
+    tile does not fit L1: an element of B per multiply-add from the cache holding it."""
     b_tile = g["bk"] * g["bn"] * s
     if b_tile <= dev.cache("L1"):
         return "L1", 0.0
-    vb = min(dev.simd_bytes, LLVM_VECTOR_BYTES)
     level = next((x for x in ("L2", "L3") if b_tile <= dev.cache(x)), "DRAM")
-    return level, flops / 2 / (vb // s) * vb
+    return level, flops / 2 * s
 
 
 def _numpy_blas(g: dict, s: int, dev: DeviceSpec, dtype: str) -> Level:
