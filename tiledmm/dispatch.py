@@ -156,10 +156,8 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
         )
     if block_tile is None and thread_tile is None:
         geo = shapefit.for_product(geo, fam, m, n, k, device, cls, batch, dtype, be.name)
-    else:
-        geo = shapefit.resolve_split(geo, m, n, k, device.compute_units, batch)
-    if block_tile is not None or thread_tile is not None:
-        base = geo
+    else:  # requested tiles: the table's options (split_k resolved for this product)
+        base = shapefit.resolve_split(geo, m, n, k, device.compute_units, batch)
         bt = block_tile or base.block_tile
         tt = thread_tile or (base.thread_tile if fam in ("register", "mma") else (1, 1))
         geo = Geometry(tuple(bt), tuple(tt), base.options, None, "requested")
