@@ -146,3 +146,7 @@ def _bf16_row(torch, be, settings: Settings, m: int, n: int, k: int) -> dict | N
           f"({info['vendor_gflops'] / 1e3:.1f}); error {e:.2e} (torch {verr:.2e}); "
           f"{plan.block_tile} {plan.thread_tile}", flush=True)  # fmt: skip
     return results.benchmark_entry(info, times, settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
