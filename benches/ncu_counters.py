@@ -3,6 +3,7 @@
 Run on the H200 (CuPy backend; Nsight Compute as ``ncu``):
 
     python3 benches/ncu_counters.py -o $OUT
+    python3 benches/ncu_counters.py --cases naive:float64:4096x4096x4096 -o $OUT
 
 For each case (family, dtype, shape) the script re-runs itself under
 ``ncu --target-processes all --clock-control none --metrics ...`` with ``--child``, profiling
@@ -119,6 +120,13 @@ def parse(text: str, metrics=METRICS, row: int = 0) -> dict[str, float]:
     return out
 
 
+def parse_case(text: str) -> tuple[str, str, tuple[int, int, int]]:
+    """``naive:float64:4096x4096x4096`` -> ("naive", "float64", (4096, 4096, 4096))."""
+    family, dtype, shape = text.split(":")
+    m, n, k = (int(v) for v in shape.lower().split("x"))
+    return family, dtype, (m, n, k)
+
+
 def measure(family: str, dtype: str, shape: tuple[int, int, int], ncu: str) -> dict[str, float]:
     cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--kernel-name",
            "gemm", "--launch-skip", "1", "--launch-count", "1", "--csv", "--page", "raw",
@@ -171,6 +179,8 @@ def main() -> int:
     ap.add_argument("--child", nargs=5, metavar=("FAMILY", "DTYPE", "M", "N", "K"))
     ap.add_argument("--probes", action="store_true", help="profile the calibration probes")
     ap.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--cases", help="FAMILY:DTYPE:MxNxK,... instead of the default set; "
+                    "writes h200-counters-cases.json")  # fmt: skip
     args = ap.parse_args()
     if args.probe_child:
         probe_child()
@@ -188,7 +198,8 @@ def main() -> int:
 
     be = tiledmm.get_backend("cupy")
     rows = []
-    for family, dtype, shape in CASES:
+    cases = [parse_case(c) for c in args.cases.split(",")] if args.cases else CASES
+    for family, dtype, shape in cases:
         plan = tiledmm.plan(*shape, dtype=dtype, backend="cupy", kernel=family)
         counters = measure(family, dtype, shape, args.ncu)
         rows.append({
@@ -214,7 +225,7 @@ def main() -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "h200-counters.json"
+    path = out / ("h200-counters-cases.json" if args.cases else "h200-counters.json")
     path.write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {path}")
     return 0

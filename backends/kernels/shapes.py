@@ -86,6 +86,11 @@ _GEMV = [
     _g((1, 8, 1), gemv=1, ks=32, gu=8),
     _g((1, 8, 1), gemv=1, ks=64),
     _g((1, 32, 1), gemv=1, ks=32),
+    # 1024 items, 8 loads in flight: wider row segments per warp (x @ B reads BN * 4 bytes of
+    # each row of B per group) with fewer groups, each with more bytes in flight
+    _g((1, 64, 1), gemv=1, ks=16, gu=8),
+    _g((1, 32, 1), gemv=1, ks=32, gu=8),
+    _g((1, 128, 1), gemv=1, ks=8, gu=8),
 ]
 _GEMV_SKINNY = [
     _g((4, 32, 1), gemv=1, ks=8),
