@@ -36,6 +36,7 @@ from tiledmm.bench import (
     Settings,
     extra_info,
     measure_case,
+    peak_of,
     time_fn,
     vendor_result,
 )
@@ -137,7 +138,7 @@ def _bf16_row(torch, be, settings: Settings, m: int, n: int, k: int) -> dict | N
     # extra_info reads the case's backend and shape only: a 2-byte stand-in, then bfloat16
     case = SimpleNamespace(backend=be, inputs=SimpleNamespace(m=m, n=n, k=k, dtype="float16"))
     info = extra_info(case, plan, e, statistics.median(times), vendor)
-    info.update(dtype="bfloat16", tolerance=tol, peak_flops=plan.device.peak("bfloat16"),
+    info.update(dtype="bfloat16", tolerance=tol, peak_flops=peak_of(plan, "bfloat16"),
                 options=dict(plan.options), precision="bfloat16", path="torch",
                 timer=f"{info['timer']}; tiledmm.matmul on torch tensors (host cost shows "
                 "where it exceeds the spin ahead of each call)")  # fmt: skip

@@ -17,6 +17,7 @@ from tiledmm_backends.kernels import mma_spec
 import tiledmm
 from tests.helpers import nvcc_build
 from tiledmm import tensorcore as tc
+from tiledmm.bench import peak_of
 from tiledmm.device import host_cpu, reference_h200
 from tiledmm.planner import PlanError, default_mma_geometry, make_plan
 
@@ -263,6 +264,24 @@ def test_tensor_roof_above_the_fma_roof():
     for dtype in ("float16", "bfloat16"):
         assert tc.peak(H200, dtype)[0] > 5 * H200.fma_peak("float32")
     assert tc.peak(H200, "float64")[0] == H200.peak("float64")  # measured: cuBLAS DGEMM
+
+
+def test_measured_16bit_roof():
+    """A calibrated float16 vendor rate is the 16-bit roof (bfloat16 shares it); mma.sync plans
+    still predict at the share of the whitepaper rate it can issue, never above the roof."""
+    sheet = tc.roof(H200, "float16")[0]
+    assert tc.roof(H200, "bfloat16")[0] == sheet and "estimate" in tc.roof(H200, "float16")[1]
+    frac = tc.MMA_SYNC_FRACTION[(9, 0)]["f16"]
+    assert tc.peak(H200, "float16")[0] == pytest.approx(sheet * frac)
+    measured = replace(H200, peak_flops=H200.peak_flops + (("float16", 0.8 * sheet),))
+    for dtype in ("float16", "bfloat16"):
+        rate, src = tc.roof(measured, dtype)
+        assert rate == 0.8 * sheet and src.startswith("measured float16")
+        assert tc.peak(measured, dtype)[0] == pytest.approx(sheet * frac)
+    low = replace(H200, peak_flops=H200.peak_flops + (("float16", 0.5 * sheet),))
+    assert tc.peak(low, "float16")[0] == 0.5 * sheet  # the roof caps the mma.sync share
+    p = make_plan(4096, 4096, 4096, dtype="float16", kernel="mma", device=measured)
+    assert peak_of(p, "float16") == 0.8 * sheet  # what the bench records as the row's roof
 
 
 # ------------------------------------------------------------------ CUDA side

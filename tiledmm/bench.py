@@ -22,6 +22,7 @@ from .accuracy import reference, rel_error
 from .backend import Backend
 from .planner import PlanError
 from .results import benchmark_entry
+from .tensorcore import roof
 from .tuning import shape_class
 
 __all__ = [
@@ -227,13 +228,21 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "thread_tile": list(plan.thread_tile),
         "padding_waste": plan.padding_waste,
         "geometry_source": plan.geometry_source,
-        "peak_flops": dev.peak(inp.dtype),
+        "peak_flops": peak_of(plan, inp.dtype),
         "bandwidth": dev.bandwidth,
         "ceilings_source": dev.ceilings_source,
         "rel_error": err,
         "tolerance": tolerance(inp.dtype, inp.k),
         "timer": timer_name(case.backend),
     }
+
+
+def peak_of(plan: Any, dtype: str) -> float:
+    """The compute roof a result of ``plan`` is held to: the tensor cores' for the mma family
+    (per dtype, TF32 when asked for), else the device's peak for ``dtype``."""
+    if plan.kernel == "mma":
+        return roof(plan.device, dtype, plan.options.get("precision"))[0]
+    return plan.device.peak(dtype)
 
 
 # --------------------------------------------------------------------------- the sweep

@@ -13,14 +13,16 @@ Hopper's 16-bit peak, which needs the asynchronous warpgroup ``wgmma``: MMA_SYNC
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .device import DeviceSpec
 from .dram import dram_traffic
 from .hierarchy import Level
 
 __all__ = [
     "INPUTS", "ITEMSIZE", "FRAGMENTS", "FLOP_PER_CLOCK", "MMA_SYNC_FRACTION", "compute_capability",
-    "kind", "supported", "peak", "padded_lds", "accumulator_bytes", "describe", "optin_shared",
-    "default_fragment", "mma_levels", "OPTIN_SHARED_KIB", "WARPS_FULL",
+    "kind", "supported", "roof", "peak", "padded_lds", "accumulator_bytes", "describe",
+    "optin_shared", "default_fragment", "mma_levels", "OPTIN_SHARED_KIB", "WARPS_FULL",
 ]  # fmt: skip
 
 #: input dtype -> (kind, accumulate dtype, result dtype)
@@ -98,22 +100,38 @@ def supported(device: DeviceSpec, dtype: str, precision: str | None = None,
     return None
 
 
-def peak(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[float, str]:
-    """(FLOP/s, where it comes from) of the tensor cores for ``dtype`` inputs on ``device``:
-    a measured ceiling for the dtype ("tf32" for TF32) when the device's ceilings are measured,
-    else the per-clock figure scaled by the device's FP32 FMA peak (same clock)."""
+def roof(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[float, str]:
+    """(FLOP/s, where it comes from): the tensor cores' ceiling for ``dtype`` inputs, the roof
+    a result is held to. Measured when the device's ceilings are (``tiledmm calibrate`` times
+    the vendor GEMM per dtype; bfloat16, which CuPy cannot time, at the measured float16 rate:
+    both run at one rate per clock, ``FLOP_PER_CLOCK``), else the whitepaper's dense figure
+    scaled by the device's FP32 FMA peak (same clock)."""
     k = kind(dtype, precision) or ""
-    key = "tf32" if k == "tf32" else dtype
-    table = dict(device.peak_flops)
-    if key in table and device.ceilings_measured:
-        return table[key], f"measured ({device.ceilings_source})"
+    table = dict(device.peak_flops) if device.ceilings_measured else {}
+    for key in ("tf32",) if k == "tf32" else (dtype, "float16" if k == "bf16" else dtype):
+        if key in table:
+            return table[key], f"measured {key} ({device.ceilings_source})"
     cc = compute_capability(device) or (0, 0)
     per_clock = _table(cc).get(k, 0)
     fp32_per_clock = 128 if cc == (8, 0) else 256  # 2 x FP32 lanes per SM
-    frac = MMA_SYNC_FRACTION.get(cc, {}).get(k, 1.0)
-    value = device.fma_peak("float32") * per_clock / fp32_per_clock * frac
-    reach = f" x {frac:g} reachable by mma.sync" if frac < 1 else ""
-    return value, f"estimate: {per_clock} FLOP/clock/SM on sm_{cc[0]}{cc[1]}{reach}"
+    value = device.fma_peak("float32") * per_clock / fp32_per_clock
+    return value, f"estimate: {per_clock} FLOP/clock/SM on sm_{cc[0]}{cc[1]}"
+
+
+def peak(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[float, str]:
+    """(FLOP/s, where it comes from) that ``mma.sync`` kernels can reach for ``dtype``: the
+    :func:`roof`, except where warp-level mma.sync cannot issue at the full rate
+    (``MMA_SYNC_FRACTION``: Hopper's 16-bit and TF32 peaks need ``wgmma``), there the
+    whitepaper figure times that share, and no more than the roof."""
+    value, src = roof(device, dtype, precision)
+    cc = compute_capability(device) or (0, 0)
+    frac = MMA_SYNC_FRACTION.get(cc, {}).get(kind(dtype, precision) or "", 1.0)
+    if frac >= 1:
+        return value, src
+    sheet, sheet_src = roof(replace(device, ceilings_source="estimate"), dtype, precision)
+    if sheet * frac < value:
+        return sheet * frac, f"{sheet_src} x {frac:g} reachable by mma.sync"
+    return value, src
 
 
 def _pad_to(x: int, residue: int, modulus: int) -> int:
