@@ -143,19 +143,27 @@ def gpu_levels(
     # store instruction, through L1 to the L2
     c_sectors = c_store_sectors(g, s, engine, opts, kernel)
     c_store = c_sectors * SECTOR * blocks
-    l1_bw = dev.level("L1")
-    if l1_bw:
-        wf_rate = per_sm("L1", l1_bw) / WAVEFRONT
-        l1_wf = counts.l1_wf + c_sectors * SECTOR / WAVEFRONT
-        out.append(Level("L1", counts.l1_bytes * blocks + c_store,
-                         dev.clocked("L1", l1_bw) * used / sms, on_sm * l1_wf / wf_rate,
-                         f"{counts.l1_wf / counts.fma:.3g} load wavefronts per warp FMA",
-                         parts=(("loads", counts.l1_bytes * blocks), ("C stores", c_store))),
-                   )  # fmt: skip
     if kernel == "naive" and "ks" not in g:
         l2 = blocks * g["kp"] * (g["bm"] + g["bn"]) * s  # a sector of A serves 32/s steps
     else:
         l2 = blocks * counts.l1_bytes
+    l1_bw = dev.level("L1")
+    if l1_bw:
+        # the data pipe of the SRAM that L1 and shared memory share (one 128 B wavefront per
+        # clock: the shared probe's rate where measured). The naive family's loads go through
+        # it alone: its load wavefronts, and the lines they miss written into the SRAM as they
+        # return from L2 (a fill wavefront per 128 B; Nsight on the H200: 13-16 bank writes of
+        # 4 B per warp per K step, the model's 65-68 B of L2 reads)
+        pipe, pipe_bw = ("shared memory", shared_bw) if shared_bw else ("L1", l1_bw)
+        wf_rate = per_sm(pipe, pipe_bw) / WAVEFRONT
+        fills = l2 / max(1, blocks) / WAVEFRONT if kernel == "naive" else 0.0
+        l1_wf = counts.l1_wf + fills + c_sectors * SECTOR / WAVEFRONT
+        out.append(Level("L1", counts.l1_bytes * blocks + c_store,
+                         dev.clocked(pipe, pipe_bw) * used / sms, on_sm * l1_wf / wf_rate,
+                         f"{counts.l1_wf / counts.fma:.3g} load wavefronts per warp FMA"
+                         + (f", {fills / counts.fma:.3g} fills" if fills else ""),
+                         parts=(("loads", counts.l1_bytes * blocks), ("C stores", c_store))),
+                   )  # fmt: skip
     l2_bw = dev.level("L2")
     out.append(Level("L2", l2 + c_store, l2_bw, (l2 + c_store) / l2_bw if l2_bw else 0.0,
                      parts=(("loads", l2), ("C stores", c_store))))  # fmt: skip

@@ -51,7 +51,7 @@ NAIVE_IN_FLIGHT = {4: 5.0, 8: 2.0}
 
 # --------------------------------------------------------------------------- shared memory
 
-#: Threads whose addresses one shared-memory request serves, by access width in bytes.
+#: Threads whose addresses one shared-memory (or L1) request serves, by access width in bytes.
 #: 4-byte loads: the whole warp; 8- and 16-byte loads: each half-warp separately. Fits the
 #: Nsight counts of GPU.md (tiled 16x16: 1.5 wavefronts per FMA; register 128x128: 12 per
 #: k step) and the float64 kernels' rates (docs/model.md).
@@ -101,8 +101,13 @@ def naive_counts(g: dict, s: int, engine: str) -> Counts:
     bn, k, warps = g["bn"], g["kp"], g["warps"]
     cols = min(bn, WARP)
     rows = max(1, WARP // bn)
-    # A: one address per row of the warp (broadcast); B: the warp's columns, coalesced.
-    a_wf, b_wf = rows, max(1, math.ceil(cols * s / WAVEFRONT))
+    # A: one address per row of the warp (broadcast); B: the warp's columns, coalesced. Loads
+    # of 8 bytes and more are served per half-warp (SHARED_REQUEST_THREADS), a wavefront each
+    # at least: Nsight on the H200 counts 4.0 load wavefronts per warp per K step in float64
+    # (A's broadcast 2, B's 256 bytes 2), 2.0 in float32.
+    requests = WARP // SHARED_REQUEST_THREADS.get(s, 16)
+    a_wf = max(rows, requests)
+    b_wf = max(requests, math.ceil(cols * s / WAVEFRONT))
     a_bytes, b_bytes = rows * SECTOR, math.ceil(cols * s / SECTOR) * SECTOR
     # nvcc (13.0, sm_90 SASS of naive.cl) unrolls the K loop 16x at 32 registers and issues
     # each step's loads ahead of the FMA that waits on them: 5 steps in flight in float32
