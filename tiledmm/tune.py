@@ -204,9 +204,9 @@ def entry(tuner: Tuner, t: Task) -> dict:
     """The tuning-database entry of a task's winner."""
     g, dev, c = geometry_of(t.choice["geometry"]), tuner.device, t.choice
     vendor = tuner.vendor.get(t.key)
-    meas = dict(gflops=round(c["gflops"], 3), seconds=c["seconds"], shape=list(t.shape),
+    meas = dict(gflops=float(f"{c['gflops']:.6g}"), seconds=c["seconds"], shape=list(t.shape),
                 date=tuner.run_id, of_vendor=round(c["gflops"] / vendor, 4) if vendor else None,
-                default_gflops=round(t.default_gflops, 3) if t.default_gflops else None,
+                default_gflops=float(f"{t.default_gflops:.6g}") if t.default_gflops else None,
                 default=geo_text(t.default), candidates=len(t.results))  # fmt: skip
     e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=tuner.be.name,
              dtype=tuner.dtype, family=t.family, shape_class=t.cls, block_tile=list(g.block_tile),
