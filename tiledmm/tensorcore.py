@@ -13,8 +13,6 @@ Hopper's 16-bit peak, which needs the asynchronous warpgroup ``wgmma``: MMA_SYNC
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .device import DeviceSpec
 from .dram import dram_traffic
 from .hierarchy import Level
@@ -104,18 +102,14 @@ def roof(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[
     """(FLOP/s, where it comes from): the tensor cores' ceiling for ``dtype`` inputs, the roof
     a result is held to. Measured when the device's ceilings are (``tiledmm calibrate`` times
     the vendor GEMM per dtype; bfloat16, which CuPy cannot time, at the measured float16 rate:
-    both run at one rate per clock, ``FLOP_PER_CLOCK``), else the whitepaper's dense figure
-    scaled by the device's FP32 FMA peak (same clock)."""
+    both run at one rate per clock, ``FLOP_PER_CLOCK``), else :func:`_sheet`."""
     k = kind(dtype, precision) or ""
+    keys = ("tf32",) if k == "tf32" else (dtype, "float16") if k == "bf16" else (dtype,)
     table = dict(device.peak_flops) if device.ceilings_measured else {}
-    for key in ("tf32",) if k == "tf32" else (dtype, "float16" if k == "bf16" else dtype):
+    for key in keys:
         if key in table:
             return table[key], f"measured {key} ({device.ceilings_source})"
-    cc = compute_capability(device) or (0, 0)
-    per_clock = _table(cc).get(k, 0)
-    fp32_per_clock = 128 if cc == (8, 0) else 256  # 2 x FP32 lanes per SM
-    value = device.fma_peak("float32") * per_clock / fp32_per_clock
-    return value, f"estimate: {per_clock} FLOP/clock/SM on sm_{cc[0]}{cc[1]}"
+    return _sheet(device, k)
 
 
 def peak(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[float, str]:
@@ -124,14 +118,24 @@ def peak(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[
     (``MMA_SYNC_FRACTION``: Hopper's 16-bit and TF32 peaks need ``wgmma``), there the
     whitepaper figure times that share, and no more than the roof."""
     value, src = roof(device, dtype, precision)
-    cc = compute_capability(device) or (0, 0)
-    frac = MMA_SYNC_FRACTION.get(cc, {}).get(kind(dtype, precision) or "", 1.0)
+    k = kind(dtype, precision) or ""
+    frac = MMA_SYNC_FRACTION.get(compute_capability(device) or (0, 0), {}).get(k, 1.0)
     if frac >= 1:
         return value, src
-    sheet, sheet_src = roof(replace(device, ceilings_source="estimate"), dtype, precision)
+    sheet, sheet_src = _sheet(device, k)
     if sheet * frac < value:
         return sheet * frac, f"{sheet_src} x {frac:g} reachable by mma.sync"
     return value, src
+
+
+def _sheet(device: DeviceSpec, k: str) -> tuple[float, str]:
+    """The whitepaper's dense rate for kind ``k``, scaled by the device's FP32 FMA peak (same
+    clock)."""
+    cc = compute_capability(device) or (0, 0)
+    per_clock = _table(cc).get(k, 0)
+    fp32_per_clock = 128 if cc == (8, 0) else 256  # 2 x FP32 lanes per SM
+    value = device.fma_peak("float32") * per_clock / fp32_per_clock
+    return value, f"estimate: {per_clock} FLOP/clock/SM on sm_{cc[0]}{cc[1]}"
 
 
 def _pad_to(x: int, residue: int, modulus: int) -> int:
