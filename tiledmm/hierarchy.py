@@ -143,10 +143,11 @@ def gpu_levels(
     # store instruction, through L1 to the L2
     c_sectors = c_store_sectors(g, s, engine, opts, kernel)
     c_store = c_sectors * SECTOR * blocks
-    if kernel == "naive" and "ks" not in g:
-        l2 = blocks * g["kp"] * (g["bm"] + g["bn"]) * s  # a sector of A serves 32/s steps
+    if kernel == "naive" and "ks" not in g:  # a sector of A serves 32/s steps
+        l2_block = g["kp"] * (g["bm"] + g["bn"]) * s
     else:
-        l2 = blocks * counts.l1_bytes
+        l2_block = counts.l1_bytes
+    l2 = blocks * l2_block
     l1_bw = dev.level("L1")
     if l1_bw:
         # the data pipe of the SRAM that L1 and shared memory share (one 128 B wavefront per
@@ -156,7 +157,7 @@ def gpu_levels(
         # 4 B per warp per K step, the model's 65-68 B of L2 reads)
         pipe, pipe_bw = ("shared memory", shared_bw) if shared_bw else ("L1", l1_bw)
         wf_rate = per_sm(pipe, pipe_bw) / WAVEFRONT
-        fills = l2 / max(1, blocks) / WAVEFRONT if kernel == "naive" else 0.0
+        fills = l2_block / WAVEFRONT if kernel == "naive" else 0.0
         l1_wf = counts.l1_wf + fills + c_sectors * SECTOR / WAVEFRONT
         out.append(Level("L1", counts.l1_bytes * blocks + c_store,
                          dev.clocked(pipe, pipe_bw) * used / sms, on_sm * l1_wf / wf_rate,
