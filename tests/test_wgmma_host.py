@@ -104,6 +104,7 @@ def fake_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
     monkeypatch.setattr(wgmma, "_cubin", lambda src: b"")
     monkeypatch.setattr(wgmma, "_KERNELS", type(wgmma._KERNELS)(16))
+    monkeypatch.setattr(wgmma, "_BY_PLAN", type(wgmma._BY_PLAN)(16))
     monkeypatch.setattr(wgmma, "_DEVICES", {})
     monkeypatch.setattr(wgmma, "_building", None, raising=False)  # the defines being built
     init = wgmma.WgmmaKernel.__init__

@@ -33,6 +33,8 @@ __all__ = ["wants", "defines", "fit_tiles", "run", "WgmmaKernel", "HALF"]
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "wgmma.cu"
 _KERNELS: LRUCache[Any] = LRUCache(16)
+#: a plan's build by (plan.launch_key, device): its defines computed once, not per call
+_BY_PLAN: LRUCache[Any] = LRUCache(256)
 
 
 #: 16-bit input dtypes and their ``HALF`` define
@@ -216,6 +218,14 @@ def _device(cp: Any) -> tuple[int, str, int]:
     return (dev, *_DEVICES[dev])
 
 
+def _kernel(cp: Any, plan: Any, dev: int, sms: int) -> WgmmaKernel:
+    """The build for ``plan`` on device ``dev``: one per distinct set of defines (plans of
+    other shapes share it)."""
+    defs = defines(plan, sms)
+    key = (tuple(sorted(defs.items())), dev)
+    return _KERNELS.get_or_make(key, lambda: WgmmaKernel(cp, defs))
+
+
 def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     """``out[...] = a @ b`` (2-D float32, float16 or bfloat16, any strides) with a wgmma
     plan."""
@@ -228,13 +238,11 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     if not k:
         out.fill(0)
         return
-    defs = defines(plan, sms)
-    key = (tuple(sorted(defs.items())), dev)
-    kern = _KERNELS.get_or_make(key, lambda: WgmmaKernel(cp, defs))
+    kern = _BY_PLAN.get_or_make((plan.launch_key, dev), lambda: _kernel(cp, plan, dev, sms))
     s0, s1 = out.strides
     es = out.dtype.itemsize
     plain = (s1 == es or n == 1) and (m == 1 or (s0 % es == 0 and s0 >= es * n))
-    if defs["HALF"]:  # 16-bit: the GEMM reads a and b themselves
+    if kern.half:  # 16-bit: the GEMM reads a and b themselves
         plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
     c = out if plain else cp.empty((m, n), out.dtype)  # TF32 reads only packed copies
     kern(a, b, c)
