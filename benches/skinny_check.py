@@ -2,15 +2,19 @@
 register family, CuPy and OpenCL, beside cupy.matmul; time from back-to-back calls.
 
     python benches/skinny_check.py [--bandwidth 4.06e12] [--backends cupy,opencl]
+        [--timer loop|events] [--shapes 1x4096x4096,...]
 
 Prints microseconds per product, GFLOP/s, fraction of cuBLAS, and the fraction of the DRAM
 roofline (bytes of A, B and C once, over the time, of ``--bandwidth``), best first per shape.
+``--timer events`` times each call as the benches do (``Backend.timings``: behind a spin
+kernel, between device events, median of 30) instead of a back-to-back loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -32,19 +36,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bandwidth", type=float, default=4.06e12, help="DRAM bytes/s (measured)")
     p.add_argument("--backends", default="cupy,opencl")
+    p.add_argument("--timer", choices=["loop", "events"], default="loop")
+    p.add_argument("--shapes", default="", help="MxNxK list instead of the default set")
     args = p.parse_args(argv)
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     import cupy as cp
     from tiledmm_backends.kernels import shapes as cand
 
     rng = np.random.default_rng(7)
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         cls = tuning.shape_class(m, n, k)
         a = rng.random((m, k), dtype=np.float32) * 2 - 1
         b = rng.random((k, n), dtype=np.float32) * 2 - 1
         ref = a.astype(np.float64) @ b
         flops, moved = 2 * m * n * k, 4 * (m * k + k * n + m * n)
         A, B, C = cp.asarray(a), cp.asarray(b), cp.empty((m, n), np.float32)
-        vend = cupy_times(cp, lambda A=A, B=B, C=C: cp.matmul(A, B, out=C))[1]
+        vend = timed(args.timer, cp, tiledmm.get_backend("cupy"),
+                     lambda A=A, B=B, C=C: cp.matmul(A, B, out=C))  # fmt: skip
         rows = [("cuBLAS", vend, 0.0)]
         for name in args.backends.split(","):
             be = tiledmm.get_backend(name)
@@ -52,6 +62,13 @@ def main(argv=None) -> int:
                 continue
             X, Y = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
             out = be.empty((m, n), np.dtype("float32"))
+
+            def auto(name=name, X=X, Y=Y):  # as a user calls it
+                return tiledmm.matmul(X, Y, backend=name)
+
+            auto()
+            rows.append((f"{name} auto {tiledmm.plan(m, n, k, backend=name).block_tile}",
+                         timed(args.timer, cp, be, auto), 0.0))  # fmt: skip
             for fam in ("naive", "register"):
                 for geo in cand.candidates(fam, "float32", cls):
                     label = f"{name} {fam} {geo.block_tile} {dict(geo.options)}"
@@ -70,8 +87,7 @@ def main(argv=None) -> int:
                         if not err < 1e-4:
                             print(f"WRONG {label}: {err:.2e}")
                             continue
-                        t = (cupy_times(cp, fn) if name == "cupy" else opencl_times(be, fn))[1]
-                        rows.append((label, t, err))
+                        rows.append((label, timed(args.timer, cp, be, fn), err))
                     except Exception as exc:  # noqa: BLE001 - one candidate must not end the run
                         print(f"FAILED {label}: {type(exc).__name__}: {exc}")
         print(f"== {m}x{n}x{k} ({cls}); DRAM-bound minimum {moved / args.bandwidth * 1e6:.1f} us")
@@ -79,6 +95,14 @@ def main(argv=None) -> int:
             print(f"  {t * 1e6:8.1f} us {flops / t / 1e9:8.0f} GFLOP/s  {vend / t:5.2f} of cuBLAS "
                   f" {moved / t / args.bandwidth:5.2f} of DRAM  {label}", flush=True)  # fmt: skip
     return 0
+
+
+def timed(timer: str, cp, be, fn) -> float:
+    """Seconds per call of ``fn`` on ``be``: the median of 30 device-timed calls
+    (``Backend.timings``, ``timer`` "events"), else the per-call time of a back-to-back loop."""
+    if timer == "events":
+        return statistics.median(be.timings(fn, repeat=30, warmup=3))
+    return (cupy_times(cp, fn) if be.name == "cupy" else opencl_times(be, fn))[1]
 
 
 if __name__ == "__main__":
