@@ -1,11 +1,12 @@
 """float16 / bfloat16 through ``wgmma`` (``wgmma.cu`` built with HALF 1 / 2): an experiment
 ``benches/wgmma_probe.py`` runs in its child processes (variants whose defines have HALF).
 
-A row-major and B row-major go to the kernel as they are (no pack: wgmma reads 16-bit B
-N-major through its transpose bit), f32 accumulators, 16-bit result; N and K multiples of 8
-(16-byte rows), edges zero-filled by cp.async, stores guarded. Checked against a float64
-product of the 16-bit inputs (NaN-poisoned output), timed beside the vendor GEMM on the same
-data (float16: cupy.matmul; bfloat16: torch.matmul when torch is there). Not in the library.
+Builds with the library's ``WgmmaKernel`` (``backends/cupy_cuda/wgmma.py``, the path 16-bit
+wgmma plans take). A row-major and B row-major go to the kernel as they are (no pack: wgmma
+reads 16-bit B N-major through its transpose bit), f32 accumulators, 16-bit result; N and K
+multiples of 8 (16-byte rows), edges zero-filled by cp.async, stores guarded. Checked against
+a float64 product of the 16-bit inputs (NaN-poisoned output), timed beside the vendor GEMM on
+the same data (float16: cupy.matmul; bfloat16: torch.matmul when torch is there).
 """
 
 from __future__ import annotations
@@ -17,32 +18,17 @@ SHAPES = [(384, 512, 192), (97, 136, 40), (4096, 4096, 4096), (8192, 8192, 8192)
           (1000, 3000, 776), (4095, 4088, 4000)]  # fmt: skip
 
 
-class HalfKernel:
-    """The ``wgmma_gemm_h`` entry of one build."""
+def build(cp, defs: dict):
+    """The library's build of ``defs`` (``WgmmaKernel``: its ``wgmma_gemm_h`` launch, operands
+    as they are where their rows are 16-byte aligned), with its register count for the probe's
+    table."""
+    from cupy.cuda import driver
+    from tiledmm_backends.cupy_cuda.wgmma import WgmmaKernel
 
-    def __init__(self, cp, defs: dict, cubin: bytes, dims) -> None:
-        from cupy.cuda import driver, function
-
-        self.cp, self.defs = cp, defs
-        self.bm, self.bn, self.threads, self.smem = dims(defs)
-        self.mod = function.Module()
-        self.mod.load(cubin)
-        self.gemm = self.mod.get_function("wgmma_gemm_h")
-        attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
-        driver.funcSetAttribute(self.gemm.ptr, attr, self.smem)
-        self.regs = driver.funcGetAttribute(getattr(driver, "CU_FUNC_ATTRIBUTE_NUM_REGS", 4),
-                                            self.gemm.ptr)  # fmt: skip
-
-    def __call__(self, a, b, c) -> None:
-        cp = self.cp
-        (m, k), n = a.shape, b.shape[1]
-        if n % 8 or k % 8:
-            raise ValueError(f"{m}x{n}x{k}: N and K must be multiples of 8 here")
-        tm, tn = -(-m // self.bm), -(-n // self.bn)
-        i64 = cp.int64
-        args = (a, b, c, cp.int32(m), cp.int32(n), cp.int32(k), i64(k), i64(n), i64(n),
-                cp.int32(tm), cp.int32(tn))  # fmt: skip
-        self.gemm((tm * tn,), (self.threads,), args, shared_mem=self.smem)
+    kern = WgmmaKernel(cp, defs)
+    kern.regs = driver.funcGetAttribute(getattr(driver, "CU_FUNC_ATTRIBUTE_NUM_REGS", 4),
+                                        kern.gemm.ptr)  # fmt: skip
+    return kern
 
 
 def _bf16_bits(cp, x):
@@ -75,7 +61,7 @@ def _vendor(cp, a, b, bf16: bool):
         return None
 
 
-def measure(cp, kern: HalfKernel, row: dict, seed: int, errors, timed) -> None:
+def measure(cp, kern, row: dict, seed: int, errors, timed) -> None:
     """Check and time one shape (``errors``, ``timed``: the probe's helpers)."""
     m, n, k = row["shape"]
     bf16 = kern.defs.get("HALF") == 2

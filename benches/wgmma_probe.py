@@ -293,11 +293,7 @@ def child(name: str, defs: dict, shapes) -> None:
 
         shapes = half.SHAPES
     try:
-        if half:
-            src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
-            kern = half.HalfKernel(cp, defs, compile_cubin(src), dims)
-        else:
-            kern = Kernel(cp, defs)
+        kern = half.build(cp, defs) if half else Kernel(cp, defs)
     except Exception as exc:  # noqa: BLE001 - report the build failure, no rows
         print("ROW " + json.dumps({"variant": name, "error": f"build: {exc}"[-1500:]}), flush=True)
         return
