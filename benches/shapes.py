@@ -38,7 +38,7 @@ os.environ.setdefault("CUPY_TF32", "0")
 import tiledmm  # noqa: E402
 from tiledmm import results, shapefit, tuning  # noqa: E402
 from tiledmm.accuracy import rel_error  # noqa: E402
-from tiledmm.bench import tolerance  # noqa: E402
+from tiledmm.bench import peak_of, tolerance  # noqa: E402
 
 # (batch shape of a, batch shape of b, m, n, k); m == 1 / n == 1 with "1d" are 1-D operands
 SHAPES = [((), (), s, s, s) for s in (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)] + [
@@ -183,7 +183,7 @@ def run_set(names, families, dtype, shapes, rows, vendor_be) -> None:
                     intensity=plan.intensity, predicted_seconds=plan.predicted_seconds,
                     block_tile=list(plan.block_tile), thread_tile=list(plan.thread_tile),
                     options=dict(plan.options), geometry_source=plan.geometry_source,
-                    rel_error=err, bandwidth=dev.bandwidth, peak_flops=dev.peak(dtype),
+                    rel_error=err, bandwidth=dev.bandwidth, peak_flops=peak_of(plan, dtype),
                     dram_roof=roof, dram_fraction=moved / t / roof if roof else None,
                     engine=_engine(name),
                 )  # fmt: skip
