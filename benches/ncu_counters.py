@@ -4,6 +4,10 @@ Run on the H200 (CuPy backend; Nsight Compute as ``ncu``):
 
     python3 benches/ncu_counters.py -o $OUT
     python3 benches/ncu_counters.py --cases naive:float64:4096x4096x4096 -o $OUT
+    python3 benches/ncu_counters.py --cases naive:float32:8192x8192x8192:4x64 -o $OUT
+
+A case's optional fourth field is the block tile (thread tile 1x1, the naive family's): the
+same source with another launch layout, e.g. the one another backend's geometry runs.
 
 For each case (family, dtype, shape) the script re-runs itself under
 ``ncu --target-processes all --clock-control none --metrics ...`` with ``--child``, profiling
@@ -73,8 +77,9 @@ CASES = [
 ]
 
 
-def child(family: str, dtype: str, m: int, n: int, k: int) -> None:
-    """Two launches of the family's kernel (ncu profiles the second: --launch-skip 1)."""
+def child(family: str, dtype: str, m: int, n: int, k: int, block: str = "") -> None:
+    """Two launches of the family's kernel (ncu profiles the second: --launch-skip 1);
+    ``block`` ("4x64") overrides the block tile."""
     import cupy as cp
 
     import tiledmm
@@ -82,8 +87,13 @@ def child(family: str, dtype: str, m: int, n: int, k: int) -> None:
     rng = cp.random.default_rng(0)
     a = (rng.random((m, k)) * 2 - 1).astype(dtype)
     b = (rng.random((k, n)) * 2 - 1).astype(dtype)
+    be = tiledmm.get_backend("cupy")
+    geo = _geometry(family, dtype, (m, n, k), block)
+    plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel=family, device=be.device(),
+                             geometry=geo, backend="cupy")  # fmt: skip
+    out = cp.empty((m, n), dtype)
     for _ in range(2):
-        tiledmm.matmul(a, b, backend="cupy", kernel=family)
+        be.run(plan, a, b, out)
     cp.cuda.Device().synchronize()
 
 
@@ -120,18 +130,31 @@ def parse(text: str, metrics=METRICS, row: int = 0) -> dict[str, float]:
     return out
 
 
-def parse_case(text: str) -> tuple[str, str, tuple[int, int, int]]:
-    """``naive:float64:4096x4096x4096`` -> ("naive", "float64", (4096, 4096, 4096))."""
-    family, dtype, shape = text.split(":")
+def parse_case(text: str) -> tuple[str, str, tuple[int, int, int], str]:
+    """``naive:float64:4096x4096x4096[:4x64]`` -> ("naive", "float64", (4096, 4096, 4096),
+    "4x64" or "")."""
+    family, dtype, shape, *block = text.split(":")
     m, n, k = (int(v) for v in shape.lower().split("x"))
-    return family, dtype, (m, n, k)
+    return family, dtype, (m, n, k), (block[0].lower() if block else "")
 
 
-def measure(family: str, dtype: str, shape: tuple[int, int, int], ncu: str) -> dict[str, float]:
+def _geometry(family: str, dtype: str, shape: tuple[int, int, int], block: str):
+    """The plan's geometry, with the block tile ``block`` ("4x64") where one is given."""
+    import tiledmm
+
+    plan = tiledmm.plan(*shape, dtype=dtype, backend="cupy", kernel=family)
+    tile = tuple(int(v) for v in block.split("x")) if block else plan.block_tile[:2]
+    return tiledmm.Geometry((*tile, *plan.block_tile[2:]), plan.thread_tile,
+                            tuple(sorted(plan.options.items())))  # fmt: skip
+
+
+def measure(
+    family: str, dtype: str, shape: tuple[int, int, int], ncu: str, block: str = ""
+) -> dict[str, float]:
     cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--kernel-name",
            "gemm", "--launch-skip", "1", "--launch-count", "1", "--csv", "--page", "raw",
            "--metrics", ",".join(METRICS), sys.executable, __file__, "--child", family, dtype,
-           *map(str, shape)]  # fmt: skip
+           *map(str, shape), block or "-"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
@@ -176,7 +199,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--out", default="benches/results", help="output folder")
     ap.add_argument("--ncu", default="ncu")
-    ap.add_argument("--child", nargs=5, metavar=("FAMILY", "DTYPE", "M", "N", "K"))
+    ap.add_argument("--child", nargs=6, metavar=("FAMILY", "DTYPE", "M", "N", "K", "BLOCK"))
     ap.add_argument("--probes", action="store_true", help="profile the calibration probes")
     ap.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cases", help="FAMILY:DTYPE:MxNxK,... instead of the default set; "
@@ -189,8 +212,8 @@ def main() -> int:
         probes(args.ncu, Path(args.out))
         return 0
     if args.child:
-        f, d, *mnk = args.child
-        child(f, d, *map(int, mnk))
+        f, d, *mnk, block = args.child
+        child(f, d, *map(int, mnk), block="" if block == "-" else block)
         return 0
     import tiledmm
     from tiledmm.device import reference_h200
@@ -199,19 +222,17 @@ def main() -> int:
     be = tiledmm.get_backend("cupy")
     rows = []
     cases = [parse_case(c) for c in args.cases.split(",")] if args.cases else CASES
-    for family, dtype, shape in cases:
-        plan = tiledmm.plan(*shape, dtype=dtype, backend="cupy", kernel=family)
-        counters = measure(family, dtype, shape, args.ncu)
+    for family, dtype, shape, *block in cases:
+        geo = _geometry(family, dtype, shape, *block)
+        counters = measure(family, dtype, shape, args.ncu, *block)
         rows.append({
             "backend": "cupy", "kernel": family, "dtype": dtype,
             "m": shape[0], "n": shape[1], "k": shape[2],
-            "block_tile": list(plan.block_tile), "thread_tile": list(plan.thread_tile),
-            "options": dict(plan.options), "counters": counters,
+            "block_tile": list(geo.block_tile), "thread_tile": list(geo.thread_tile),
+            "options": dict(geo.options), "counters": counters,
             "model": model_counters(tiledmm.make_plan(
                 *shape, dtype=dtype, kernel=family, device=reference_h200(),
-                geometry=tiledmm.Geometry(plan.block_tile, plan.thread_tile,
-                                          tuple(sorted(plan.options.items()))),
-                backend="cupy")),
+                geometry=geo, backend="cupy")),
         })  # fmt: skip
         print(family, dtype, shape, counters, flush=True)
     dev = be.device().name
