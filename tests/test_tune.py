@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import Backend, Geometry, dispatch, tune, tuning
+from tiledmm import Backend, Geometry, dispatch, shapefit, tune, tune_search, tuning
 from tiledmm.accuracy import rel_error
 from tiledmm.tuning import TuningWarning, shape_class
 
@@ -263,6 +263,38 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
     keys = [tune.geo_key(Geometry(t)) for t in ((8, 8, 8), (64, 64, 64), (16, 16, 16))]
     assert order[1:4] == keys  # its class first, then the other class, then earlier winners
     assert len(order) == len(set(order)) == len(task.space)
+
+
+def test_random_local_tries_the_planners_fastest_predictions_before_the_random_sample():
+    """After the default (and siblings and earlier winners, none here) come the planner's
+    MODEL_FIRST fastest predictions, one per tile, then the rest of the space."""
+    be = Fake()
+    tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    task = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
+    order = [tune.geo_key(g) for g in tuner.order(task)]
+    rest = sorted(order[1:], key=lambda gk: task.predicted[gk])
+    assert order[1 : 1 + tune_search.MODEL_FIRST] == rest[: tune_search.MODEL_FIRST]
+    assert len(order) == len(set(order)) == len(task.space)
+
+
+def test_numba_cuda_space_is_fitted_per_product_and_has_k_slices():
+    """numba-cuda's candidates carry min_tile as its shipped tiles do, so shapefit fits a
+    cold-tuned class tile to each product (without it a 64x128 ran 256^3 at 0.41 and
+    4096x32x4096 at 0.15 of the shipped tiles on the H200), and the skinny classes can find
+    K slices."""
+    from tiledmm_backends.kernels.space import space
+
+    from tiledmm.device import reference_h200
+
+    dev = reference_h200()
+    geos = space("register", "float32", dev, kernels="numba")
+    assert all(dict(g.options).get("min_tile") == 32 for g in geos)
+    assert any(dict(g.options).get("split_k") == "auto" for g in geos)
+    g = next(g for g in geos if g.block_tile[:2] == (64, 128) and "split_k" not in dict(g.options))
+    small = shapefit.for_product(g, "register", 256, 256, 256, dev, "square")
+    assert small.block_tile[0] * small.block_tile[1] < 64 * 128
+    skinny = shapefit.for_product(g, "register", 4096, 32, 4096, dev, "skinny_mn")
+    assert skinny.block_tile[1] == 32
 
 
 def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):

@@ -55,15 +55,17 @@ def halvings(geo: Geometry) -> list[Geometry]:
     """``geo``'s register tile and its successive halvings, the longer block side first (N on
     a square), thread tile with it (vector widths clipped), while block sides stay >= the
     floor (``min_tile``, else :data:`MIN_TILE`) and thread tiles even and >= 2: 128x128/8x8,
-    128x64/8x4, 64x64/4x4, 64x32/4x2, 32x32/2x2. Threads per block stay the same."""
+    128x64/8x4, 64x64/4x4, 64x32/4x2, 32x32/2x2; a side whose thread tile is down to 2 stops
+    and the other goes on (64x128/8x4: 64x64/8x2, 32x64/4x2). Threads per block stay the
+    same."""
     bm, bn, bk = geo.block_tile
     tm, tn = geo.thread_tile
     opts = dict(geo.options)
     floor = int(opts.get("min_tile", MIN_TILE))
     out = [geo]
     while True:
-        n_ok = tn >= 2 and tn % 2 == 0 and bn // 2 >= floor
-        m_ok = tm >= 2 and tm % 2 == 0 and bm // 2 >= floor
+        n_ok = tn >= 4 and tn % 2 == 0 and bn // 2 >= floor
+        m_ok = tm >= 4 and tm % 2 == 0 and bm // 2 >= floor
         if n_ok and (bn >= bm or not m_ok):
             bn, tn = bn // 2, tn // 2
             if "vn" in opts:

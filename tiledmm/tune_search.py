@@ -27,6 +27,7 @@ __all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
 
 EXHAUSTIVE_MAX = 64
 EXPLORE_SHARE = 0.4  # of a task's time: random exploring stops after it (local search follows)
+MODEL_FIRST = 3  # random+local: the planner's fastest predictions, tried before the random sample
 TOL = {"float16": 5e-3, "float32": 1e-4, "float64": 1e-10}
 ODD_CHECK = (97, 131, 67)  # the winner's extra correctness check: edges in every dimension
 
@@ -197,7 +198,9 @@ class Tuner:
         the results so far). random+local: the default, then what other backends tuned on
         this device (``Task.siblings``: CuPy's tiles for OpenCL, one kernel source), then the
         winners of this run's earlier tasks of the family (good tiles for one shape are the
-        best first guess for the next), then a random sample (a tenth of the space, or until
+        best first guess for the next), then the planner's :data:`MODEL_FIRST` fastest
+        predictions (a cold start's skinny tasks: K slices, which a random tenth of a large
+        space can miss in a few tries), then a random sample (a tenth of the space, or until
         ``explore_until``: the budget decides how much of it is exploring), then local search
         around the best so far."""
         space = task.space
@@ -215,6 +218,16 @@ class Tuner:
             if gk in by_key and gk not in done:
                 done.add(gk)
                 yield by_key[gk]
+        ranked = sorted((g for g in rest if geo_key(g) not in done),
+                        key=lambda g: task.predicted.get(geo_key(g), math.inf))  # fmt: skip
+        tiles: set = set()  # one per block/thread tile: the model rarely tells options apart
+        for g in ranked:
+            if len(tiles) == MODEL_FIRST:
+                break
+            if (g.block_tile, g.thread_tile) not in tiles:
+                tiles.add((g.block_tile, g.thread_tile))
+                done.add(geo_key(g))
+                yield g
         pool = [g for g in rest if geo_key(g) not in done]
         self.rng.shuffle(pool)
         explore = max(8, len(pool) // 10)

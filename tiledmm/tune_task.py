@@ -52,6 +52,8 @@ class Task:
         base = [model] if tuner.cold else [self.default, model]
         space = tuner.be.search_space(family, dt, dev) or []
         seen, self.space = set(), []
+        #: the planner's predicted seconds per candidate (the search tries its fastest early)
+        self.predicted: dict[str, float] = {}
         for g in [x for x in base if x is not None] + list(space):
             plan = self.plan(g)
             if plan is None or geo_key(g) in seen:
@@ -60,6 +62,7 @@ class Task:
             if runs not in seen:
                 seen.update((geo_key(g), runs))
                 self.space.append(g)
+                self.predicted[geo_key(g)] = plan.predicted_seconds
         self.pruned = len(space) + len(base) - len(self.space)
         #: what other backends tuned on this device (first guesses, when in this space)
         self.siblings = [geo_key(Geometry.from_dict(e)) for e in

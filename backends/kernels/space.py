@@ -97,13 +97,18 @@ def _numba(kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         return [_geo((bm, bn, bk)) for bm, bn, bk in
                 itertools.product((8, 16, 32), (8, 16, 32), (8, 16, 32))]  # fmt: skip
     out = []
-    for bm, bn, bk, (tm, tn), layout, pad, st in itertools.product(
+    # min_tile as in the shipped entries: shapefit fits a class tile to each product (halved
+    # for small grids, turned and trimmed to a skinny product's short side); without it a
+    # cold-tuned 64x128 ran 256^3 at 0.41 and 4096x32x4096 at 0.15 of the shipped tiles
+    # (H200, benches/results/logs/h200-tune-coldstart-numba-cuda-s9a.log)
+    for bm, bn, bk, (tm, tn), layout, pad, st, split in itertools.product(
         (64, 128), (64, 128), (8, 16), ((4, 4), (8, 4), (4, 8), (8, 8)), ("strided", "contig"),
-        (0, 4), (1, 2),
+        (0, 4), (1, 2), (None, "auto"),
     ):  # fmt: skip
         if bm % tm == 0 and bn % tn == 0:
-            out.append(_geo((bm, bn, bk), (tm, tn), layout=layout, pad=pad, unroll_k=True,
-                            stages=st))  # fmt: skip
+            opts = dict(layout=layout, pad=pad, unroll_k=True, stages=st, min_tile=32)
+            out.append(_geo((bm, bn, bk), (tm, tn), **opts, **({"split_k": split} if split
+                                                                 else {})))  # fmt: skip
     return out
 
 
