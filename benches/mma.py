@@ -86,6 +86,12 @@ CONFIGS = {
         ("128x128x64/2x2/s3/ca1/mb2", "f16", 128, 128, 64, 2, 2, 3, None,
          {"ca": 1, "min_blocks": 2}),
         ("128x128x64/2x2/s3/ca2", "f16", 128, 128, 64, 2, 2, 3, None, {"ca": 2}),
+        # session 9: the fragment pipe (frag_pipe, TF32's tf32_pipe) on the best tile: the next
+        # k-step's ldmatrix before this one's HMMAs, across the stage boundary too
+        *[(f"128x128x{bk}/2x2/s{st}/mb2{'/ca1' if p == 3 else ''}/p{p}", "f16", 128, 128, bk, 2,
+           2, st, None, {"min_blocks": 2, "pipe": p, **({"ca": 1} if p == 3 else {})})
+          for bk, st, p in ((64, 3, 1), (64, 3, 2), (64, 3, 3), (64, 3, 4), (32, 4, 1),
+                            (32, 4, 3))],
     ],
     "bf16": [
         ("128x256x32/2x4/s3", "bf16", 128, 256, 32, 2, 4, 3, None, {}),
@@ -101,6 +107,9 @@ CONFIGS = {
          {"ca": 1, "min_blocks": 2}),
         ("128x128x64/2x2/s3/ca1/g16", "bf16", 128, 128, 64, 2, 2, 3, None,
          {"ca": 1, "group_m": 16}),
+        *[(f"128x128x{bk}/2x2/s{st}/mb2{'/ca1' if p == 3 else ''}/p{p}", "bf16", 128, 128, bk,
+           2, 2, st, None, {"min_blocks": 2, "pipe": p, **({"ca": 1} if p == 3 else {})})
+          for bk, st, p in ((64, 3, 1), (64, 3, 3), (64, 3, 4), (32, 4, 3))],
     ],
     # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rn: cvt.rn (to nearest even, one F2FP on sm_90)
     # on every fragment register (screen 1: 0.42 of cuBLAS at 8192^3 with 128x256, 4 stages,
@@ -185,7 +194,8 @@ class Runner:
                                   tf32_bvec=bool(extra.get("bvec")),
                                   copy_after=extra.get("ca", 0),
                                   tf32_round_at=extra.get("rat"),
-                                  tf32_pipe=extra.get("pipe", 0),
+                                  tf32_pipe=extra.get("pipe", 0) if kind == "tf32" else 0,
+                                  frag_pipe=extra.get("pipe", 0) if kind != "tf32" else 0,
                                   tf32_copy_b=extra.get("cb"))  # fmt: skip
             defs.update(extra.get("defs", {}))
             t = time.monotonic()
@@ -378,7 +388,8 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
                 tf32_bvec=defs.get("TF32_BVEC", 0) if kind == "tf32" else None,
                 copy_after=defs.get("COPY_AFTER", 0),
                 tf32_round_at=defs.get("TF32_ROUND_AT") if kind == "tf32" else None,
-                tf32_pipe=defs.get("TF32_PIPE", 0) if kind == "tf32" else None,
+                tf32_pipe=defs.get("FRAG_PIPE", 0) if kind == "tf32" else None,
+                frag_pipe=defs.get("FRAG_PIPE", 0) if kind in ("f16", "bf16") else None,
                 tf32_copy_b=defs.get("TF32_COPY_B") if kind == "tf32" else None,
                 cvta_asm=defs.get("SMEM_CVTA_ASM", 0),
                 precision="tf32" if kind == "tf32" else dtype)  # fmt: skip

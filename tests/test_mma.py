@@ -77,7 +77,7 @@ SCALAR = [
         {"tf32_round": 4, "copy_after": 1, "tf32_round_at": 0},
     ),
     ("tf32", 32, 16, 32, 2, 1, 4, None, 0, 1, {"tf32_round": 4, "tf32_round_at": 3}),
-    # TF32_PIPE (aligned operands): fragments double-buffered across stages, STAGES tiles in
+    # FRAG_PIPE (aligned operands): fragments double-buffered across stages, STAGES tiles in
     # flight (the copies of tile kt+STAGES overwrite tile kt's stage after the barrier before
     # its last k-step)
     ("tf32", 32, 16, 16, 2, 1, 2, None, 1, 1, {"tf32_round": 3, "tf32_pipe": 1}),
@@ -90,6 +90,11 @@ SCALAR = [
     ("tf32", 32, 16, 32, 2, 1, 2, None, 1, 1, {"tf32_pipe": 3, "copy_after": 3, "tf32_copy_b": 2}),
     ("tf32", 32, 32, 32, 1, 2, 2, None, 1, 1, {"tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 3}),
     ("tf32", 32, 64, 16, 2, 1, 2, None, 1, 1, {"tf32_bvec": 1, "tf32_round": 4, "tf32_pipe": 1}),
+    # the same pipe for 16-bit inputs (frag_pipe): ldmatrix fragments, one k-step of 16
+    ("f16", 32, 32, 32, 2, 2, 3, None, 1, 1, {"frag_pipe": 1}),
+    ("bf16", 32, 16, 32, 2, 1, 2, None, 1, 1, {"frag_pipe": 2}),
+    ("f16", 32, 32, 64, 1, 2, 2, None, 1, 1, {"frag_pipe": 3, "copy_after": 1}),
+    ("bf16", 32, 32, 32, 2, 2, 2, None, 1, 1, {"frag_pipe": 4}),
     # the stage multiplied in two parts around the next stage's copies (COPY_AFTER)
     ("f64", 32, 16, 16, 2, 1, 3, (16, 8, 8), 0, 1, {"copy_after": 1}),
     ("f16", 32, 32, 32, 1, 2, 2, None, 1, 1, {"copy_after": 1}),
@@ -321,6 +326,8 @@ NVCC = [  # (kind, tiles, warps, stages, fragment, aligned)
         True,
         {"tf32_round": 3, "tf32_pipe": 3, "copy_after": 1, "tf32_copy_b": 2, "tf32_ldsm": True},
     ),
+    ("f16", (128, 128, 64), (2, 2), 3, None, True, {"frag_pipe": 1, "min_blocks": 2}),
+    ("bf16", (128, 128, 64), (2, 2), 3, None, True, {"frag_pipe": 3, "copy_after": 1}),
     # unaligned operands: tf32_pipe falls back to the plain loop (the pipe would spill)
     ("tf32", (128, 256, 32), (2, 4), 3, None, False, {"tf32_round": 4, "tf32_pipe": 1}),
     (

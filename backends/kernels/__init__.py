@@ -67,7 +67,7 @@ def source(family: str, defs: dict[str, int]) -> str:
 def mma_defines(plan: Any, aligned_a: bool = True, aligned_b: bool = True) -> dict[str, int]:
     """``mma.cl``'s defines for an mma plan (``thread_tile`` is the warp tile; options fm, fn,
     fk, stages, group_m, precision, kk_unroll, min_blocks, and the pipeline knobs tf32_round,
-    tf32_ldsm, copy_after, tf32_pipe, tf32_copy_b of ``mma_spec.mma_defines``)."""
+    tf32_ldsm, copy_after, tf32_pipe, tf32_copy_b, frag_pipe of ``mma_spec.mma_defines``)."""
     (bm, bn, bk), (wm, wn), o = plan.block_tile, plan.thread_tile, plan.options
     kind = mma_spec.DTYPE_KIND.get(plan.dtype)
     if plan.dtype == "float32" and o.get("precision") != "tf32":
@@ -83,7 +83,7 @@ def mma_defines(plan: Any, aligned_a: bool = True, aligned_b: bool = True) -> di
         kk_unroll=o.get("kk_unroll"), min_blocks=int(mb) if mb else None,
         tf32_round=int(o.get("tf32_round", 1)), tf32_ldsm=bool(int(o.get("tf32_ldsm", 0))),
         copy_after=int(o.get("copy_after", 0)), tf32_pipe=int(o.get("tf32_pipe", 0)),
-        tf32_copy_b=int(o.get("tf32_copy_b", 0)) or None,
+        tf32_copy_b=int(o.get("tf32_copy_b", 0)) or None, frag_pipe=int(o.get("frag_pipe", 0)),
     )  # fmt: skip
 
 

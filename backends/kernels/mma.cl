@@ -13,7 +13,7 @@
  * MMA_KIND 2/3: f16/bf16 in (stored as 16-bit words), f32 accumulate, f16/bf16 out; 16x8x16
  *   with ldmatrix.x4 (A) and ldmatrix.x4.trans (B).
  * MMA_KIND 4: f32 in/out, inputs rounded to TF32 (TF32_RNA: cvt.rna or cvt.rn, per fragment
- *   register or once per stage in shared memory), 16x8x8; TF32_PIPE double-buffers fragments
+ *   register or once per stage in shared memory), 16x8x8; FRAG_PIPE double-buffers fragments
  *   across the stage boundary.
  *
  * MMA_PTX (CUDA; OpenCL only with MMA_PTX_OPENCL, an experiment for NVIDIA's compiler) uses the
@@ -147,7 +147,7 @@
 #else
   #define ROUND_AT BK
 #endif
-/* TF32_PIPE (TF32): fragments double-buffered in registers, each k-step's loads issued before the
+/* FRAG_PIPE (TF32: option tf32_pipe; float16/bfloat16: frag_pipe): fragments double-buffered in registers, each k-step's loads issued before the
  * previous k-step's multiplies, across the stage boundary too. The barrier comes once the
  * stage's last fragments are in registers, so after it the stage just read takes the copies of
  * tile kt+STAGES (STAGES tiles in flight, not STAGES-1) and the next tile's first fragments
@@ -158,18 +158,18 @@
  * then interleaves its multiplies with the next tile's fragment loads after the barrier). Stage rounding (TF32_RNA 2, 4) happens
  * TF32_ROUND_AT k-steps into the stage (2: just before the barrier).
  * (Half the last k-step on either side of the barrier spills at 64x64 warp tiles.) */
-#ifndef TF32_PIPE
-  #define TF32_PIPE 0
+#ifndef FRAG_PIPE
+  #define FRAG_PIPE 0
 #endif
-#if TF32_PIPE && MMA_KIND != 4
-  #error "mma.cl: TF32_PIPE is for TF32 (MMA_KIND 4)"
+#if FRAG_PIPE && MMA_KIND < 2
+  #error "mma.cl: FRAG_PIPE is for TF32, float16 and bfloat16 (MMA_KIND 2-4)"
 #endif
-#define PIPE_DEFER (TF32_PIPE >= 3)                       /* copies after the next k-step */
-#define PIPE_MMA_FIRST (TF32_PIPE == 2 || TF32_PIPE == 4) /* last k-step before the barrier */
-#if TF32_PIPE && ((BK / FK) % 2 || (COPY_AFTER && !PIPE_DEFER))
-  #error "mma.cl: TF32_PIPE needs an even number of k-steps per stage (and COPY_AFTER only in 3)"
+#define PIPE_DEFER (FRAG_PIPE >= 3)                       /* copies after the next k-step */
+#define PIPE_MMA_FIRST (FRAG_PIPE == 2 || FRAG_PIPE == 4) /* last k-step before the barrier */
+#if FRAG_PIPE && ((BK / FK) % 2 || (COPY_AFTER && !PIPE_DEFER))
+  #error "mma.cl: FRAG_PIPE needs an even number of k-steps per stage (and COPY_AFTER only in 3)"
 #endif
-/* TF32_PIPE 3: k-steps multiplied before A's copies (COPY_AFTER, default 1) and B's (TF32_COPY_B,
+/* FRAG_PIPE 3: k-steps multiplied before A's copies (COPY_AFTER, default 1) and B's (TF32_COPY_B,
  * default the same); both before the last k-step, whose wait counts them */
 #if COPY_AFTER > 0
   #define PIPE_COPY_A COPY_AFTER
@@ -183,7 +183,7 @@
 #endif
 #define PIPE_COPY_LAST (PIPE_COPY_A > PIPE_COPY_B ? PIPE_COPY_A : PIPE_COPY_B)
 #if PIPE_DEFER && (PIPE_COPY_LAST >= BK / FK || PIPE_COPY_A < 1 || PIPE_COPY_B < 1)
-  #error "mma.cl: TF32_PIPE 3 issues its copies after 1 .. BK/FK-1 k-steps"
+  #error "mma.cl: FRAG_PIPE 3 issues its copies after 1 .. BK/FK-1 k-steps"
 #endif
 #if TF32_RNA == 4 && PIPE_DEFER && TF32_ROUND_AT < PIPE_COPY_LAST
   #define PIPE_ROUND_KS PIPE_COPY_LAST /* after this iteration's copies: the wait counts them */
@@ -492,31 +492,50 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
     #define MMA_F16_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
   #endif
 
+/* the fragments of k-step kk: A by ldmatrix.x4 (MI x 4 registers), B by ldmatrix.x4.trans
+ * (two n8 fragments per instruction: NI x 2) */
+  #define FRAG_A unsigned
+  #define FRAG_A_DIMS [4]
+  #define FRAG_B unsigned
+  #define FRAG_B_DIMS [2]
+INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem_t *as,
+                      const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                      const int kk)
+{
+  UNROLL for (int i = 0; i < MI; ++i) {
+    const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 8);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
+  }
+  UNROLL for (int j = 0; j < NI; j += 2) {
+    const unsigned p = smem_addr(bs + (kk + (lane & 15)) * SB_LD + wc + j * 8 + (lane >> 4) * 8);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1])
+                 : "r"(p));
+  }
+}
+
+INLINE void mma_frag(acc_t acc[MI][NI][CF], unsigned a[MI][4], unsigned b[NI][2], const int i_lo,
+                     const int i_hi)
+{
+  UNROLL for (int i = i_lo; i < i_hi; ++i)
+    UNROLL for (int j = 0; j < NI; ++j) {
+      float *c = acc[i][j];
+      asm(MMA_F16_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
+            "r"(b[j][1]));
+    }
+}
+
 INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
                           const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
                           const int k_lo, const int k_hi)
 {
   UNROLL for (int kk = k_lo; kk < k_hi; kk += 16) {
     unsigned a[MI][4], b[NI][2];
-    UNROLL for (int i = 0; i < MI; ++i) {
-      const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 8);
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
-    }
-    UNROLL for (int j = 0; j < NI; j += 2) {
-      const unsigned p = smem_addr(bs + (kk + (lane & 15)) * SB_LD + wc + j * 8 + (lane >> 4) * 8);
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1])
-                   : "r"(p));
-    }
-    UNROLL for (int i = 0; i < MI; ++i)
-      UNROLL for (int j = 0; j < NI; ++j) {
-        float *c = acc[i][j];
-        asm(MMA_F16_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
-              "r"(b[j][1]));
-      }
+    load_frag(a, b, as, bs, wr, wc, lane, kk);
+    mma_frag(acc, a, b, 0, MI);
   }
 }
 
@@ -635,10 +654,10 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
       }
 }
 
-  #if MMA_KIND == 4
+  #if MMA_KIND == 4 || FRAG_PIPE
 /* the values of k-step kk this lane's C elements need (rows g, g+8 of each A fragment, n slots
  * 2t, 2t+1 of each B fragment), read from the stage when loaded, as the registers of the PTX
- * path are (TF32_PIPE: the stage may be overwritten before they are multiplied) */
+ * path are (FRAG_PIPE: the stage may be overwritten before they are multiplied) */
   #define FRAG_A acc_t
   #define FRAG_A_DIMS [2][FK]
   #define FRAG_B acc_t
@@ -776,7 +795,7 @@ KERNEL MMA_SIGNATURE
   const int inside = row0 + BM <= M && col0 + BN <= N;
 
   const int kt_n = (K + BK - 1) / BK;
-#if TF32_PIPE
+#if FRAG_PIPE
   UNROLL for (int s = 0; s < PIPE_PRO; ++s) { /* tiles in flight */
     if (s < kt_n)
       load_stage(As + s * BM * SA_LD, Bs + s * BK * SB_LD, A, B, ga, ga_step, a_rows, gb, gb_step,

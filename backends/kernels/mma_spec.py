@@ -82,7 +82,7 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
                 min_blocks: int | None = None, tf32_round: int = 1,
                 tf32_ldsm: bool = False, tf32_bvec: bool = False,
                 copy_after: int = 0, tf32_round_at: int | None = None,
-                tf32_pipe: int = 0, tf32_copy_b: int | None = None,
+                tf32_pipe: int = 0, tf32_copy_b: int | None = None, frag_pipe: int = 0,
                 ) -> dict[str, int]:  # fmt: skip
     """The ``#define``s of one ``mma.cl`` build; raises ValueError for tiles it can't run.
 
@@ -104,7 +104,8 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
     fragments by ldmatrix.x4; ``tf32_bvec``: B fragments by 16-byte loads (warp tiles 64 wide,
     BN a multiple of 32; see mma.cl).
     ``copy_after``: FK steps of a stage multiplied before the next stage's copies are issued
-    (0: right after the barrier, ahead of every fragment load)."""
+    (0: right after the barrier, ahead of every fragment load). float16/bfloat16:
+    ``frag_pipe`` 1-4 is TF32's ``tf32_pipe`` for the ldmatrix fragments (same rules)."""
     shape = tuple(shape or SHAPES.get(kind, ((16, 8, 8),))[0])
     bad = check(kind, bm, bn, bk, warps_m, warps_n, stages, shape)
     if bad:
@@ -131,26 +132,18 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
             if not 0 <= tf32_round_at <= bk // fk:
                 raise ValueError(f"tf32_round_at must be 0..{bk // fk} k-steps")
             extra["TF32_ROUND_AT"] = int(tf32_round_at)
-        if tf32_pipe and not (aligned_a and aligned_b):
-            tf32_pipe = 0  # one-element copies need the registers: the plain loop (no spills)
-        if tf32_pipe:
-            if tf32_pipe not in (1, 2, 3, 4):
-                raise ValueError(f"tf32_pipe must be 0..4, not {tf32_pipe!r}")
-            ks, last = bk // fk, max(copy_after or 1, tf32_copy_b or 1)
-            if ks % 2 or (copy_after and tf32_pipe < 3):  # 3, 4: copies deferred
-                raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_pipe needs an even "
-                                 "number of k-steps per stage (copy_after: pipe 3)")  # fmt: skip
-            if tf32_pipe >= 3 and last >= ks:
-                raise ValueError(f"tf32_pipe 3/4 issue copies after 1..{ks - 1} k-steps")
-            extra["TF32_PIPE"] = int(tf32_pipe)
-            if tf32_copy_b and tf32_pipe >= 3:
-                extra["TF32_COPY_B"] = int(tf32_copy_b)
+        extra |= _pipe(kind, bm, bn, bk, fk, tf32_pipe, copy_after, tf32_copy_b,
+                       aligned_a and aligned_b)  # fmt: skip
         if tf32_bvec and (bn // warps_n != 64 or bn % 32):
             raise ValueError(f"mma tiles {bm}x{bn}x{bk} (tf32): tf32_bvec needs warp tiles 64 "
                              "columns wide and BN a multiple of 32")  # fmt: skip
         extra["TF32_BVEC"] = int(tf32_bvec)
     elif tf32_bvec or tf32_round_at is not None or tf32_pipe or tf32_copy_b:
         raise ValueError("tf32_bvec, tf32_round_at, tf32_pipe, tf32_copy_b are for TF32 only")
+    if frag_pipe and kind not in ("f16", "bf16"):
+        raise ValueError("frag_pipe is for float16 and bfloat16 (TF32: tf32_pipe)")
+    if frag_pipe:
+        extra |= _pipe(kind, bm, bn, bk, fk, frag_pipe, copy_after, None, aligned_a and aligned_b)
     return extra | dict(
         MMA_KIND=KINDS[kind], REAL_BYTES=8 if kind == "f64" else 4, ELEM_BYTES=es,
         BM=bm, BN=bn, BK=bk, TM=1, TN=1, WARPS_M=warps_m, WARPS_N=warps_n,
@@ -159,6 +152,25 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         ALIGNED_A=int(aligned_a), ALIGNED_B=int(aligned_b), GROUP_M=group_m,
         MMA_SCALAR=int(scalar), KK_UNROLL=int(kk_unroll),
     )  # fmt: skip
+
+
+def _pipe(kind: str, bm: int, bn: int, bk: int, fk: int, pipe: int, copy_after: int,
+          copy_b: int | None, aligned: bool) -> dict[str, int]:  # fmt: skip
+    """FRAG_PIPE's defines (fragments double-buffered across the stage boundary; see mma.cl)."""
+    if not pipe or not aligned:  # one-element copies need the registers: the plain loop
+        return {}
+    if pipe not in (1, 2, 3, 4):
+        raise ValueError(f"the fragment pipe must be 0..4, not {pipe!r}")
+    ks, last = bk // fk, max(copy_after or 1, copy_b or 1)
+    if ks % 2 or (copy_after and pipe < 3):  # 3, 4: copies deferred
+        raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): the fragment pipe needs an even "
+                         "number of k-steps per stage (copy_after: pipe 3)")  # fmt: skip
+    if pipe >= 3 and last >= ks:
+        raise ValueError(f"fragment pipe 3/4 issues copies after 1..{ks - 1} k-steps")
+    out = {"FRAG_PIPE": int(pipe)}
+    if copy_b and pipe >= 3:
+        out["TF32_COPY_B"] = int(copy_b)
+    return out
 
 
 def smem_bytes(defs: dict[str, int]) -> int:
