@@ -267,14 +267,19 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
 
 def test_random_local_tries_the_planners_fastest_predictions_before_the_random_sample():
     """After the default (and siblings and earlier winners, none here) come the planner's
-    MODEL_FIRST fastest predictions, one per tile, then the rest of the space."""
+    MODEL_FIRST fastest predictions, one per tile, where they beat the default's prediction by
+    MODEL_GAIN, then the rest of the space."""
     be = Fake()
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
-    task = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
-    order = [tune.geo_key(g) for g in tuner.order(task)]
-    rest = sorted(order[1:], key=lambda gk: task.predicted[gk])
-    assert order[1 : 1 + tune_search.MODEL_FIRST] == rest[: tune_search.MODEL_FIRST]
-    assert len(order) == len(set(order)) == len(task.space)
+    for shape, n_first in (((1, 4, 4096, 256), tune_search.MODEL_FIRST), ((1, 96, 96, 96), 0)):
+        task = tune.Task(tuner, "tiled", "skinny_mn", shape)
+        order = [tune.geo_key(g) for g in tuner.order(task)]
+        bar = task.predicted[order[0]] / tune_search.MODEL_GAIN
+        fast = sorted((gk for gk in order[1:] if task.predicted[gk] < bar), key=task.predicted.get)
+        # 4 x 4096: smaller tiles predicted far faster than the 32x32 default; 96^3: near-ties
+        assert len(fast[: tune_search.MODEL_FIRST]) == n_first
+        assert order[1 : 1 + n_first] == fast[:n_first]
+        assert len(order) == len(set(order)) == len(task.space)
 
 
 def test_numba_cuda_space_is_fitted_per_product_and_has_k_slices():

@@ -27,7 +27,12 @@ __all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
 
 EXHAUSTIVE_MAX = 64
 EXPLORE_SHARE = 0.4  # of a task's time: random exploring stops after it (local search follows)
-MODEL_FIRST = 3  # random+local: the planner's fastest predictions, tried before the random sample
+#: random+local: the planner's fastest predictions (at most MODEL_FIRST tiles) go before the
+#: random sample where it predicts them MODEL_GAIN times faster than the default: grid effects
+#: (K slices, small grids), which it ranks right, not the near-ties between options it cannot
+#: tell apart (a numba-cuda cold start spent its 3-4 tries per square task on those: 0.87 of
+#: the shipped tiles, benches/results/logs/h200-tune-coldstart-numba-cuda-s9b.log)
+MODEL_FIRST, MODEL_GAIN = 3, 1.25
 TOL = {"float16": 5e-3, "float32": 1e-4, "float64": 1e-10}
 ODD_CHECK = (97, 131, 67)  # the winner's extra correctness check: edges in every dimension
 
@@ -199,9 +204,10 @@ class Tuner:
         this device (``Task.siblings``: CuPy's tiles for OpenCL, one kernel source), then the
         winners of this run's earlier tasks of the family (good tiles for one shape are the
         best first guess for the next), then the planner's :data:`MODEL_FIRST` fastest
-        predictions (a cold start's skinny tasks: K slices, which a random tenth of a large
-        space can miss in a few tries), then a random sample (a tenth of the space, or until
-        ``explore_until``: the budget decides how much of it is exploring), then local search
+        predictions where they beat the default's by :data:`MODEL_GAIN` (a cold start's skinny
+        tasks: K slices, which a random tenth of a large space can miss), then a random sample
+        (a tenth of the space, or until ``explore_until``: the budget decides how much of it is
+        exploring), then local search
         around the best so far."""
         space = task.space
         exhaustive = self.strategy == "exhaustive" or (
@@ -221,8 +227,9 @@ class Tuner:
         ranked = sorted((g for g in rest if geo_key(g) not in done),
                         key=lambda g: task.predicted.get(geo_key(g), math.inf))  # fmt: skip
         tiles: set = set()  # one per block/thread tile: the model rarely tells options apart
+        bar = task.predicted.get(geo_key(space[0]), 0.0) / MODEL_GAIN
         for g in ranked:
-            if len(tiles) == MODEL_FIRST:
+            if len(tiles) == MODEL_FIRST or not task.predicted.get(geo_key(g), math.inf) < bar:
                 break
             if (g.block_tile, g.thread_tile) not in tiles:
                 tiles.add((g.block_tile, g.thread_tile))
