@@ -487,9 +487,9 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 #elif MMA_PTX && (MMA_KIND == 2 || MMA_KIND == 3)
 
   #if MMA_KIND == 2
-    #define MMA_F16_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
   #else
-    #define MMA_F16_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+    #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
   #endif
 
 /* the fragments of k-step kk: A by ldmatrix.x4 (MI x 4 registers), B by ldmatrix.x4.trans
@@ -515,31 +515,9 @@ INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem
   }
 }
 
-INLINE void mma_frag(acc_t acc[MI][NI][CF], unsigned a[MI][4], unsigned b[NI][2], const int i_lo,
-                     const int i_hi)
-{
-  UNROLL for (int i = i_lo; i < i_hi; ++i)
-    UNROLL for (int j = 0; j < NI; ++j) {
-      float *c = acc[i][j];
-      asm(MMA_F16_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-          : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
-            "r"(b[j][1]));
-    }
-}
-
-INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
-                          const int k_lo, const int k_hi)
-{
-  UNROLL for (int kk = k_lo; kk < k_hi; kk += 16) {
-    unsigned a[MI][4], b[NI][2];
-    load_frag(a, b, as, bs, wr, wc, lane, kk);
-    mma_frag(acc, a, b, 0, MI);
-  }
-}
 
 #elif MMA_PTX && MMA_KIND == 4
+  #define MMA_OP "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 
 /* the fragment register of x: rounded here (TF32_RNA 1: ties away, 3: to even), already rounded
  * in the stage tile (2, 4) or truncated by the tensor core (0) */
@@ -611,30 +589,6 @@ INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem
   }
 }
 
-INLINE void mma_frag(acc_t acc[MI][NI][CF], unsigned a[MI][4], unsigned b[NI][2], const int i_lo,
-                     const int i_hi)
-{
-  UNROLL for (int i = i_lo; i < i_hi; ++i)
-    UNROLL for (int j = 0; j < NI; ++j) {
-      float *c = acc[i][j];
-      asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-          "{%8,%9}, {%0,%1,%2,%3};\n"
-          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-          : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
-            "r"(b[j][1]));
-    }
-}
-
-INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
-                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
-                          const int k_lo, const int k_hi)
-{
-  UNROLL for (int kk = k_lo; kk < k_hi; kk += 8) {
-    unsigned a[MI][4], b[NI][2];
-    load_frag(a, b, as, bs, wr, wc, lane, kk);
-    mma_frag(acc, a, b, 0, MI);
-  }
-}
 
 #else /* the scalar micro-kernel: same ownership, plain FMAs over the shared tiles */
 
@@ -691,6 +645,33 @@ INLINE void mma_frag(acc_t acc[MI][NI][CF], acc_t a[MI][2][FK], acc_t b[NI][2][F
 }
   #endif
 
+#endif
+
+#if MMA_PTX && MMA_KIND >= 2
+/* float16, bfloat16, TF32: one m16n8 warp MMA (MMA_OP) per pair of A and B fragments */
+INLINE void mma_frag(acc_t acc[MI][NI][CF], unsigned a[MI][4], unsigned b[NI][2], const int i_lo,
+                     const int i_hi)
+{
+  UNROLL for (int i = i_lo; i < i_hi; ++i)
+    UNROLL for (int j = 0; j < NI; ++j) {
+      float *c = acc[i][j];
+      asm(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]),
+            "r"(b[j][1]));
+    }
+}
+
+INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
+                          const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
+                          const int k_lo, const int k_hi)
+{
+  UNROLL for (int kk = k_lo; kk < k_hi; kk += FK) {
+    unsigned a[MI][4], b[NI][2];
+    load_frag(a, b, as, bs, wr, wc, lane, kk);
+    mma_frag(acc, a, b, 0, MI);
+  }
+}
 #endif
 
 /* ---------------------------------------------------------------- TF32 stage rounding */
