@@ -431,6 +431,20 @@ INLINE void load_parts(LOCAL_PTR elem_t *as, LOCAL_PTR elem_t *bs, const GLOBAL 
 
 /* ---------------------------------------------------------------- the micro-kernel */
 
+#if MMA_PTX && MMA_KIND >= 2
+/* register fragments of the warp MMA (float16, bfloat16, TF32): A 4 and B 2 registers */
+  #define FRAG_A unsigned
+  #define FRAG_A_DIMS [4]
+  #define FRAG_B unsigned
+  #define FRAG_B_DIMS [2]
+/* four 8x8 b16 matrices of shared memory into r (lane l addresses row l of matrix l / 8) */
+INLINE void ldsm_x4(unsigned r[4], const unsigned p)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(p));
+}
+#endif
+
 #if MMA_PTX && MMA_KIND == 1
 
 /* K offset (within an FK step) of this lane's fragment K slot q: t + 4q, the PTX order */
@@ -494,18 +508,12 @@ INLINE void compute_stage(acc_t acc[MI][NI][CF], const LOCAL_PTR elem_t *as,
 
 /* the fragments of k-step kk: A by ldmatrix.x4 (MI x 4 registers), B by ldmatrix.x4.trans
  * (two n8 fragments per instruction: NI x 2) */
-  #define FRAG_A unsigned
-  #define FRAG_A_DIMS [4]
-  #define FRAG_B unsigned
-  #define FRAG_B_DIMS [2]
 INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem_t *as,
                       const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
                       const int kk)
 {
   UNROLL for (int i = 0; i < MI; ++i) {
-    const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 8);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
+    ldsm_x4(a[i], smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 8));
   }
   UNROLL for (int j = 0; j < NI; j += 2) {
     const unsigned p = smem_addr(bs + (kk + (lane & 15)) * SB_LD + wc + j * 8 + (lane >> 4) * 8);
@@ -539,10 +547,6 @@ INLINE unsigned to_tf32(const float x)
 }
 
 /* the fragments of k-step kk: A (MI x 4 registers), B (NI x 2) */
-  #define FRAG_A unsigned
-  #define FRAG_A_DIMS [4]
-  #define FRAG_B unsigned
-  #define FRAG_B_DIMS [2]
 INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem_t *as,
                       const LOCAL_PTR elem_t *bs, const int wr, const int wc, const int lane,
                       const int kk)
@@ -553,9 +557,7 @@ INLINE void load_frag(unsigned a[MI][4], unsigned b[NI][2], const LOCAL_PTR elem
   #if TF32_LDSM
       /* the four 8x4-float blocks of the fragment are ldmatrix's four 8x8 b16 matrices: lane
        * (g, t) gets word t of row g of each, exactly a0..a3 (rows 16 bytes, SA_LD 4 mod 32) */
-      const unsigned p = smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 4);
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"(p));
+      ldsm_x4(a[i], smem_addr(as + (wr + i * 16 + (lane & 15)) * SA_LD + kk + (lane >> 4) * 4));
     #if TF32_IN_LOOP
       UNROLL for (int q = 0; q < 4; ++q) a[i][q] = to_tf32(U2F(a[i][q]));
     #endif
