@@ -172,20 +172,27 @@ def timer_name(be: Backend) -> str:
     return f"{type(be).__name__}.timings (device events)"
 
 
+def vendor_call(case: Case) -> tuple[Backend, Callable[[], Any]]:
+    """The vendor backend and one vendor GEMM on the case's arrays (its own copies of the
+    inputs when the vendor is another backend)."""
+    be = case.backend.vendor_backend()
+    dt = np.dtype(case.inputs.dtype)
+    A, B = (
+        (case.A, case.B)
+        if be is case.backend
+        else (be.asarray(case.inputs.a, dt), be.asarray(case.inputs.b, dt))
+    )
+    return be, lambda: be.vendor_matmul(A, B)
+
+
 def vendor_result(case: Case, settings: Settings) -> dict:
     """The vendor GEMM on the same arrays: error and median time (cached on the case)."""
     if not case.vendor:
-        be = case.backend.vendor_backend()
-        dt = np.dtype(case.inputs.dtype)
-        A, B = (
-            (case.A, case.B)
-            if be is case.backend
-            else (be.asarray(case.inputs.a, dt), be.asarray(case.inputs.b, dt))
-        )
-        c = be.vendor_matmul(A, B)
+        be, fn = vendor_call(case)
+        c = fn()
         be.synchronize()
         err = rel_error(be.to_numpy(c), case.inputs.ref)
-        times = time_fn(be, lambda: be.vendor_matmul(A, B), settings)
+        times = time_fn(be, fn, settings)
         case.vendor = {"seconds": statistics.median(times), "rel_error": err, "backend": be.name}
     return case.vendor
 
