@@ -207,8 +207,7 @@ class Tuner:
         predictions where they beat the default's by :data:`MODEL_GAIN` (a cold start's skinny
         tasks: K slices, which a random tenth of a large space can miss), then a random sample
         (a tenth of the space, or until ``explore_until``: the budget decides how much of it is
-        exploring), then local search
-        around the best so far."""
+        exploring), then local search around the best so far."""
         space = task.space
         exhaustive = self.strategy == "exhaustive" or (
             self.strategy == "auto" and len(space) <= EXHAUSTIVE_MAX
@@ -224,12 +223,12 @@ class Tuner:
             if gk in by_key and gk not in done:
                 done.add(gk)
                 yield by_key[gk]
-        ranked = sorted((g for g in rest if geo_key(g) not in done),
-                        key=lambda g: task.predicted.get(geo_key(g), math.inf))  # fmt: skip
+        pred = task.predicted  # every candidate of the space has its prediction
+        ranked = sorted((g for g in rest if geo_key(g) not in done), key=lambda g: pred[geo_key(g)])
         tiles: set = set()  # one per block/thread tile: the model rarely tells options apart
-        bar = task.predicted.get(geo_key(space[0]), 0.0) / MODEL_GAIN
+        bar = pred[geo_key(space[0])] / MODEL_GAIN
         for g in ranked:
-            if len(tiles) == MODEL_FIRST or not task.predicted.get(geo_key(g), math.inf) < bar:
+            if len(tiles) == MODEL_FIRST or pred[geo_key(g)] >= bar:
                 break
             if (g.block_tile, g.thread_tile) not in tiles:
                 tiles.add((g.block_tile, g.thread_tile))
