@@ -201,6 +201,30 @@ def test_tuner_records_failures_selects_only_correct_and_resumes(cache):
     }
 
 
+def test_a_slow_compile_is_not_a_timeout_a_slow_kernel_is(monkeypatch):
+    """A candidate whose first call is slow only because it compiles (numba-cuda: 35 s for
+    some tiles that then ran as fast as the rest) is timed; one slow on every call times out."""
+    import time
+
+    monkeypatch.setattr(tune_search, "TIMEOUT_MIN", 0.2)
+    calls: dict[int, int] = {}
+
+    class Slow(Fake):
+        def run(self, plan, a, b, out):
+            bm = plan.block_tile[0]
+            calls[bm] = calls.get(bm, 0) + 1
+            if (bm == 16 and calls[bm] == 1) or bm == 64:
+                time.sleep(0.4)
+            super().run(plan, a, b, out)
+
+    tuner = tune.Tuner(Slow(), "float32", budget=30, strategy="exhaustive", resume=False)
+    task = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    tuner.search(task, 30)
+    rec = {json.loads(k)[0][0]: r for k, r in task.results.items()}
+    assert rec[16]["status"] == "ok" and rec[16]["compile_seconds"] >= 0.4
+    assert rec[64]["status"] == "timeout" and "0.4" in rec[64]["error"]
+
+
 def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch):
     """random+local tries the winners of earlier tasks right after the default; two tasks of
     one class end with one geometry: the best geometric mean over both."""
@@ -209,7 +233,7 @@ def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch
     small = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
     big = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
     k16 = tune.geo_key(Geometry((16, 16, 16)))
-    tuner.winners["tiled"] = [k16]
+    tuner.winners["tiled"] = [("square", k16)]
     order = [tune.geo_key(g) for g in tuner.order(big)]
     assert order[1] == k16 and len(order) == len(set(order)) == len(big.space)
     speed = {8: 1.0, 16: 3.0, 32: 2.0, 64: 2.5}  # fake GFLOP/s by block size and task
@@ -258,7 +282,7 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
     tuning.save_entries(entries)
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
     task = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
-    tuner.winners["tiled"] = [tune.geo_key(Geometry((16, 16, 16)))]
+    tuner.winners["tiled"] = [("square", tune.geo_key(Geometry((16, 16, 16))))]
     order = [tune.geo_key(g) for g in tuner.order(task)]
     keys = [tune.geo_key(Geometry(t)) for t in ((8, 8, 8), (64, 64, 64), (16, 16, 16))]
     assert order[1:4] == keys  # its class first, then the other class, then earlier winners
@@ -266,19 +290,22 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
 
 
 def test_random_local_tries_the_planners_fastest_predictions_before_the_random_sample():
-    """After the default (and siblings and earlier winners, none here) come the planner's
-    MODEL_FIRST fastest predictions, one per tile, where they beat the default's prediction by
-    MODEL_GAIN, then the rest of the space."""
+    """After the default (and siblings and earlier winners of the class, none here) come the
+    planner's MODEL_FIRST fastest predictions, one per tile, where they beat the default's
+    prediction by MODEL_GAIN, then other classes' winners, then the rest of the space."""
     be = Fake()
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    square_won = tune.geo_key(Geometry((64, 64, 64)))
+    tuner.winners["tiled"] = [("square", square_won)]
     for shape, n_first in (((1, 4, 4096, 256), tune_search.MODEL_FIRST), ((1, 96, 96, 96), 0)):
         task = tune.Task(tuner, "tiled", "skinny_mn", shape)
         order = [tune.geo_key(g) for g in tuner.order(task)]
         bar = task.predicted[order[0]] / tune_search.MODEL_GAIN
         fast = sorted((gk for gk in order[1:] if task.predicted[gk] < bar), key=task.predicted.get)
         # 4 x 4096: smaller tiles predicted far faster than the 32x32 default; 96^3: near-ties
-        assert len(fast[: tune_search.MODEL_FIRST]) == n_first
+        assert len(fast[: tune_search.MODEL_FIRST]) == n_first and square_won not in fast
         assert order[1 : 1 + n_first] == fast[:n_first]
+        assert order[1 + n_first] == square_won
         assert len(order) == len(set(order)) == len(task.space)
 
 

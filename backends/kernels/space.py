@@ -105,7 +105,10 @@ def _numba(kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         (64, 128), (64, 128), (8, 16), ((4, 4), (8, 4), (4, 8), (8, 8)), ("strided", "contig"),
         (0, 4), (1, 2), (None, "auto"),
     ):  # fmt: skip
-        if bm % tm == 0 and bn % tn == 0:
+        # an 8x8 thread tile unrolled over a 16-deep K step took numba ~35 s to compile on the
+        # H200's host, 4x the others (logs/h200-tune-coldstart-numba-cuda-s10a.log): a task's
+        # whole share of a 5-minute budget
+        if bm % tm == 0 and bn % tn == 0 and tm * tn * bk <= 512:
             opts = dict(layout=layout, pad=pad, unroll_k=True, stages=st, min_tile=32)
             out.append(_geo((bm, bn, bk), (tm, tn), **opts, **({"split_k": split} if split
                                                                  else {})))  # fmt: skip
