@@ -92,6 +92,12 @@ CONFIGS = {
            2, st, None, {"min_blocks": 2, "pipe": p, **({"ca": 1} if p == 3 else {})})
           for bk, st, p in ((64, 3, 1), (64, 3, 2), (64, 3, 3), (64, 3, 4), (32, 4, 1),
                             (32, 4, 3))],
+        # session 10: Nsight on 128x128x64/p3 at 8192^3 (logs/h200-mma-f16-ncu-s10.txt): L2 at
+        # 86.5% of its peak, the tensor pipe at 61%: a 128x128 tile's 64 FLOP per L2 byte caps
+        # it near 380 TFLOP/s; 128x256 and 256x128 (85 FLOP/B) with the fragment pipe
+        *[(f"{bm}x{bn}x{bk}/{wm}x{wn}/s{st}/ca1/p3", "f16", bm, bn, bk, wm, wn, st, None,
+           {"pipe": 3, "ca": 1}) for bm, bn, wm, wn in ((128, 256, 2, 4), (256, 128, 4, 2))
+          for bk, st in ((64, 3), (64, 4), (32, 4))],
     ],
     "bf16": [
         ("128x256x32/2x4/s3", "bf16", 128, 256, 32, 2, 4, 3, None, {}),
@@ -110,6 +116,9 @@ CONFIGS = {
         *[(f"128x128x{bk}/2x2/s{st}/mb2{'/ca1' if p == 3 else ''}/p{p}", "bf16", 128, 128, bk,
            2, 2, st, None, {"min_blocks": 2, "pipe": p, **({"ca": 1} if p == 3 else {})})
           for bk, st, p in ((64, 3, 1), (64, 3, 3), (64, 3, 4), (32, 4, 3))],
+        *[(f"{bm}x{bn}x{bk}/{wm}x{wn}/s{st}/ca1/p3", "bf16", bm, bn, bk, wm, wn, st, None,
+           {"pipe": 3, "ca": 1}) for bm, bn, wm, wn in ((128, 256, 2, 4), (256, 128, 4, 2))
+          for bk, st in ((64, 3), (64, 4), (32, 4))],
     ],
     # TF32 (issue 14 asks >= 0.5 of cuBLAS TF32). rn: cvt.rn (to nearest even, one F2FP on sm_90)
     # on every fragment register (screen 1: 0.42 of cuBLAS at 8192^3 with 128x256, 4 stages,

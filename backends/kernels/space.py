@@ -100,18 +100,21 @@ def _numba(kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
     # min_tile as in the shipped entries: shapefit fits a class tile to each product (halved
     # for small grids, turned and trimmed to a skinny product's short side); without it a
     # cold-tuned 64x128 ran 256^3 at 0.41 and 4096x32x4096 at 0.15 of the shipped tiles
-    # (H200, benches/results/logs/h200-tune-coldstart-numba-cuda-s9a.log)
-    for bm, bn, bk, (tm, tn), layout, pad, st, split in itertools.product(
-        (64, 128), (64, 128), (8, 16), ((4, 4), (8, 4), (4, 8), (8, 8)), ("strided", "contig"),
-        (0, 4), (1, 2), (None, "auto"),
+    # (H200, benches/results/logs/h200-tune-coldstart-numba-cuda-s9a.log).
+    # The issue's "smaller space" for numba, whose ~5 s compile per candidate leaves a 5-minute
+    # budget 4-10 tries per task: of 148 candidates four H200 cold starts measured over eight
+    # tasks (logs/h200-tune-coldstart-numba-cuda-s9a/s9b/s10a/s10b.jsonl), none with 4-wide
+    # thread rows (4x4, 4x8: at most 0.84 of the task's best), a 128x64 block (0.86) or contig
+    # rows without padding (0.83) came within 0.95 of its task's best, nor double buffering
+    # but on the batched task (elsewhere at most 0.85); 8x8 threads over a 16-deep step took
+    # numba ~35 s to compile (s10a). 27 tiles and options, each with and without K slices.
+    for (bm, bn), (bk, tm, tn), (layout, pad), split in itertools.product(
+        ((64, 64), (64, 128), (128, 128)), ((8, 8, 4), (16, 8, 4), (8, 8, 8)),
+        (("contig", 4), ("strided", 0), ("strided", 4)), (None, "auto"),
     ):  # fmt: skip
-        # an 8x8 thread tile unrolled over a 16-deep K step took numba ~35 s to compile on the
-        # H200's host, 4x the others (logs/h200-tune-coldstart-numba-cuda-s10a.log): a task's
-        # whole share of a 5-minute budget
-        if bm % tm == 0 and bn % tn == 0 and tm * tn * bk <= 512:
-            opts = dict(layout=layout, pad=pad, unroll_k=True, stages=st, min_tile=32)
-            out.append(_geo((bm, bn, bk), (tm, tn), **opts, **({"split_k": split} if split
-                                                                 else {})))  # fmt: skip
+        opts = dict(layout=layout, pad=pad, unroll_k=True, stages=1, min_tile=32)
+        out.append(_geo((bm, bn, bk), (tm, tn), **opts, **({"split_k": split} if split
+                                                             else {})))  # fmt: skip
     return out
 
 
