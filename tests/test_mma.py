@@ -432,6 +432,29 @@ def test_model_default_fits_the_problem_and_requests_are_kept():
     assert p.block_tile == (128, 64, 16) and "fit" not in p.options
 
 
+def test_16bit_tiles_halved_for_grids_under_one_block_per_sm():
+    """The H200's 16-bit tables (8 warps, one block per SM) run small grids with half the block
+    and two blocks per SM (float16 1024^3: 32 blocks of 128x256 ran at 0.26 of the vendor, 64
+    of 128x128 at 0.38); large grids, float64 and the model default keep their tiles."""
+    from tiledmm.shapefit import for_product
+
+    opts = (("copy_after", 1), ("fk", 16), ("fm", 16), ("fn", 8), ("frag_pipe", 3),
+            ("group_m", 8), ("stages", 4))  # fmt: skip
+    wide = tiledmm.Geometry((128, 256, 64), (64, 64), opts, None, "table")
+    tall = tiledmm.Geometry((256, 128, 64), (64, 64), opts, None, "table")
+    for geo, dtype in ((wide, "float16"), (tall, "bfloat16")):
+        small = for_product(geo, "mma", 1024, 1024, 1024, H200, "square", dtype=dtype)
+        assert small.block_tile == (128, 128, 64) and small.thread_tile == (64, 64)
+        o = dict(small.options)
+        assert o["min_blocks"] == 2 and o["stages"] == 3 and "halved" in small.source
+        p = make_plan(1024, 1024, 1024, dtype=dtype, kernel="mma", device=H200, geometry=small)
+        assert p.occupancy.blocks_per_unit == 2
+        assert for_product(geo, "mma", 4096, 4096, 4096, H200, "square", dtype=dtype) == geo
+    assert for_product(wide, "mma", 1024, 1024, 1024, H200, "square", dtype="float64") == wide
+    dflt = default_mma_geometry("float16", H200)
+    assert for_product(dflt, "mma", 1024, 1024, 1024, H200, "square", dtype="float16") == dflt
+
+
 # ------------------------------------------------------------------ OpenCL (NVIDIA, inline PTX)
 
 

@@ -15,8 +15,8 @@ from .backend import Geometry
 
 __all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "MAX_FIT_WAVES",
            "SMALL_GRID_BLOCKS_PER_SM",
-           "auto_split", "resolve_split", "halvings", "fit_grid", "orient", "fit_short_side",
-           "for_product"]  # fmt: skip
+           "auto_split", "resolve_split", "halvings", "fit_grid", "fit_mma_grid", "orient",
+           "fit_short_side", "for_product"]  # fmt: skip
 
 
 #: K elements per slice at least, and slices at most, for ``split_k="auto"``
@@ -196,14 +196,42 @@ def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 
     return replace(geo, options=tuple(sorted(opts.items())))
 
 
+def fit_mma_grid(geo: Geometry, m: int, n: int, device: Any, dtype: str) -> Geometry:
+    """A 16-bit mma tile of 8 warps (one block per SM) halved along its longer side to 4 warps,
+    two blocks per SM (at most 3 stages, so that two fit in shared memory), where its grid has
+    fewer blocks than the device has SMs. H200 float16 (benches/mma_results.py, session 10):
+    1024^3 ran at 0.26 of the vendor with 32 blocks of 128x256 and 0.38 with 64 of 128x128;
+    2048^3 (128 blocks) alike with both; from 4096^3 128x256 led (0.49 against 0.47)."""
+    (bm, bn, bk), (wm, wn) = geo.block_tile, geo.thread_tile
+    if dtype not in ("float16", "bfloat16") or (bm // wm) * (bn // wn) != 8:
+        return geo
+    if "fit" in dict(geo.options):  # the model default: the planner picks its size itself
+        return geo
+    if -(-m // bm) * -(-n // bn) >= device.compute_units:
+        return geo
+    if bn >= bm and (bn // wn) % 2 == 0:
+        bn //= 2
+    elif (bm // wm) % 2 == 0:
+        bm //= 2
+    else:
+        return geo
+    opts = dict(geo.options)
+    opts.update(min_blocks=2, stages=min(3, int(opts.get("stages", 3))))
+    note = f"{geo.source}; halved to {bm}x{bn} (two blocks per SM) for a grid of {m}x{n}"
+    return replace(geo, block_tile=(bm, bn, bk), options=tuple(sorted(opts.items())), source=note)
+
+
 def for_product(geo: Geometry, family: str, m: int, n: int, k: int, device: Any, shape_class: str,
                 batch: int = 1, dtype: str = "float32", backend: str = "") -> Geometry:  # fmt: skip
     """What runs for a stored geometry on this product (dispatch, the tuner and the benches
     apply the same steps): on a GPU a register tile is turned to a skinny product's short side
-    and fitted to the grid (:func:`fit_grid`); ``split_k="auto"`` becomes a slice count."""
+    and fitted to the grid (:func:`fit_grid`), a 16-bit mma tile too (:func:`fit_mma_grid`);
+    ``split_k="auto"`` becomes a slice count."""
     sms = device.compute_units
     if family == "register" and device.is_gpu:
         if shape_class == "skinny_mn":
             geo = fit_short_side(orient(geo, m, n), m, n)
         geo = fit_grid(geo, m, n, k, device, dtype, backend, batch)
+    if family == "mma" and device.is_gpu and batch == 1:
+        geo = fit_mma_grid(geo, m, n, device, dtype)
     return resolve_split(geo, m, n, k, sms, batch)
