@@ -435,3 +435,27 @@ def test_cold_start_opencl_pocl(cache, monkeypatch):
             lambda self, k, d, dev: space(k, d, dev, stages=not self.state().pocl),
         )
     _cold_start("opencl", "10s", cache)
+
+
+def test_committed_h200_cold_starts_reach_the_shipped_tiles():
+    """benches/results/h200-tune-coldstart.json (benches/tune_coldstart.py on the H200): for
+    cupy, opencl and numba-cuda the cold-tuned register tiles reach >= 0.95 of the shipped
+    ones at 4096^3 and 8192^3 and on the geometric mean of the every-shape set (issue 13)."""
+    import math
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benches" / "results" / "h200-tune-coldstart.json"
+    rows = json.loads(path.read_text())["benchmarks"]
+    speed: dict = {}
+    for r in rows:
+        e = r["extra_info"]
+        speed.setdefault(e["backend"], {}).setdefault((e["m"], e["n"], e["k"]), {})[
+            e["tuned_from"]
+        ] = e["gflops"]
+    assert set(speed) == {"cupy", "opencl", "numba-cuda"}
+    for backend, shapes in speed.items():
+        ratio = {s: v["cold"] / v["shipped"] for s, v in shapes.items()}
+        assert len(ratio) >= 17, backend
+        assert ratio[(4096, 4096, 4096)] >= 0.95 and ratio[(8192, 8192, 8192)] >= 0.95, backend
+        gm = math.exp(sum(map(math.log, ratio.values())) / len(ratio))
+        assert gm >= 0.95, (backend, gm)
