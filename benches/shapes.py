@@ -2,7 +2,7 @@
 candidate geometries (issue 11).
 
     python benches/shapes.py --out benches/results/h200-shapes.json      # the shape set
-    python benches/shapes.py --sweep --entries sweep.json [--save]       # candidates per class
+    python benches/shapes.py --sweep --entries sweep.json [--save] [--dtype float64]
 
 The shape set: >= 24 float32 shapes (squares 256-16384, odd sizes, K <= 256, M or N <= 64,
 batches of 8-256 small matrices, vectors as 1-D operands) through every available backend of
@@ -280,6 +280,9 @@ def sweep(names, dtype, entries_path, save, classes=()) -> None:
             if not full:
                 continue
             gm = {key: math.exp(sum(map(math.log, v)) / len(v)) for key, v in full.items()}
+            for (fam, bt, _, opts), g in sorted(gm.items(), key=lambda kv: -kv[1])[:10]:
+                each = " ".join(f"{x:.0f}" for x in full[(fam, bt, _, opts)])
+                print(f"  {name} {dtype} {cls}: {g:9.1f} GFLOP/s ({each}) {fam} {bt} {dict(opts)}")
             for (fam, bt, tt, opts), g, tag in best_per_family(gm, lambda key: key[0]):
                 print(f"{tag} {name} {dtype} {cls}: {fam} {bt} {tt} {dict(opts)} {g:.1f} "
                       f"GFLOP/s (geomean over {probs})", flush=True)  # fmt: skip
@@ -319,13 +322,14 @@ def main(argv=None) -> int:
     p.add_argument("--entries", default="", help="--sweep: write the best entries here")
     p.add_argument("--save", action="store_true", help="--sweep: add them to the user database")
     p.add_argument("--classes", default="", help="--sweep: only these classes (comma list)")
+    p.add_argument("--dtype", default="float32", help="--sweep: the dtype swept")
     args = p.parse_args(argv)
     avail = {r.name for r in tiledmm.backends() if r.available}
     names = [b for b in args.backends.split(",") if b in avail]
     print(f"backends: {names} (available: {sorted(avail)})", flush=True)
     if args.sweep:
         only = tuple(c for c in args.classes.split(",") if c)
-        sweep(names, "float32", args.entries, args.save, only)
+        sweep(names, args.dtype, args.entries, args.save, only)
         return 0
     vendor_be = tiledmm.get_backend("cupy") if "cupy" in avail else None
     shapes = SHAPES if not args.sizes else [SHAPES[int(i)] for i in args.sizes.split(",")]

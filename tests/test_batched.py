@@ -99,11 +99,15 @@ GEMV_WIDE = [
     ((1, 16, 1), (1, 1), dict(gemv=1, ks=32)),
     ((2, 8, 1), (1, 1), dict(gemv=1, ks=16, split_k=2)),
     ((1, 16, 1), (1, 1), dict(gemv=1, ks=16, gu=8)),
+    ((1, 16, 1), (1, 1), dict(gemv=1, ks=4, split_k=3, onepass=1)),
+    ((2, 8, 1), (1, 1), dict(gemv=1, ks=8, split_k=4, onepass=1, gu=8)),
 ]
 
 
 @opencl
-@pytest.mark.parametrize("geo", GEMV_WIDE, ids=["ks32", "ks16-split2", "ks16-gu8"])
+@pytest.mark.parametrize(
+    "geo", GEMV_WIDE, ids=["ks32", "ks16-split2", "ks16-gu8", "onepass3", "onepass4-gu8"]
+)
 def test_gemv_vector_loads_and_tails(geo):
     """gemv.cl's 16-byte loop (4 loads in flight) and its tails in both orientations: K long
     enough for the vector loop, aligned and odd leading dimensions, x contiguous (N = 1) or
@@ -173,3 +177,34 @@ def test_split_k_auto_through_matmul(tmp_path, monkeypatch):
         assert rel_error(got, a.astype(np.float64) @ b) < 1e-5
     finally:
         dispatch.clear_caches()
+
+
+@opencl
+def test_gemv_onepass_is_one_launch_deterministic_and_leaves_its_counters_zero(monkeypatch):
+    """The one-pass split-K gemv: no reduction launch, the same bits on every call (the last
+    group adds the slices in slice order whichever group arrives last), counters back at zero
+    after every launch (so the next launch counts from zero), K = 0 and K < slices."""
+    be = tiledmm.get_backend("opencl")
+    st = be.state()
+
+    def no_reduction(*args):
+        raise AssertionError("the one-pass gemv launched the split-K reduction")
+
+    monkeypatch.setattr(st, "reduce", no_reduction)
+    rng = np.random.default_rng()
+    geo = tiledmm.Geometry((1, 16, 1), (1, 1), (("gemv", 1), ("ks", 4), ("onepass", 1),
+                                                ("split_k", 5)))  # fmt: skip
+    for m, n, k in [(1, 50, 333), (1, 33, 3), (1, 20, 0), (2, 17, 64)]:
+        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
+                                 geometry=geo, backend="opencl")  # fmt: skip
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((k, n)).astype("float32")
+        A, B = be.asarray(a, a.dtype), be.asarray(b, b.dtype)
+        seen = []
+        for _ in range(3):
+            out = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
+            be.run(plan, A, B, out)
+            seen.append(be.to_numpy(out))
+        assert rel_error(seen[0], a.astype(np.float64) @ b) < 1e-5, (m, n, k)
+        assert all(np.array_equal(seen[0], c) for c in seen[1:]), (m, n, k)
+    assert not st.scratch["counters"].get().any()

@@ -245,7 +245,9 @@ def _dram(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict
     """(DRAM read, DRAM written, split-K reduction bytes) for the whole launch."""
     m, n, k = g["m"], g["n"], g["k"]
     if "ks" in g:  # gemv: the long operand streamed once, the short one and C besides
-        return float((m * k + k * n) * s * batch), float(m * n * s * batch), 0.0
+        # (K slices: S partial sums per output, in the L2; a reduction pass unless onepass)
+        slices = split * m * n * s * batch if split > 1 and not opts.get("onepass") else 0
+        return float((m * k + k * n) * s * batch), float(m * n * s * batch), float(slices)
     group = int(opts.get("group_m", 1)) if kernel == "register" and engine == "gemm-c" else 1
     resident = blocks_per_unit * max(1, dev.compute_units)
     # panels over the whole K (dram_key has no kp): the K slices read disjoint parts of them

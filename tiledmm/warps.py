@@ -301,15 +301,17 @@ def gemv_shape(g: dict, opts: dict, s: int = 4) -> dict:
     split K. N < M (A @ x): groups of BN rows x BM columns, items (KS, BN); else groups of BM
     rows x BN columns, items (BN, KS). Returns ``g`` with gx, gy, threads, warps of it, ``t``
     (1: N short) and ``gv``: the elements one 16-byte load carries along the long operand
-    (x @ B: GV columns of a B row where BN allows; A @ x: VW elements of an A row along K)."""
+    (x @ B: GV columns of a B row where BN allows; A @ x: VW elements of an A row along K),
+    and ``kp``: the K of one group (of one K slice with ``split_k``)."""
     ks, bm, bn, m, n = int(opts.get("ks", 8)), g["bm"], g["bn"], g["m"], g["n"]
+    split = max(1, int(opts.get("split_k", 1)))
     t = int(n < m)
     gx, gy = (math.ceil(n / bm), math.ceil(m / bn)) if t else (math.ceil(n / bn), math.ceil(m / bm))
     threads = bn * ks
     vw = max(1, 16 // s)
     gv = vw if t or bn % vw == 0 else 1
     return dict(g, gx=gx, gy=gy, threads=threads, warps=math.ceil(threads / WARP), ks=ks, t=t,
-                gv=gv, gu=int(opts.get("gu", 4)))  # fmt: skip
+                gv=gv, gu=int(opts.get("gu", 4)), kp=math.ceil(g["k"] / split))  # fmt: skip
 
 
 def gemv_counts(g: dict, s: int, engine: str) -> Counts:
@@ -319,7 +321,7 @@ def gemv_counts(g: dict, s: int, engine: str) -> Counts:
     A, a few distinct per warp; A @ x with N = 1: one 16-byte vector of x; else GV x BM
     scalars), and makes BM x GV FMAs. GEMV_U vector loads are issued before their FMAs
     (gemm-c: the ``gu`` option, default 4; numba-cuda's gemv: 8)."""
-    bm, ks, warps, k, gv = g["bm"], g["ks"], g["warps"], g["k"], g.get("gv", 1)
+    bm, ks, warps, k, gv = g["bm"], g["ks"], g["warps"], g.get("kp", g["k"]), g.get("gv", 1)
     steps = math.ceil(k / (ks * gv))
     long_bytes = WARP * gv * s
     long_wf, long_b = math.ceil(long_bytes / WAVEFRONT), math.ceil(long_bytes / SECTOR) * SECTOR

@@ -214,6 +214,7 @@ class CupyArrays:
 
     def __init__(self) -> None:
         self.reducers: dict[tuple, Any] = {}
+        self.counts: dict[tuple[int, int], Any] = {}  # (device, stream) -> zeroed counters
 
     def layout(self, x) -> launch.Layout:
         s0, s1 = x.strides[-2:]  # an N-D array: its first matrix (launch.run_batched)
@@ -237,16 +238,28 @@ class CupyArrays:
     def device_id(self) -> int:
         return _cupy().cuda.runtime.getDevice()
 
-    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH):
+    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH,
+                tail=()):  # fmt: skip
         fn, grid, block = call
         i32, z = np.int32, _ZERO  # offsets: 0 for one matrix (the pointers carry them)
-        if bt is launch.NOBATCH:
+        if bt is launch.NOBATCH and not tail:
             fn(grid, block, (i32(m), i32(n), i32(k), a, z, i32(lda), b, z, i32(ldb), c, z,
                              i32(ldc)) + _NOBATCH)  # fmt: skip
             return
         fn((grid[0], grid[1], bt[0]), block,
            (i32(m), i32(n), i32(k), a, i32(oa), i32(lda), b, i32(ob), i32(ldb), c, i32(oc),
-            i32(ldc)) + tuple(i32(v) for v in bt[1:]))  # fmt: skip
+            i32(ldc)) + tuple(i32(v) for v in bt[1:])
+           + tuple(i32(v) if isinstance(v, int) else v for v in tail))  # fmt: skip
+
+    def counters(self, size: int):
+        """Zeroed uint32 counters for the one-pass gemv on the current device and stream
+        (grown when a launch needs more; the kernels leave them zero)."""
+        cp = _cupy()
+        key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
+        buf = self.counts.get(key)
+        if buf is None or buf.size < size:
+            buf = self.counts[key] = cp.zeros(max(size, 1024), np.uint32)
+        return buf
 
     def reduce(self, m, n, s, w, sw, c, oc, ldc, z, nb1, sc0, sc1) -> None:
         """The split-K reduction (``reduce.cl``) of workspace ``w`` into ``c``."""

@@ -25,6 +25,7 @@ from . import mma_spec
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
+    "onepass",
     "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
     "geometry_entries", "write_geometry", "spin_source",
 ]  # fmt: skip
@@ -114,6 +115,8 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
         d["GEMV_U"] = int(opt.get("gu", 4))  # 16-byte loads in flight per item
         if d["GEMV_U"] not in (1, 2, 4, 8):
             raise ValueError(f"gemv gu (loads in flight) must be 1, 2, 4 or 8, got {d['GEMV_U']}")
+        if opt.get("onepass") and d["SPLIT_K"] > 1:  # K slices summed by the last group
+            d["GEMV_ONEPASS"] = 1
         if d["GEMV_T"]:
             d.update(WG_X=ks, WG_Y=bn)
         else:
@@ -162,6 +165,13 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
 def split_k(plan: Any) -> int:
     """K slices of ``plan`` (``plan.options["split_k"]``, at least 1)."""
     return max(1, int(plan.options.get("split_k", 1)))
+
+
+def onepass(plan: Any) -> bool:
+    """Whether ``plan``'s K slices are summed in the same launch (the gemv path's ``onepass``
+    option: the last group of each output block adds them, ``gemv.cl``) rather than by
+    ``splitk_reduce`` after it."""
+    return bool(plan.options.get("onepass")) and plan.kernel == "naive" and split_k(plan) > 1
 
 
 def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -91,6 +91,17 @@
   #define VSTOREL(v, p) (*(realV *)(p) = (v))
 #endif
 
+/* Between work-groups: an atomic increment of an unsigned counter (returns the old value) and
+ * a fence that orders this item's global writes before its later accesses (gemv.cl's one-pass
+ * split-K: the last group of a column block to finish sums the slices). */
+#ifdef TILEDMM_OPENCL
+  #define ATOMIC_INC(p) atomic_inc(p)
+  #define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#else
+  #define ATOMIC_INC(p) atomicAdd((unsigned *)(p), 1u)
+  #define GLOBAL_FENCE() __threadfence()
+#endif
+
 /* Whether pointer p is 16-byte aligned (kernels that decide at run time, e.g. gemv.cl). */
 #define PTR_ALIGNED16(p) ((((size_t)(p)) & 15) == 0)
 
@@ -119,14 +130,16 @@
   #define SPLIT_K 1 /* K slices per product (partial products into a workspace) */
 #endif
 
-/* The common kernel signature: row-major C[M,N] = A[M,K] @ B[K,N], batched over grid z. */
+/* The common kernel signature: row-major C[M,N] = A[M,K] @ B[K,N], batched over grid z.
+ * A source may append parameters (a comma first) by redefining GEMM_EXTRA_PARAMS. */
+#define GEMM_EXTRA_PARAMS
 #define GEMM_SIGNATURE                                                                       \
   gemm(const int M, const int N, int K,                                                     \
        const GLOBAL real *RESTRICT A, int offA, const int lda,                              \
        const GLOBAL real *RESTRICT B, int offB, const int ldb,                              \
        GLOBAL real *RESTRICT C, int offC, const int ldc,                                    \
        const int nb1, const int sA0, const int sA1, const int sB0, const int sB1,           \
-       const int sC0, const int sC1, const int sCk)
+       const int sC0, const int sC1, const int sCk GEMM_EXTRA_PARAMS)
 
 /* K per slice: a multiple of BK (so 16-byte alignment and the tile loop are kept). */
 #define K_SLICE(K) (((((K) + SPLIT_K - 1) / SPLIT_K) + BK - 1) / BK * BK)

@@ -10,8 +10,52 @@
  *   one row (x fastest: a warp of KS = 32 reads 512 contiguous bytes of A per load) and BN
  *   rows along y; the short operand (x) is read through the cache.
  * Group shape (WG_X, WG_Y): (BN, KS) for GEMV_T 0, (KS, BN) for GEMV_T 1. KS must be a power
- * of two (the tree). Local memory: BM * BN * KS * GV elements (GEMV_T 0), BM * BN * KS (1). */
+ * of two (the tree). Local memory: BM * BN * KS * GV elements (GEMV_T 0), BM * BN * KS (1).
+ * GEMV_ONEPASS (with SPLIT_K > 1): one launch instead of slices + splitk_reduce. Every group
+ * writes its K slice's partial sums to the workspace (C, slice stride sCk) as split-K does;
+ * then it counts itself in its output block's counter (cnt: zero before the launch), and the
+ * last of the SPLIT_K groups to arrive adds the slices in slice order (the same sum whichever
+ * group is last) into Out and sets the counter back to zero for the next launch. */
 #include "gemm_common.h"
+
+#ifndef GEMV_ONEPASS
+  #define GEMV_ONEPASS 0
+#endif
+#if GEMV_ONEPASS
+  #if SPLIT_K < 2
+    #error "gemv: the one-pass reduction needs split_k > 1"
+  #endif
+  #undef GEMM_EXTRA_PARAMS
+  #define GEMM_EXTRA_PARAMS , GLOBAL real *RESTRICT Out, int offO, const int ldo, const int sO0, \
+      const int sO1, volatile GLOBAL unsigned *RESTRICT cnt
+  /* after the partial sums are stored: groups other than the block's last one return; the last
+   * sees every slice (fences on both sides of the counter) through w_ (the slice-0 workspace)
+   * and writes Out at offO (its batch matrix) */
+  #define GEMV_LAST_GROUP()                                                                   \
+    GLOBAL_FENCE();                                                                           \
+    BARRIER();                                                                                \
+    if (LOCAL_ID() == 0) {                                                                    \
+      volatile GLOBAL unsigned *c_ = cnt + ((GROUP_Z() / SPLIT_K) * NUM_GROUPS_Y() +          \
+                                            GROUP_Y()) * NUM_GROUPS_X() + GROUP_X();         \
+      last_ = ATOMIC_INC(c_) == (unsigned)(SPLIT_K - 1);                                       \
+      if (last_)                                                                              \
+        *c_ = 0;                                                                              \
+    }                                                                                         \
+    BARRIER();                                                                                \
+    if (!last_)                                                                               \
+      return;                                                                                 \
+    GLOBAL_FENCE();                                                                           \
+    offO += (GROUP_Z() / SPLIT_K / nb1) * sO0 + (GROUP_Z() / SPLIT_K % nb1) * sO1;            \
+    const volatile GLOBAL real *w_ = C + offC - (GROUP_Z() % SPLIT_K) * sCk
+  /* the sum over the slices of workspace element e (slice order: deterministic) */
+  #define SLICES_SUM(e, out)                                                                  \
+    do {                                                                                      \
+      real s_ = ZERO;                                                                         \
+      for (int i_ = 0; i_ < SPLIT_K; ++i_)                                                    \
+        s_ += w_[i_ * sCk + (e)];                                                             \
+      (out) = s_;                                                                             \
+    } while (0)
+#endif
 
 #if KS < 1 || (KS & (KS - 1)) != 0
   #error "gemv: ks must be a power of two (the partial sums meet in a tree)"
@@ -36,6 +80,9 @@
 KERNEL GEMM_SIGNATURE
 {
   LOCAL real ALIGN16 red[RED];
+#if GEMV_ONEPASS
+  LOCAL int last_;
+#endif
   BATCH_PROLOGUE();
 #if GEMV_T == 0
   const int tid = LOCAL_ID(), cv = tid % CV, kl = tid / CV;
@@ -86,6 +133,14 @@ KERNEL GEMM_SIGNATURE
       UNROLL for (int q = 0; q < GV; ++q)
         if (row0 + r < M && c0 + q < N)
           C[offC + (row0 + r) * ldc + c0 + q] = red[r * BN + cv * GV + q];
+#if GEMV_ONEPASS
+  GEMV_LAST_GROUP();
+  if (kl == 0)
+    UNROLL for (int r = 0; r < BM; ++r)
+      UNROLL for (int q = 0; q < GV; ++q)
+        if (row0 + r < M && c0 + q < N)
+          SLICES_SUM((row0 + r) * ldc + c0 + q, Out[offO + (row0 + r) * ldo + c0 + q]);
+#endif
 #else
   const int tx = LOCAL_X(), ty = LOCAL_Y();
   const int row = GROUP_Y() * BN + ty, col0 = GROUP_X() * BM;
@@ -140,5 +195,11 @@ KERNEL GEMM_SIGNATURE
   if (tx == 0 && row < M)
     UNROLL for (int c = 0; c < BM; ++c)
       if (c < cols) C[offC + row * ldc + col0 + c] = red[(c * BN + ty) * KS];
+#if GEMV_ONEPASS
+  GEMV_LAST_GROUP();
+  if (tx == 0 && row < M)
+    UNROLL for (int c = 0; c < BM; ++c)
+      if (c < cols) SLICES_SUM(row * ldc + col0 + c, Out[offO + row * ldo + col0 + c]);
+#endif
 #endif
 }

@@ -11,11 +11,15 @@ Batches (:func:`run_batched`): one launch walks the batch along the grid's third
 with per-operand element strides (0 for a broadcast operand) over at most two coalesced batch
 dimensions (more: one launch per outer index). Split-K (``plan.options["split_k"]`` = S > 1):
 the S K-slices write partial products into a workspace, then ``splitk_reduce`` sums them into
-``out`` (one more launch).
+``out`` (one more launch), or, for the gemv path's ``onepass`` option, by the last group of
+each output block in the same launch.
 
 An adapter (:class:`Adapter`) supplies the array model: ``layout`` (no copy), ``contiguous``,
 ``empty``, ``aligned_copy``, ``copy``, ``device_id`` (hashable), ``enqueue`` (a GEMM launch
-with its batch descriptor) and ``reduce`` (the split-K reduction). Compiled
+with its batch descriptor, and ``tail``: the parameters a source appends, ints or buffers),
+``reduce`` (the split-K reduction) and ``counters`` (at least ``size`` unsigned ints that are
+zero whenever a launch starts: the one-pass gemv's, which every launch leaves zero, kept per
+queue or stream so that concurrent launches never share them). Compiled
 launches live in :class:`Launches`, a bounded cache keyed by ``(plan.launch_key, device id,
 aligned)`` whose misses call the backend's ``build(plan, aligned)`` (compile: the other half).
 """
@@ -70,7 +74,8 @@ class Adapter(Protocol):
     def device_id(self) -> Hashable: ...
     def enqueue(self, call: Any, m: int, n: int, k: int, a: Any, oa: int, lda: int, b: Any,
                 ob: int, ldb: int, c: Any, oc: int, ldc: int,
-                bt: tuple = NOBATCH) -> None: ...  # fmt: skip
+                bt: tuple = NOBATCH, tail: tuple = ()) -> None: ...  # fmt: skip
+    def counters(self, size: int) -> Any: ...
     def reduce(self, m: int, n: int, s: int, w: Any, sw: int, c: Any, oc: int, ldc: int,
                z: int, nb1: int, sc0: int, sc1: int) -> None: ...  # fmt: skip
 
@@ -218,7 +223,7 @@ def _launch(ad: Adapter, launches: Launches, plan: Any, aligned: bool, mnk: tupl
     m, n, k = mnk
     sk = K.split_k(plan)
     call = launches.get(plan, ad.device_id(), aligned, single=sk == 1 and bt is NOBATCH)
-    if sk == 1 or not k:  # (K = 0: every slice writes zeros into out itself, sCk = 0)
+    if sk == 1 or not (k or K.onepass(plan)):  # (K = 0: the slices write zeros into out, sCk 0)
         bt = bt if sk == 1 else (bt[0] * sk,) + tuple(bt[1:])
         ad.enqueue(call, m, n, k, la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc, bt)
         return
@@ -228,6 +233,12 @@ def _launch(ad: Adapter, launches: Launches, plan: Any, aligned: bool, mnk: tupl
     w = ad.empty((sk * z * m, n), plan.dtype)
     lw = ad.layout(w)
     wt = (z * sk, nb1, bt[2], bt[3], bt[4], bt[5], nb1 * m * n, m * n, per)
+    if K.onepass(plan):  # the last group of each output block sums the slices into out
+        (gx, gy), _ = K.launch_shape(plan)
+        tail = (lc[0], lc[5], ldc, bt[6], bt[7], ad.counters(gx * gy * z))
+        ad.enqueue(call, m, n, k, la[0], la[5], lda, lb[0], lb[5], ldb, lw[0], lw[5], n, wt,
+                   tail)  # fmt: skip
+        return
     ad.enqueue(call, m, n, k, la[0], la[5], lda, lb[0], lb[5], ldb, lw[0], lw[5], n, wt)
     ad.reduce(m, n, sk, w, per, lc[0], lc[5], ldc, z, nb1, bt[6], bt[7])
 

@@ -139,9 +139,16 @@ class OpenCLState:
     def device_id(self) -> int:
         return id(self)
 
-    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH):
+    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH,
+                tail=()):  # fmt: skip
         kern, gsize, lsize, g3, l3 = call
         i32 = np.int32
+        if tail:
+            self.enqueue_kernel(kern, (g3[0], g3[1], bt[0]), l3, i32(m), i32(n), i32(k), a,
+                                i32(oa), i32(lda), b, i32(ob), i32(ldb), c, i32(oc), i32(ldc),
+                                *(i32(v) for v in bt[1:]),
+                                *(i32(v) if isinstance(v, int) else v for v in tail))  # fmt: skip
+            return
         if bt is launch.NOBATCH:
             self.enqueue_kernel(kern, gsize, lsize, i32(m), i32(n), i32(k), a, i32(oa),
                                 i32(lda), b, i32(ob), i32(ldb), c, i32(oc), i32(ldc),
@@ -159,6 +166,15 @@ class OpenCLState:
         self.enqueue_kernel(kern, (-(-m * n // t) * t, 1, z), (t, 1, 1), i32(m), i32(n),
                             i32(s), w.base_data, i32(sw), c, i32(oc), i32(ldc), i32(nb1),
                             i32(sc0), i32(sc1))  # fmt: skip
+
+    def counters(self, size: int):
+        """Zeroed uint32 counters for the one-pass gemv on this queue (grown when a launch
+        needs more; the kernels leave them zero)."""
+        buf = self.scratch.get("counters")
+        if buf is None or buf.size < size:
+            _, cla = cl_modules()
+            buf = self.scratch["counters"] = cla.zeros(self.queue, max(size, 1024), np.uint32)
+        return buf.data
 
     def enqueue_kernel(self, kern, *args) -> None:
         """Launch ``kern`` on the queue, keeping its event while ``timings`` records."""
