@@ -57,7 +57,7 @@ SWEEP = {
     "skinny_k": [(8192, 8192, 64), (4096, 4096, 256)],
     "skinny_mn": [(64, 4096, 4096), (4096, 32, 4096)],
     "batched": [(512, 512, 512), (128, 128, 128)],
-    "vector": [(1, 4096, 4096), (4096, 1, 4096)],
+    "vector": [(1, 4096, 4096), (4096, 1, 4096), (1, 8192, 8192), (8192, 1, 8192)],
 }
 SWEEP_BATCH = {"batched": (32,)}
 MAX_CALL = 0.25  # seconds: explicit families predicted slower than this are skipped

@@ -47,7 +47,8 @@
     GLOBAL_FENCE();                                                                           \
     offO += (GROUP_Z() / SPLIT_K / nb1) * sO0 + (GROUP_Z() / SPLIT_K % nb1) * sO1;            \
     const volatile GLOBAL real *w_ = C + offC - (GROUP_Z() % SPLIT_K) * sCk
-  /* the sum over the slices of workspace element e (slice order: deterministic) */
+  /* the sum over the slices of workspace element e (slice order: deterministic); the last
+   * group spreads its outputs over all its items, so their loads are in flight together */
   #define SLICES_SUM(e, out)                                                                  \
     do {                                                                                      \
       real s_ = ZERO;                                                                         \
@@ -135,11 +136,11 @@ KERNEL GEMM_SIGNATURE
           C[offC + (row0 + r) * ldc + c0 + q] = red[r * BN + cv * GV + q];
 #if GEMV_ONEPASS
   GEMV_LAST_GROUP();
-  if (kl == 0)
-    UNROLL for (int r = 0; r < BM; ++r)
-      UNROLL for (int q = 0; q < GV; ++q)
-        if (row0 + r < M && c0 + q < N)
-          SLICES_SUM((row0 + r) * ldc + c0 + q, Out[offO + (row0 + r) * ldo + c0 + q]);
+  for (int e = tid; e < BM * BN; e += THREADS) { /* one output per item: all loads in flight */
+    const int r = row0 + e / BN, col = GROUP_X() * BN + e % BN;
+    if (r < M && col < N)
+      SLICES_SUM(r * ldc + col, Out[offO + r * ldo + col]);
+  }
 #endif
 #else
   const int tx = LOCAL_X(), ty = LOCAL_Y();
@@ -197,9 +198,11 @@ KERNEL GEMM_SIGNATURE
       if (c < cols) C[offC + row * ldc + col0 + c] = red[(c * BN + ty) * KS];
 #if GEMV_ONEPASS
   GEMV_LAST_GROUP();
-  if (tx == 0 && row < M)
-    UNROLL for (int c = 0; c < BM; ++c)
-      if (c < cols) SLICES_SUM(row * ldc + col0 + c, Out[offO + row * ldo + col0 + c]);
+  for (int e = LOCAL_ID(); e < BM * BN; e += THREADS) {
+    const int r = GROUP_Y() * BN + e / BM, c = e % BM;
+    if (r < M && c < cols)
+      SLICES_SUM(r * ldc + col0 + c, Out[offO + r * ldo + col0 + c]);
+  }
 #endif
 #endif
 }
