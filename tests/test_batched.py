@@ -208,3 +208,30 @@ def test_gemv_onepass_is_one_launch_deterministic_and_leaves_its_counters_zero(m
         assert rel_error(seen[0], a.astype(np.float64) @ b) < 1e-5, (m, n, k)
         assert all(np.array_equal(seen[0], c) for c in seen[1:]), (m, n, k)
     assert not st.scratch["counters"].get().any()
+
+
+@opencl
+def test_gemv_orient_gives_each_orientation_its_layout():
+    """A vector entry with ``xb_bn``/``xb_ks`` (``shapefit.gemv_orient``): x @ B runs in those
+    columns and lanes, one pass with K slices; A @ x keeps the block tile and ks. Both right."""
+    from tiledmm.shapefit import gemv_orient, resolve_split
+
+    geo = tiledmm.Geometry((1, 8, 1), (1, 1), (("gemv", 1), ("ks", 16), ("xb_bn", 32),
+                                               ("xb_ks", 4)))  # fmt: skip
+    xb = gemv_orient(geo, 1, 4096)
+    assert xb.block_tile == (1, 32, 1) and dict(xb.options) == dict(
+        gemv=1, ks=4, onepass=1, split_k="auto")  # fmt: skip
+    ax = gemv_orient(geo, 4096, 1)
+    assert ax.block_tile == (1, 8, 1) and dict(ax.options) == dict(gemv=1, ks=16)
+    be = tiledmm.get_backend("opencl")
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 70, 3000), (1, 300, 33), (301, 1, 1000), (3, 90, 1500)]:
+        g = resolve_split(geo, m, n, k, 16)
+        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
+                                 geometry=g, backend="opencl")  # fmt: skip
+        assert ("xb_bn" in dict(plan.options)) is False
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((k, n)).astype("float32")
+        c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
+        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
+        assert rel_error(be.to_numpy(c), a.astype(np.float64) @ b) < 1e-5, (m, n, k, g)

@@ -15,7 +15,8 @@ from .backend import Geometry
 
 __all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "MAX_FIT_WAVES",
            "SMALL_GRID_BLOCKS_PER_SM",
-           "auto_split", "resolve_split", "halvings", "fit_grid", "fit_mma_grid", "orient",
+           "auto_split", "gemv_orient", "resolve_split", "halvings", "fit_grid", "fit_mma_grid",
+           "orient",
            "fit_short_side", "for_product"]  # fmt: skip
 
 
@@ -186,9 +187,28 @@ def fit_short_side(geo: Geometry, m: int, n: int) -> Geometry:
                    source=note)  # fmt: skip
 
 
+def gemv_orient(geo: Geometry, m: int, n: int) -> Geometry:
+    """A gemv geometry for this product's orientation. Its ``xb_bn`` and ``xb_ks`` options give
+    the layout for x @ B (M short: ``gemv.cl``'s GEMV_T 0, where a warp reads BN columns of a B
+    row, so 512-byte rows need BN = 128 floats), which then runs one pass with K slices
+    (``onepass``, ``split_k="auto"``); A @ x (N short: a warp reads KS elements along K) keeps
+    the block tile and ``ks``. One class entry serves both (H200, session 11: x @ A at
+    1x8192x8192 64-67 us in 128-column groups, 70 us in the 16-column groups A @ x wants)."""
+    opts = dict(geo.options)
+    if "xb_bn" not in opts:
+        return geo
+    bn, ks = int(opts.pop("xb_bn")), int(opts.pop("xb_ks", opts.get("ks", 8)))
+    if n < m:
+        return replace(geo, options=tuple(sorted(opts.items())))
+    opts.update(ks=ks, onepass=1, split_k="auto")
+    bt = (geo.block_tile[0], bn, geo.block_tile[2])
+    return replace(geo, block_tile=bt, options=tuple(sorted(opts.items())))
+
+
 def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 1) -> Geometry:
-    """``geo`` with ``split_k="auto"`` replaced by :func:`auto_split` for this product (a
-    geometry without it is returned as it is)."""
+    """``geo`` for this product: its gemv orientation (:func:`gemv_orient`) and ``split_k="auto"``
+    replaced by :func:`auto_split` (a geometry with neither is returned as it is)."""
+    geo = gemv_orient(geo, m, n)
     opts = dict(geo.options)
     if opts.get("split_k") != "auto":
         return geo

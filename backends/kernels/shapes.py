@@ -81,6 +81,14 @@ _ONEPASS = [
     _g((1, 16, 1), gemv=1, ks=32, split_k="auto", onepass=1),
     _g((1, 32, 1), gemv=1, ks=16, split_k="auto", onepass=1),
     _g((1, 32, 1), gemv=1, ks=8, split_k="auto", onepass=1),
+    # one entry for both orientations (``shapefit.gemv_orient``): A @ x in the block tile and
+    # ks, x @ B in xb_bn columns x xb_ks lanes, one pass
+    _g((1, 16, 1), gemv=1, ks=32, xb_bn=128, xb_ks=2),
+    _g((1, 32, 1), gemv=1, ks=32, xb_bn=128, xb_ks=2),
+    _g((1, 16, 1), gemv=1, ks=32, xb_bn=64, xb_ks=4),
+    _g((1, 32, 1), gemv=1, ks=32, xb_bn=64, xb_ks=8),
+    _g((1, 16, 1), gemv=1, ks=32, xb_bn=128, xb_ks=4),
+    _g((1, 8, 1), gemv=1, ks=32, xb_bn=128, xb_ks=2),
 ]
 _GEMV = _ONEPASS + [
     _g((1, 64, 1), gemv=1, ks=8),
