@@ -69,8 +69,9 @@ _SKINNY = [
 # one pass (``onepass``, x @ B): a warp reads a whole 512-byte row segment (32 items x 16 bytes:
 # BN = 128 floats or 64 doubles), K slices over groups so that the grid fills the device
 # (split_k "auto"), and the last group of each column block adds the slices in the same launch.
-# Probe on the H200 (session 11): 1x4096x4096 20.7 us against 21.8 for the one-group-per-column
-# (1, 16, 1) ks 32 through auto, float64 35.9 us against 66.8, 1x8192x8192 65.3 against 72.6
+# The vector sweep on the H200 (2026-12-01, geomean over 1x4096x4096, 4096x1x4096, 1x8192x8192,
+# 8192x1x8192): (1, 32, 1) ks 32 with xb 128/2 1822 GFLOP/s float32 through CuPy, against 1766
+# without the x @ B layout; float64 xb 64/8 995 against 970 (geometry.json's vector entries)
 _ONEPASS = [
     _g((1, 128, 1), gemv=1, ks=2, split_k="auto", onepass=1),
     _g((1, 128, 1), gemv=1, ks=4, split_k="auto", onepass=1),
