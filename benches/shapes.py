@@ -39,6 +39,8 @@ import tiledmm  # noqa: E402
 from tiledmm import results, shapefit, tuning  # noqa: E402
 from tiledmm.accuracy import rel_error  # noqa: E402
 from tiledmm.bench import peak_of, tolerance  # noqa: E402
+from tiledmm.dispatch import plan_for  # noqa: E402
+from tiledmm.planner import batch_plan  # noqa: E402
 
 # (batch shape of a, batch shape of b, m, n, k); m == 1 / n == 1 with "1d" are 1-D operands
 SHAPES = [((), (), s, s, s) for s in (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)] + [
@@ -155,9 +157,9 @@ def run_set(names, families, dtype, shapes, rows, vendor_be) -> None:
             A, B = device_inputs(be, a, b)
             for req in families:
                 fam = req
-                plan = tiledmm.plan(m, n, k, dtype=dtype, backend=name, kernel=req)
-                fam = plan.kernel
-                if req != "auto" and plan.predicted_seconds * batch > MAX_CALL:
+                plan = plan_for(be, m, n, k, dtype, req, batch=batch)  # the tiles matmul runs
+                fam, whole = plan.kernel, batch_plan(plan, batch)  # whole: the batch's launch
+                if req != "auto" and whole.predicted_seconds > MAX_CALL:
                     continue
                 try:
                     err = check(be, name, req, A, B, ref, dtype)
@@ -180,7 +182,8 @@ def run_set(names, families, dtype, shapes, rows, vendor_be) -> None:
                     gflops=flops / t / 1e9, seconds=t,
                     vendor_gflops=flops / vt / 1e9 if vt else None, vendor_seconds=vt,
                     vendor_backend=vendor_be.name if vendor_be else None,
-                    intensity=plan.intensity, predicted_seconds=plan.predicted_seconds,
+                    intensity=plan.intensity, predicted_seconds=whole.predicted_seconds,
+                    predicted_batch=True,
                     block_tile=list(plan.block_tile), thread_tile=list(plan.thread_tile),
                     options=dict(plan.options), geometry_source=plan.geometry_source,
                     rel_error=err, bandwidth=dev.bandwidth, peak_flops=peak_of(plan, dtype),

@@ -267,3 +267,18 @@ def test_batched_launch_multiplies_work_and_fills_the_device():
     full = hplan(4096, 4096, 512, "register", (128, 128, 16), (8, 8))
     full8 = hplan(4096, 4096, 512, "register", (128, 128, 16), (8, 8), batch=8)
     assert full8.predicted_seconds == pytest.approx(8 * full.predicted_seconds, rel=0.1)
+
+
+def test_batch_plan_counts_the_whole_launch():
+    """A batch of small products fills waves that one product leaves empty: the whole launch
+    is predicted above one product and under the batch times one product; the same tiles."""
+    from tiledmm.planner import batch_plan
+
+    geo = Geometry((128, 64, 16), (8, 4), (("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4)))
+    one = make_plan(512, 512, 512, dtype="float32", kernel="register", device=REF, geometry=geo)
+    assert batch_plan(one, 1) is one
+    whole = batch_plan(one, 32)
+    assert whole.flops == 32 * one.flops and whole.block_tile == one.block_tile
+    assert one.predicted_seconds < whole.predicted_seconds < 32 * one.predicted_seconds
+    odd = make_plan(257, 300, 64, dtype="float32", kernel="register", device=REF, geometry=geo)
+    assert batch_plan(odd, 4).padded_shape[0] == 4 * odd.padded_shape[0]  # each padded alone

@@ -24,7 +24,7 @@ from .device import (
     read_calibration,
     reference_h200,
 )
-from .planner import Plan, make_plan
+from .planner import Plan, batch_plan, make_plan
 
 __all__ = [
     "model_counters",
@@ -33,6 +33,7 @@ __all__ = [
     "check_rows",
     "check_files",
     "band",
+    "held_band",
     "format_table",
     "GPU_BAND",
     "CPU_BAND",
@@ -69,12 +70,18 @@ def band(row: Row, gpu: bool) -> tuple[float, float] | None:
     """The band a row is held to (None: shown only): GPU rows of the three families and, on
     the CPU, the compiled kernels and the NumPy backend's register family, all at
     M*N*K >= 1024^3."""
-    m, n, k = row.shape
-    if m * n * k < MIN_PRODUCT or not row.predicted or row.kernel not in HELD_FAMILIES:
+    return held_band(row.backend, row.kernel, row.shape, gpu) if row.predicted else None
+
+
+def held_band(backend: str, kernel: str, shape: tuple[int, int, int],
+              gpu: bool) -> tuple[float, float] | None:  # fmt: skip
+    """:func:`band` from a row's backend, family and (M, N, K)."""
+    m, n, k = shape
+    if m * n * k < MIN_PRODUCT or kernel not in HELD_FAMILIES:
         return None
     if gpu:
         return GPU_BAND
-    if row.backend == "numpy" and row.kernel != "register":
+    if backend == "numpy" and kernel != "register":
         return None  # the emulated families: predicted per operation, not held to the band
     return CPU_BAND
 
@@ -108,7 +115,11 @@ def plan_for_row(
     e: dict, device: DeviceSpec, db: list[dict] | None = None, options: dict | None = None
 ) -> Plan:
     """The plan of a result row (its ``extra_info``) rebuilt with today's model on
-    ``device``; tile options as given, else from the geometry database."""
+    ``device``; tile options as given, else as the row recorded them (resolved: split-K a
+    number), else from the geometry database. A batched row gets the whole launch
+    (:func:`tiledmm.planner.batch_plan`)."""
+    if options is None and isinstance(e.get("options"), dict):
+        options = e["options"]
     if options is not None:
         opts = tuple(sorted(options.items()))
     else:
@@ -116,8 +127,9 @@ def plan_for_row(
             db = json.loads(GEOMETRY_DB.read_text())["entries"] if GEOMETRY_DB.exists() else []
         opts = _options(e, db)
     geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), opts)
-    return make_plan(e["m"], e["n"], e["k"], dtype=e["dtype"], kernel=e["kernel"],
+    plan = make_plan(e["m"], e["n"], e["k"], dtype=e["dtype"], kernel=e["kernel"],
                      device=device, geometry=geo, backend=e["backend"])  # fmt: skip
+    return batch_plan(plan, int(e.get("batch") or 1))
 
 
 def model_counters(plan: Plan) -> dict[str, float]:

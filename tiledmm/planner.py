@@ -18,7 +18,7 @@ from .hierarchy import Level, cpu_levels, engine_of, gpu_levels
 from .planner_mma import default_mma_geometry, plan_mma
 from .plans import ITEMSIZE, NAIVE_REGISTERS, Occupancy, Plan, PlanError, kib, occupancy
 
-__all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "default_geometry",
+__all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "batch_plan", "default_geometry",
            "default_mma_geometry"]  # fmt: skip
 
 
@@ -186,3 +186,20 @@ def make_plan(
         geometry_source=geo.source,
         levels=levels,
     )
+
+
+def batch_plan(plan: Plan, batch: int) -> Plan:
+    """The model's view of ``batch`` products of ``plan`` in one launch (the batched kernels put
+    the batch in the grid's z): the products stacked along M, each padded to the block tile as
+    its own blocks are, with the same tiles and options, so waves, padding and the work at each
+    level count the whole launch. For prediction only: its grid is not a launch. The stack
+    shares one B where a batch reads one per product; the DRAM level undercounts that (B is 1
+    of the 3 operands, and batched products of this size are rarely DRAM bound)."""
+    if batch <= 1 or not plan.m:
+        return plan
+    bm = plan.block_tile[0]
+    geo = Geometry(plan.block_tile, plan.thread_tile, tuple(sorted(plan.options.items())),
+                   plan.registers_per_thread, plan.geometry_source)  # fmt: skip
+    m = batch * (-(-plan.m // bm) * bm)
+    return make_plan(m, plan.n, plan.k, dtype=plan.dtype, kernel=plan.kernel, device=plan.device,
+                     geometry=geo, backend=plan.backend)  # fmt: skip

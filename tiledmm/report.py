@@ -66,7 +66,7 @@ def _line(r: dict, naive: dict[tuple, float], ratio: bool = False) -> str:
         _pct(r["gflops"] / r["vendor_gflops"]) if r.get("vendor_gflops") else "-",
         _pct(r["gflops"] * 1e9 / roof) if roof else "-",
         f"{r['gflops'] / nv:.1f}x" if nv else "-",
-        _time(r.get("predicted_seconds")),
+        _time(_predicted(r)),
         _time(r.get("seconds")),
         *([_ratio(r)] if ratio else []),
         f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else "-",
@@ -74,23 +74,39 @@ def _line(r: dict, naive: dict[tuple, float], ratio: bool = False) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def _predicted(r: dict) -> float | None:
+    """The row's predicted time for the whole call: a batched row recorded with one product's
+    prediction (no ``predicted_batch``) has none."""
+    if (r.get("batch") or 1) > 1 and not r.get("predicted_batch"):
+        return None
+    return r.get("predicted_seconds")
+
+
 def _ratio(r: dict) -> str:
-    p, t = r.get("predicted_seconds"), r.get("seconds")
+    p, t = _predicted(r), r.get("seconds")
     return f"{t / p:.2f}" if p and t else "-"
 
 
 def worst_ratio(rows: list[dict]) -> str:
-    """One line per device kind: the row whose measured / predicted time is farthest from 1
-    (the planner's worst case in these files; docs/model.md)."""
+    """One line per device kind: among the rows the planner is held to (``modelcheck``'s
+    bands: the three families at M*N*K >= 1024^3, not the NumPy backend's emulated ones), the
+    one whose measured / predicted time is farthest from 1 (docs/model.md)."""
     import math
+
+    from .modelcheck import held_band
+
+    def held_row(r: dict, kind: str) -> bool:
+        if str(r.get("device_kind", "")) != kind or not (_predicted(r) and r.get("seconds")):
+            return False
+        shape = (r["m"], r["n"], r["k"])
+        return held_band(r["backend"], r["kernel"], shape, kind == "gpu") is not None
 
     out = []
     for kind in sorted({str(r.get("device_kind", "")) for r in rows}):
-        held = [r for r in rows if str(r.get("device_kind", "")) == kind
-                and r.get("predicted_seconds") and r.get("seconds")]  # fmt: skip
+        held = [r for r in rows if held_row(r, kind)]
         if not held:
             continue
-        w = max(held, key=lambda r: abs(math.log(r["seconds"] / r["predicted_seconds"])))
+        w = max(held, key=lambda r: abs(math.log(r["seconds"] / _predicted(r))))
         out.append(
             f"- {kind or 'device'}: worst measured / predicted {_ratio(w)} "
             f"({w['backend']} {w['kernel']} {w['dtype']} {shape_label(w)})"
