@@ -72,3 +72,17 @@ def test_report_regenerates_identical_output(files: list[Path], tmp_path: Path) 
     assert len([n for n in names if n.endswith(".png")]) == 4
     for name in names:
         assert (out1 / name).read_bytes() == (out2 / name).read_bytes(), name
+
+
+def test_report_rebuilds_the_held_rows_with_todays_model():
+    """The committed GPU files: the report's last section is modelcheck's band count and worst
+    row, the same as ``python -m tiledmm.modelcheck`` gives (not each run's recorded time)."""
+    from tiledmm.modelcheck import GPU_BAND, check_files
+
+    base = Path(__file__).parents[1] / "benches" / "results"
+    paths = [base / "h200-cupy.json", base / "h200-shapes.json"]
+    text = report.model_today(paths)
+    held = [r for r, b in check_files(paths) if b == GPU_BAND]
+    inside = sum(GPU_BAND[0] <= r.ratio <= GPU_BAND[1] for r in held)
+    assert "## The planner today" in text and f"{inside}/{len(held)} rows inside" in text
+    assert report.model_today([]) == ""

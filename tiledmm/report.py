@@ -16,6 +16,7 @@ Output is deterministic: rows are sorted and the figures carry no timestamps.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -91,8 +92,6 @@ def worst_ratio(rows: list[dict]) -> str:
     """One line per device kind: among the rows the planner is held to (``modelcheck``'s
     bands: the three families at M*N*K >= 1024^3, not the NumPy backend's emulated ones), the
     one whose measured / predicted time is farthest from 1 (docs/model.md)."""
-    import math
-
     from .modelcheck import held_band
 
     def held_row(r: dict, kind: str) -> bool:
@@ -151,7 +150,8 @@ def markdown(rows: list[dict], figures: list[str] = ()) -> str:
     out += ["", "## Every shape", "", _HEAD_ALL] + [_line(r, naive, True) for r in rows]
     worst = worst_ratio(rows)
     if worst:
-        out += ["", "The planner's worst case (measured / predicted time):", "", worst]
+        out += ["", "The planner's worst case (measured / predicted time, as each run predicted):",
+                "", worst]  # fmt: skip
     files = sorted({r["file"] for r in rows})
     out += ["", "Sources: " + ", ".join(files) + "."]
     if figures:
@@ -174,8 +174,36 @@ def render(
         except ImportError as exc:  # matplotlib is the `bench` extra
             print(f"figures skipped ({exc}): pip install 'tiledmm[bench]'", file=sys.stderr)
     text = markdown(rows, [n for n in names if n.endswith(".png")])
+    text += model_today([p for p in map(Path, paths) if any(r["file"] == p.name for r in rows)])
     (outdir / "tiling-table.md").write_text(text)
     return text
+
+
+def model_today(paths: list[Path]) -> str:
+    """Every held row of ``paths`` rebuilt with today's model (``tiledmm.modelcheck``): rows
+    inside each band and the worst, as a Markdown section ("" when nothing is held)."""
+    from .modelcheck import check_files
+
+    try:
+        rows = check_files(paths)
+    except (KeyError, ValueError, TypeError) as exc:  # a file the checker cannot rebuild
+        return f"\n## The planner today\n\nNot checked: {exc!r}\n"
+    lines = []
+    for bnd in sorted({b for _, b in rows if b is not None}):
+        held = [r for r, b in rows if b == bnd]
+        inside = sum(bnd[0] <= r.ratio <= bnd[1] for r in held)
+        w = max(held, key=lambda r: abs(math.log(r.ratio)))
+        shape = "x".join(map(str, w.shape))
+        lines.append(f"- {bnd}: {inside}/{len(held)} rows inside; worst {w.ratio:.2f} "
+                     f"({w.backend} {w.kernel} {w.dtype} {shape}, {w.file})")  # fmt: skip
+    if not lines:
+        return ""
+    head = (
+        "\n## The planner today\n\nEvery row rebuilt with today's model and measured / "
+        "predicted time held to its band at M*N*K >= 1024^3 (`python -m tiledmm.modelcheck "
+        "FILES`, docs/model.md; the table above shows each run's own prediction):\n\n"
+    )
+    return head + "\n".join(lines) + "\n"
 
 
 README_BEGIN, README_END = "<!-- tiledmm report: begin -->", "<!-- tiledmm report: end -->"
