@@ -235,3 +235,28 @@ def test_gemv_orient_gives_each_orientation_its_layout():
         c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
         be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
         assert rel_error(be.to_numpy(c), a.astype(np.float64) @ b) < 1e-5, (m, n, k, g)
+
+
+def test_gemv_fill_layout_splits_only_to_cover_the_sms():
+    """``xb_fill``/``xb_gu``: x @ B in 1024-item groups with 16 loads in flight and K slices only
+    while the groups cover less than 0.9 of the SMs (then in one pass); A @ x keeps its loads.
+    Right on PoCL at odd shapes, with and without slices."""
+    from tiledmm.shapefit import resolve_split
+
+    opts = dict(gemv=1, ks=8, xb_bn=16, xb_ks=16, xb_gu=16, xb_fill=1)
+    geo = tiledmm.Geometry((1, 8, 1), (1, 1), tuple(sorted(opts.items())))
+    wide = dict(resolve_split(geo, 1, 4096, 4096, 132).options)
+    assert wide["split_k"] == 1 and wide["gu"] == 16 and wide["ks"] == 16
+    assert dict(resolve_split(geo, 1, 1024, 4096, 132).options)["split_k"] == 2  # 64 groups
+    assert "gu" not in dict(resolve_split(geo, 4096, 1, 4096, 132).options)
+    be = tiledmm.get_backend("opencl")
+    rng = np.random.default_rng()
+    for m, n, k, sms in [(1, 70, 3001, 4), (1, 300, 77, 64), (301, 1, 1000, 4), (2, 33, 2000, 16)]:
+        g = resolve_split(geo, m, n, k, sms)
+        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
+                                 geometry=g, backend="opencl")  # fmt: skip
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((k, n)).astype("float32")
+        c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
+        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
+        assert rel_error(be.to_numpy(c), a.astype(np.float64) @ b) < 1e-5, (m, n, k, g)

@@ -24,16 +24,24 @@ __all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "MAX_FIT_WAVES",
 MIN_SLICE, MAX_SPLIT = 256, 16
 
 
-def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int = 1) -> int:
+def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int = 1,
+               per_sm: float = 2.0) -> int:  # fmt: skip
     """K slices for ``split_k="auto"``: double them while the grid (blocks x slices) is under
-    two blocks per SM, each slice keeps at least ``MIN_SLICE`` of K, and at most ``MAX_SPLIT``
-    (64x4096x4096 with 64x64 tiles on 132 SMs: 64 blocks, 8 slices; 16x8192x8192: 4)."""
+    ``per_sm`` blocks per SM (two; ``split_k="fill"``: ``FILL_PER_SM``), each slice keeps at
+    least ``MIN_SLICE`` of K, and at most ``MAX_SPLIT`` (64x4096x4096 with 64x64 tiles on 132
+    SMs: 64 blocks, 8 slices; 16x8192x8192: 4)."""
     bm, bn = block_tile[0], block_tile[1]
     blocks = -(-m // bm) * -(-n // bn) * max(1, batch)
     s = 1
-    while blocks * s < 2 * max(1, sms) and k // (2 * s) >= MIN_SLICE and s < MAX_SPLIT:
+    while blocks * s < per_sm * max(1, sms) and k // (2 * s) >= MIN_SLICE and s < MAX_SPLIT:
         s *= 2
     return s
+
+
+#: ``split_k="fill"``: slices only until the grid covers this share of the SMs (groups of 1024
+#: items, two at most per SM: x @ A at 1x4096x4096 in 128 groups of 32 columns, unsplit, ran
+#: 20.9 us on the H200 where 16 slices in one pass took 21.2-21.5).
+FILL_PER_SM = 0.9
 
 
 #: The smallest block side :func:`fit_grid` halves a register tile to (a ``min_tile`` option
@@ -191,16 +199,22 @@ def gemv_orient(geo: Geometry, m: int, n: int) -> Geometry:
     """A gemv geometry for this product's orientation. Its ``xb_bn`` and ``xb_ks`` options give
     the layout for x @ B (M short: ``gemv.cl``'s GEMV_T 0, where a warp reads BN columns of a B
     row, so 512-byte rows need BN = 128 floats), which then runs one pass with K slices
-    (``onepass``, ``split_k="auto"``); A @ x (N short: a warp reads KS elements along K) keeps
-    the block tile and ``ks``. One class entry serves both (H200, session 11: x @ A at
-    1x8192x8192 64-67 us in 128-column groups, 70 us in the 16-column groups A @ x wants)."""
+    (``onepass``, ``split_k="auto"``; with ``xb_fill``, ``"fill"``: slices only where the
+    groups do not cover the SMs) and ``xb_gu`` 16-byte loads in flight per item; A @ x (N short:
+    a warp reads KS elements along K) keeps the block tile, ``ks`` and ``gu``. One class entry
+    serves both (H200: x @ A at 1x8192x8192 64-67 us in 128-column groups, 70 us in the
+    16-column groups A @ x wants; 63.8 us in 32-column groups of 1024 items with 16 loads in
+    flight each and no slices, where A @ x with 16 in flight slows from 20 to 34 us)."""
     opts = dict(geo.options)
     if "xb_bn" not in opts:
         return geo
     bn, ks = int(opts.pop("xb_bn")), int(opts.pop("xb_ks", opts.get("ks", 8)))
+    gu, fill = opts.pop("xb_gu", None), opts.pop("xb_fill", 0)
     if n < m:
         return replace(geo, options=tuple(sorted(opts.items())))
-    opts.update(ks=ks, onepass=1, split_k="auto")
+    opts.update(ks=ks, onepass=1, split_k="fill" if fill else "auto")
+    if gu:
+        opts["gu"] = int(gu)
     bt = (geo.block_tile[0], bn, geo.block_tile[2])
     return replace(geo, block_tile=bt, options=tuple(sorted(opts.items())))
 
@@ -210,9 +224,10 @@ def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 
     replaced by :func:`auto_split` (a geometry with neither is returned as it is)."""
     geo = gemv_orient(geo, m, n)
     opts = dict(geo.options)
-    if opts.get("split_k") != "auto":
+    if opts.get("split_k") not in ("auto", "fill"):
         return geo
-    opts["split_k"] = auto_split(m, n, k, geo.block_tile, sms, batch)
+    per_sm = FILL_PER_SM if opts["split_k"] == "fill" else 2.0
+    opts["split_k"] = auto_split(m, n, k, geo.block_tile, sms, batch, per_sm)
     return replace(geo, options=tuple(sorted(opts.items())))
 
 

@@ -90,6 +90,11 @@ _ONEPASS = [
     _g((1, 32, 1), gemv=1, ks=32, xb_bn=64, xb_ks=8),
     _g((1, 16, 1), gemv=1, ks=32, xb_bn=128, xb_ks=4),
     _g((1, 8, 1), gemv=1, ks=32, xb_bn=128, xb_ks=2),
+    # x @ B as cuBLAS's gemv runs it (Nsight Compute: 128 blocks of 512 threads, 128 registers,
+    # no slices): 32-column groups of 1024 items, 16 loads in flight each, slices only to fill
+    _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
+    _g((1, 16, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
+    _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=8, xb_fill=1),
 ]
 _GEMV = _ONEPASS + [
     _g((1, 64, 1), gemv=1, ks=8),
