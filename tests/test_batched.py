@@ -55,6 +55,18 @@ def test_split_k(family, geo):
     check_batched("opencl", family, "float32", geo)
 
 
+def _gemv_error(be, geo, m, n, k, rng) -> float:
+    """Relative error of one float32 naive-family product on ``be`` with geometry ``geo``
+    (fresh inputs, NaN-poisoned output, float64 reference)."""
+    plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
+                             geometry=geo, backend=be.name)  # fmt: skip
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
+    be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
+    return rel_error(be.to_numpy(c), a.astype(np.float64) @ b)
+
+
 @opencl
 @pytest.mark.parametrize("geo", GEMV, ids=["vector", "skinny-split"])
 def test_gemv(geo):
@@ -62,14 +74,7 @@ def test_gemv(geo):
     rng = np.random.default_rng()
     for m, n, k in [(1, 77, 129), (93, 1, 65), (3, 70, 33), (70, 5, 1), (1, 9, 0), (2, 40, 7)]:
         g = tiledmm.Geometry(geo[0], geo[1], tuple(geo[2].items()))
-        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
-                                 geometry=g, backend="opencl")  # fmt: skip
-        a = rng.standard_normal((m, k)).astype("float32")
-        b = rng.standard_normal((k, n)).astype("float32")
-        c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
-        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
-        ref = a.astype(np.float64) @ b
-        assert rel_error(be.to_numpy(c), ref) < 1e-5, (geo, m, n, k)
+        assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (geo, m, n, k)
     check_batched("opencl", "naive", "float32", geo)
 
 
@@ -227,14 +232,8 @@ def test_gemv_orient_gives_each_orientation_its_layout():
     rng = np.random.default_rng()
     for m, n, k in [(1, 70, 3000), (1, 300, 33), (301, 1, 1000), (3, 90, 1500)]:
         g = resolve_split(geo, m, n, k, 16)
-        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
-                                 geometry=g, backend="opencl")  # fmt: skip
-        assert ("xb_bn" in dict(plan.options)) is False
-        a = rng.standard_normal((m, k)).astype("float32")
-        b = rng.standard_normal((k, n)).astype("float32")
-        c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
-        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
-        assert rel_error(be.to_numpy(c), a.astype(np.float64) @ b) < 1e-5, (m, n, k, g)
+        assert "xb_bn" not in dict(g.options)
+        assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (m, n, k, g)
 
 
 def test_gemv_fill_layout_splits_only_to_cover_the_sms():
@@ -253,10 +252,4 @@ def test_gemv_fill_layout_splits_only_to_cover_the_sms():
     rng = np.random.default_rng()
     for m, n, k, sms in [(1, 70, 3001, 4), (1, 300, 77, 64), (301, 1, 1000, 4), (2, 33, 2000, 16)]:
         g = resolve_split(geo, m, n, k, sms)
-        plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel="naive", device=be.device(),
-                                 geometry=g, backend="opencl")  # fmt: skip
-        a = rng.standard_normal((m, k)).astype("float32")
-        b = rng.standard_normal((k, n)).astype("float32")
-        c = be.asarray(np.full((m, n), np.nan, "float32"), np.dtype("float32"))
-        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
-        assert rel_error(be.to_numpy(c), a.astype(np.float64) @ b) < 1e-5, (m, n, k, g)
+        assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (m, n, k, g)
