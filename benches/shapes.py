@@ -156,7 +156,6 @@ def run_set(names, families, dtype, shapes, rows, vendor_be) -> None:
                 continue
             A, B = device_inputs(be, a, b)
             for req in families:
-                fam = req
                 plan = plan_for(be, m, n, k, dtype, req, batch=batch)  # the tiles matmul runs
                 fam, whole = plan.kernel, batch_plan(plan, batch)  # whole: the batch's launch
                 if req != "auto" and whole.predicted_seconds > MAX_CALL:

@@ -194,7 +194,11 @@ def batch_plan(plan: Plan, batch: int) -> Plan:
     its own blocks are, with the same tiles and options, so waves, padding and the work at each
     level count the whole launch. For prediction only: its grid is not a launch. The stack
     shares one B where a batch reads one per product; the DRAM level undercounts that (B is 1
-    of the 3 operands, and batched products of this size are rarely DRAM bound)."""
+    of the 3 operands, and batched products of this size are rarely DRAM bound). The GPU
+    families' levels also count a batch given as ``options["batch"]`` (``hierarchy.gpu_levels``;
+    the same ratios on every batched row of h200-shapes.json); the mma and CPU models do not,
+    which is why the batch is stacked here: teaching those two a batch and setting the option
+    would leave one mechanism."""
     if batch <= 1 or not plan.m:
         return plan
     bm = plan.block_tile[0]

@@ -174,7 +174,8 @@ def render(
         except ImportError as exc:  # matplotlib is the `bench` extra
             print(f"figures skipped ({exc}): pip install 'tiledmm[bench]'", file=sys.stderr)
     text = markdown(rows, [n for n in names if n.endswith(".png")])
-    text += model_today([p for p in map(Path, paths) if any(r["file"] == p.name for r in rows)])
+    files = {r["file"] for r in rows}
+    text += model_today([p for p in map(Path, paths) if p.name in files])
     (outdir / "tiling-table.md").write_text(text)
     return text
 

@@ -27,7 +27,7 @@ MIN_SLICE, MAX_SPLIT = 256, 16
 def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int = 1,
                per_sm: float = 2.0) -> int:  # fmt: skip
     """K slices for ``split_k="auto"``: double them while the grid (blocks x slices) is under
-    ``per_sm`` blocks per SM (two; ``split_k="fill"``: ``FILL_PER_SM``), each slice keeps at
+    ``per_sm`` blocks per SM (``SPLIT_PER_SM``: two for "auto", 0.9 for "fill"), each slice keeps at
     least ``MIN_SLICE`` of K, and at most ``MAX_SPLIT`` (64x4096x4096 with 64x64 tiles on 132
     SMs: 64 blocks, 8 slices; 16x8192x8192: 4)."""
     bm, bn = block_tile[0], block_tile[1]
@@ -42,6 +42,8 @@ def auto_split(m: int, n: int, k: int, block_tile: tuple, sms: int, batch: int =
 #: items, two at most per SM: x @ A at 1x4096x4096 in 128 groups of 32 columns, unsplit, ran
 #: 20.9 us on the H200 where 16 slices in one pass took 21.2-21.5).
 FILL_PER_SM = 0.9
+#: blocks per SM each ``split_k`` mode slices K for
+SPLIT_PER_SM = {"auto": 2.0, "fill": FILL_PER_SM}
 
 
 #: The smallest block side :func:`fit_grid` halves a register tile to (a ``min_tile`` option
@@ -224,9 +226,9 @@ def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 
     replaced by :func:`auto_split` (a geometry with neither is returned as it is)."""
     geo = gemv_orient(geo, m, n)
     opts = dict(geo.options)
-    if opts.get("split_k") not in ("auto", "fill"):
+    per_sm = SPLIT_PER_SM.get(opts.get("split_k"))
+    if per_sm is None:
         return geo
-    per_sm = FILL_PER_SM if opts["split_k"] == "fill" else 2.0
     opts["split_k"] = auto_split(m, n, k, geo.block_tile, sms, batch, per_sm)
     return replace(geo, options=tuple(sorted(opts.items())))
 
