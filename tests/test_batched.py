@@ -253,18 +253,3 @@ def test_gemv_fill_layout_splits_only_to_cover_the_sms():
     for m, n, k, sms in [(1, 70, 3001, 4), (1, 300, 77, 64), (301, 1, 1000, 4), (2, 33, 2000, 16)]:
         g = resolve_split(geo, m, n, k, sms)
         assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (m, n, k, g)
-
-
-@pytest.mark.parametrize("red", [2, 4, 16])
-def test_gemv_two_level_sum(red):
-    """``red``: x @ B's lanes add their partial sums in two levels (``red`` lanes, then one)
-    instead of a tree; right on PoCL at odd shapes, short M of 1-3, with slices and without."""
-    from tiledmm.shapefit import resolve_split
-
-    opts = dict(gemv=1, ks=8, red=red, xb_bn=16, xb_ks=16, xb_gu=16, xb_fill=1)
-    geo = tiledmm.Geometry((1, 8, 1), (1, 1), tuple(sorted(opts.items())))
-    be = tiledmm.get_backend("opencl")
-    rng = np.random.default_rng()
-    for m, n, k, sms in [(1, 70, 3001, 4), (3, 300, 77, 64), (301, 1, 1000, 4), (2, 33, 2000, 16)]:
-        g = resolve_split(geo, m, n, k, sms)
-        assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (m, n, k, g)

@@ -115,8 +115,6 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
         d["GEMV_U"] = int(opt.get("gu", 4))  # 16-byte loads in flight per item
         if d["GEMV_U"] not in (1, 2, 4, 8, 16):
             raise ValueError(f"gemv gu (loads in flight) must be 1-16, a power of 2: {d['GEMV_U']}")
-        if opt.get("red"):  # x @ B: the lanes' partial sums in two levels, not a tree
-            d["GEMV_RED"] = int(opt["red"])
         if opt.get("onepass") and d["SPLIT_K"] > 1:  # K slices summed by the last group
             d["GEMV_ONEPASS"] = 1
         if d["GEMV_T"]:

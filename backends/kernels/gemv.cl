@@ -64,9 +64,6 @@
 #ifndef GEMV_U
   #define GEMV_U 4 /* loads in flight per item before their FMAs */
 #endif
-#ifndef GEMV_RED
-  #define GEMV_RED 0 /* x @ B's sum over its KL lanes: 0 a tree, R > 0 two levels of R lanes */
-#endif
 
 #if GEMV_T == 0
   #if BN % VW == 0
@@ -125,33 +122,13 @@ KERNEL GEMM_SIGNATURE
   UNROLL for (int r = 0; r < BM; ++r)
     UNROLL for (int q = 0; q < GV; ++q) red[(kl * BM + r) * BN + cv * GV + q] = acc[r][q];
   BARRIER();
-  #define RIX(l, r, q) ((((l) * BM + (r)) * BN) + cv * GV + (q))
-#if GEMV_RED > 0 && GEMV_RED < KL
-  /* two levels, two barriers in all: GEMV_RED lanes add every GEMV_RED-th partial sum, then
-   * lane 0 adds theirs */
-  if (kl < GEMV_RED)
-    UNROLL for (int r = 0; r < BM; ++r)
-      UNROLL for (int q = 0; q < GV; ++q) {
-        real s_ = red[RIX(kl, r, q)];
-        UNROLL for (int j = kl + GEMV_RED; j < KL; j += GEMV_RED) s_ += red[RIX(j, r, q)];
-        red[RIX(kl, r, q)] = s_;
-      }
-  BARRIER();
-  if (kl == 0)
-    UNROLL for (int r = 0; r < BM; ++r)
-      UNROLL for (int q = 0; q < GV; ++q) {
-        real s_ = red[RIX(0, r, q)];
-        UNROLL for (int j = 1; j < GEMV_RED; ++j) s_ += red[RIX(j, r, q)];
-        red[RIX(0, r, q)] = s_;
-      }
-#else
-  for (int s = KL / 2; s > 0; s /= 2) { /* a tree: one barrier per level */
+  for (int s = KL / 2; s > 0; s /= 2) {
     if (kl < s)
       UNROLL for (int r = 0; r < BM; ++r)
-        UNROLL for (int q = 0; q < GV; ++q) red[RIX(kl, r, q)] += red[RIX(kl + s, r, q)];
+        UNROLL for (int q = 0; q < GV; ++q)
+          red[(kl * BM + r) * BN + cv * GV + q] += red[((kl + s) * BM + r) * BN + cv * GV + q];
     BARRIER();
   }
-#endif
   if (kl == 0)
     UNROLL for (int r = 0; r < BM; ++r)
       UNROLL for (int q = 0; q < GV; ++q)

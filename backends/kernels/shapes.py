@@ -95,10 +95,6 @@ _ONEPASS = [
     _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
     _g((1, 16, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
     _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=8, xb_fill=1),
-    # the same, its 128 lanes' partial sums in two levels (16 lanes, then one: two barriers
-    # where the tree has seven)
-    _g((1, 32, 1), gemv=1, ks=32, red=16, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
-    _g((1, 32, 1), gemv=1, ks=32, red=8, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
 ]
 _GEMV = _ONEPASS + [
     _g((1, 64, 1), gemv=1, ks=8),
