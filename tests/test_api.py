@@ -229,7 +229,7 @@ def _bound(monkeypatch, m=13, n=8, k=12, dtype="float32", pad=False, **opts):
 
     cc = pytest.importorskip("tiledmm_backends.cupy_cuda")
     monkeypatch.setattr(cc.ARRAYS, "device_id", lambda: 0)
-    monkeypatch.setattr(cc.K, "pad_pays", lambda plan: pad)
+    monkeypatch.setattr(cc.K, "pad_pays", lambda plan, *odd: pad)
     fns = {True: _Fn("aligned"), False: _Fn("unaligned")}
 
     def raw_kernel(al):  # CuPy's RawKernel: keywords only; the launch uses its .kernel

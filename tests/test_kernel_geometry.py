@@ -53,6 +53,23 @@ def test_padding_pays_only_for_large_local_memory_products():
     small = make_plan(255, 255, 255, dtype="float32", kernel="register", device=gpu, geometry=geo)
     cpu_kernel = replace(big, options={"use_local": 0})
     assert K.pad_pays(big) and not K.pad_pays(small) and not K.pad_pays(cpu_kernel)
+    assert not K.pad_pays(big, False, False)  # nothing odd: nothing to copy
+
+
+def test_padding_counts_only_the_odd_operands():
+    """The H200 probe's cases (benches/results/logs/h200-pad-probe-s13.txt): 1000x3000x777
+    copies only A (7.3 us) and the aligned kernel saves 26 us, so it pads; 257x4097x1031 must
+    copy B as well (28 us against 18 saved) and 1009x1013x1019 both (17 against 11): neither."""
+    h200 = DeviceSpec(name="h200", kind="gpu", peak_flops=(("float32", 51.3e12),),
+                      bandwidth=4.26e12)  # fmt: skip
+    geo = Geometry((128, 64, 16), (8, 4), (("use_local", 1),))
+
+    def pays(m, n, k):
+        plan = make_plan(m, n, k, dtype="float32", kernel="register", device=h200, geometry=geo)
+        return K.pad_pays(plan, k % 4 != 0, n % 4 != 0)
+
+    assert pays(1000, 3000, 777) and pays(2047, 2049, 2051) and pays(4095, 4095, 4095)
+    assert not pays(257, 4097, 1031) and not pays(1009, 1013, 1019) and not pays(511, 513, 515)
     assert [K.aligned_ld(c, 4) for c in (1, 4, 4095, 4096)] == [4, 4, 4096, 4096]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,12 +119,19 @@ def test_counters_file_holds_the_model_to_30_percent():
 
 
 def test_c_stores_move_whole_sectors_as_l1tex_counts_them():
-    """register.cl's epilogue stores scalars VN apart along the warp: each store instruction
-    moves whole 32-byte sectors it writes 32 / (VN s) bytes of (float32 128x128/8x8: 4x the
-    C bytes; float64 64x64/4x4: 2x); tiled and naive store coalesced. With these sectors the
-    model's L1 bytes equal Nsight's l1tex__t_bytes.sum on every committed row."""
-    g = dict(bm=128, bn=128, tm=8, tn=8)
+    """register.cl's epilogue stores a thread's VN columns as one 16-byte vector where C's rows
+    are aligned (N a multiple of VW): whole sectors. Elsewhere it stores scalars VN apart along
+    the warp: each store instruction moves whole 32-byte sectors it writes 32 / (VN s) bytes of
+    (float32 128x128/8x8: 4x the C bytes; float64 64x64/4x4: 2x); tiled and naive store
+    coalesced. With these sectors the model's L1 bytes equal Nsight's l1tex__t_bytes.sum on
+    every committed row."""
+    g = dict(bm=128, bn=128, tm=8, tn=8, n=4097)
     assert c_store_sectors(g, 4, "gemm-c", {"vm": 4, "vn": 4}, "register") == 4 * 128 * 128 // 8
+    aligned = dict(g, n=4096)
+    assert c_store_sectors(aligned, 4, "gemm-c", {"vm": 4, "vn": 4}, "register") == 128 * 128 // 8
+    assert (
+        c_store_sectors(aligned, 4, "gemm-c", {"vm": 4, "vn": 2}, "register") == 2 * 128 * 128 // 8
+    )
     g64 = dict(bm=64, bn=64, tm=4, tn=4)
     assert c_store_sectors(g64, 8, "gemm-c", {"vm": 2, "vn": 2}, "register") == 2 * 64 * 64 // 4
     assert c_store_sectors(g, 4, "numba", {}, "register") == 128 * 128 // 8
@@ -422,21 +430,23 @@ def test_staging_goes_through_the_shared_data_pipe_and_the_issue_count_follows_s
 
 def test_odd_leading_dimensions_copy_or_load_scalars_as_the_launch_decides():
     """register.cl with lda or ldb no multiple of 16 bytes: where the copies into aligned rows
-    cost under 5% of the product (4095^3) the launch makes them (a serial phase: A and B read
-    and written once); else (1000x3000x777) the kernel's unaligned variant loads VW scalars per
-    vector, each instruction paying the lines and sectors its warp touches in the data pipe."""
+    pay (``hierarchy.pad_pays``; 4095^3) the launch makes them (a serial phase: A and B read
+    and written once); else (100x3000x777: a copy launch costs more than the product's 15%)
+    the kernel's unaligned variant loads VW scalars per vector, each instruction paying the
+    lines and sectors its warp touches in the data pipe."""
     geo = TUNED["register"]
     odd = make_plan(4095, 4095, 4095, dtype="float32", kernel="register", device=H200,
                     geometry=geo, backend="cupy")  # fmt: skip
-    even = make_plan(4096, 4096, 4096, dtype="float32", kernel="register", device=H200,
-                     geometry=geo, backend="cupy")  # fmt: skip
+    told = replace(geo, options=geo.options + (("aligned", 1),))  # the same launch, no copies
+    even = make_plan(4095, 4095, 4095, dtype="float32", kernel="register", device=H200,
+                     geometry=told, backend="cupy")  # fmt: skip
     copies = 2 * 2 * 4095 * 4095 * 4 / H200.level("DRAM") + 2 * H200.launch_overhead
     assert "aligned copies" in odd.binding.note
     assert odd.binding.serial - even.binding.serial == pytest.approx(copies, rel=0.05)
     g64 = Geometry((64, 64, 8), (4, 4), (("vm", 2), ("vn", 2), ("pad", 2), ("group_m", 8)))
     fills = {}
-    for k in (776, 777):  # K = 777: lda odd, the copies would cost more than 5%
-        p = make_plan(1000, 3000, k, dtype="float64", kernel="register", device=H200,
+    for k in (776, 777):  # K = 777: lda odd, and the copy would not pay
+        p = make_plan(100, 3000, k, dtype="float64", kernel="register", device=H200,
                       geometry=g64, backend="cupy")  # fmt: skip
         assert "aligned copies" not in p.binding.note
         fills[k] = dict(p.level("shared memory").parts)["global fills"]

@@ -21,6 +21,7 @@ from ._gemm_checks import (
     check_layouts,
     check_nonfinite,
     check_shapes,
+    tol,
 )  # fmt: skip
 from ._probe_checks import check_fma, check_levels, check_shared, check_stream, poisoned, probe
 
@@ -226,7 +227,7 @@ def test_unaligned_operands_copied_to_aligned_rows(geo, monkeypatch):
     from tiledmm_backends import kernels as K
 
     calls = []
-    monkeypatch.setattr(K, "pad_pays", lambda plan: calls.append(plan) or True)
+    monkeypatch.setattr(K, "pad_pays", lambda plan, *odd: calls.append(plan) or True)
     check_geometry("opencl", "register", geo, "float32")  # odd K and N: unaligned rows
     assert calls
 
@@ -264,3 +265,27 @@ def test_probe_launches_are_seen_by_timings():
     finally:
         st.events = None
     assert all(t > 0 for t in BE.timings(lambda: launch(2, args), repeat=2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_register_epilogue_stores_vectors_only_where_c_allows(dtype):
+    """register.cl stores a thread's VN columns as one 16-byte vector where C's rows are
+    aligned (ldc a multiple of VW, C 16-byte aligned), else scalars: output views whose row
+    pitch is padded, whose first column is odd, whose last vector is partial. The bytes outside
+    the view stay NaN."""
+    be = tiledmm.get_backend("opencl")
+    rng = np.random.default_rng()
+    vw = 16 // np.dtype(dtype).itemsize
+    opts = dict(use_local=1, vm=vw, vn=vw, pad=0, stages=1)
+    geo = tiledmm.Geometry((32, 32, 8), (4, 4), tuple(sorted(opts.items())))
+    for m, n, k, width, c0 in [(37, 64, 29, 64, 0), (37, 65, 29, 68, 0), (37, 64, 29, 72, 1),
+                               (37, 60, 29, 64, 4), (70, 45, 33, 45, 0)]:  # fmt: skip
+        plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel="register", device=be.device(),
+                                 geometry=geo)  # fmt: skip
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        big = be.asarray(np.full((m, width), np.nan, dtype), np.dtype(dtype))
+        be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), big[:, c0 : c0 + n])
+        full = be.to_numpy(big)
+        assert matmul_error(full[:, c0 : c0 + n], a, b) < tol(dtype), (m, n, k, width, c0)
+        assert np.isnan(full[:, :c0]).all() and np.isnan(full[:, c0 + n :]).all()

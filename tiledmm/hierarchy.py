@@ -211,21 +211,41 @@ def gpu_levels(
     return out
 
 
+#: Copying an operand into 16-byte-aligned rows, as measured on the H200 (CuPy's strided copy,
+#: benches/results/logs/h200-pad-probe-s13.txt): ~3 us a launch plus its read and write at
+#: 0.4 of the copy bandwidth; the aligned register kernel saved 14-16% of the unaligned one's
+#: time on every odd shape there. The copies pay when they cost under ``PAD_GAIN`` of the
+#: product's time at the compute peak.
+PAD_COPY_LAUNCH, PAD_COPY_EFFICIENCY, PAD_GAIN = 3e-6, 0.4, 0.15
+
+
+def pad_pays(m: int, n: int, k: int, dtype: str, dev: DeviceSpec, odd_a: bool,
+             odd_b: bool) -> bool:  # fmt: skip
+    """Whether copying the odd operands (``odd_a``: A's rows, ``odd_b``: B's, not 16-byte
+    aligned) into aligned rows pays for the local-memory register kernel's 16-byte loads:
+    one rule for ``kernels.pad_pays`` (the launch) and :func:`_alignment` (the model)."""
+    if not (odd_a or odd_b) or dev.bandwidth <= 0:
+        return False
+    s = 8 if dtype == "float64" else 4 if dtype == "float32" else 2
+    rate = PAD_COPY_EFFICIENCY * dev.bandwidth
+    cost = sum(PAD_COPY_LAUNCH + 2 * e * s / rate for e, odd in ((m * k, odd_a), (k * n, odd_b))
+               if odd)  # fmt: skip
+    return cost < PAD_GAIN * 2 * m * n * k / dev.peak(dtype)
+
+
 def _alignment(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict,
                dtype: str) -> tuple[tuple[float, int], dict]:  # fmt: skip
     """What the launch does with leading dimensions that are no multiple of 16 bytes (row-major
-    operands: lda = K, ldb = N; ``kernels.pad_pays`` and ``launch.py``): the local-memory
-    register kernel copies them into aligned rows when the copies cost under 5% of the product
-    at the device's ceilings (returns the bytes copied and the copy launches), else it runs
-    its unaligned variant (scalar guarded loads: ``opts["aligned"]`` = 0 for the counts)."""
+    operands: lda = K, ldb = N; ``launch.py``): the local-memory register kernel copies them
+    into aligned rows where :func:`pad_pays` (returns the bytes copied and the copy launches),
+    else it runs its unaligned variant (scalar guarded loads: ``opts["aligned"]`` = 0)."""
     vw = 16 // s
     odd_a, odd_b = g["k"] % vw != 0, g["n"] % vw != 0
     if (kernel != "register" or engine != "gemm-c" or not int(opts.get("use_local", 1))
             or "aligned" in opts or not (odd_a or odd_b)):  # fmt: skip
         return (0.0, 0), opts
     m, n, k = g["m"], g["n"], g["k"]
-    copy_all = 2 * (m * k + k * n) * s / dev.bandwidth if dev.bandwidth else math.inf
-    if copy_all < 0.05 * 2 * m * n * k / dev.peak(dtype):
+    if pad_pays(m, n, k, dtype, dev, odd_a, odd_b):
         copied = 2 * (m * k * odd_a + k * n * odd_b) * s
         return (float(copied), int(odd_a) + int(odd_b)), opts
     return (0.0, 0), dict(opts, aligned=0)

@@ -68,7 +68,6 @@ class CupyBackend(K.SharedSourceTables, Backend):
     aliases = ("cuda",)
     kernels = K.FAMILIES
     priority = 20
-    launch_stream = "cupy"  # every launch and temporary: CuPy's current stream
     launch_stream = "cupy"  # launches and temporaries: CuPy's current stream (torch fast path)
 
     def __init__(self) -> None:
@@ -203,9 +202,11 @@ class CupyBackend(K.SharedSourceTables, Backend):
             return None
         vw = 16 // K.itemsize(plan.dtype)
         ld_ok = not (k % vw or n % vw)
-        if not ld_ok and K.pad_pays(plan):
+        if not ld_ok and K.pad_pays(plan, bool(k % vw), bool(n % vw)):
             return None
-        return Bound(self.launches, plan, ARRAYS.device_id(), ld_ok, K.pad_pays(plan))
+        # an operand at an odd address: run() copies it where that pays
+        pads = K.pad_pays(plan, True, False) or K.pad_pays(plan, False, True)
+        return Bound(self.launches, plan, ARRAYS.device_id(), ld_ok, pads)
 
 
 class CupyArrays:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tiledmm import DeviceSpec, Geometry
+from tiledmm.hierarchy import pad_pays as pad_pays_for
 
 from . import mma_spec
 
@@ -295,16 +296,10 @@ def aligned_ld(cols: int, vw: int) -> int:
     return max(-(-cols // vw) * vw, vw)
 
 
-def pad_pays(plan: Any) -> bool:
-    """Whether copying unaligned operands into 16-byte-aligned rows pays off: only the
-    local-memory register kernel has 16-byte loads to gain, and the copies (A and B read and
-    written once) must cost under 5% of the product at the device's ceilings. On the H200
-    the copies paid at 4095^3 (model: 2.3%) and lost at 1000x3000x777 (model: 6.3%), where
-    the copy kernels ran far below the copy ceiling (benches/results/logs/h200-pad-probe.log)."""
+def pad_pays(plan: Any, odd_a: bool = True, odd_b: bool = True) -> bool:
+    """Whether copying the unaligned operands (``odd_a``, ``odd_b``) into 16-byte-aligned rows
+    pays off: only the local-memory register kernel has 16-byte loads to gain; the rule and its
+    H200 measurements are ``tiledmm.hierarchy.pad_pays``'s (the model uses the same one)."""
     if plan.kernel != "register" or not int(plan.options.get("use_local", 1)):
         return False
-    dev, s = plan.device, itemsize(plan.dtype)
-    if dev.bandwidth <= 0:
-        return False
-    copy = 2 * (plan.m * plan.k + plan.k * plan.n) * s / dev.bandwidth
-    return copy < 0.05 * plan.flops / dev.peak(plan.dtype)
+    return pad_pays_for(plan.m, plan.n, plan.k, plan.dtype, plan.device, odd_a, odd_b)

@@ -170,8 +170,9 @@ def run(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: Any) ->
     ):
         return _prepare(ad, launches, plan, a, b, out)  # fmt: skip
     vw = 16 // s
-    aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16)
-    if not aligned and K.pad_pays(plan):
+    odd_a, odd_b = bool(lda % vw or la[2] % 16), bool(ldb % vw or lb[2] % 16)
+    aligned = not (odd_a or odd_b)
+    if not aligned and K.pad_pays(plan, odd_a, odd_b):
         return _prepare(ad, launches, plan, a, b, out)
     ad.enqueue(launches.get(plan, ad.device_id(), aligned, True), m, n, k,
                la[0], la[5], lda, lb[0], lb[5], ldb, lc[0], lc[5], ldc)  # fmt: skip
@@ -200,13 +201,14 @@ def _prepare(ad: Adapter, launches: Launches, plan: Any, a: Any, b: Any, out: An
     if ldc is None or overlap(lc, (m, n), la, (m, k), s) or overlap(lc, (m, n), lb, (k, n), s):
         c = ad.empty((m, n), plan.dtype)
         lc, ldc = ad.layout(c), max(n, 1)
-    aligned = not (lda % vw or ldb % vw or la[2] % 16 or lb[2] % 16)
-    if not aligned and K.pad_pays(plan):  # odd leading dimensions: copy to aligned rows
-        if lda % vw or la[2] % 16:
+    odd_a, odd_b = bool(lda % vw or la[2] % 16), bool(ldb % vw or lb[2] % 16)
+    aligned = not (odd_a or odd_b)
+    if not aligned and K.pad_pays(plan, odd_a, odd_b):  # odd leading dimensions: aligned rows
+        if odd_a:
             check_extent("A", m, k, 0, aligned_ld(k, vw))
             a = ad.aligned_copy(a, aligned_ld(k, vw), "a")
             la, lda = ad.layout(a), aligned_ld(k, vw)
-        if ldb % vw or lb[2] % 16:
+        if odd_b:
             check_extent("B", k, n, 0, aligned_ld(n, vw))
             b = ad.aligned_copy(b, aligned_ld(n, vw), "b")
             lb, ldb = ad.layout(b), aligned_ld(n, vw)
