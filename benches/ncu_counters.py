@@ -138,7 +138,7 @@ def parse_case(text: str) -> tuple[str, str, tuple[int, int, int], str]:
     return family, dtype, (m, n, k), (block[0].lower() if block else "")
 
 
-def _geometry(family: str, dtype: str, shape: tuple[int, int, int], block: str):
+def _geometry(family: str, dtype: str, shape: tuple[int, int, int], block: str = ""):
     """The plan's geometry, with the block tile ``block`` ("4x64") where one is given."""
     import tiledmm
 

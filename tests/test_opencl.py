@@ -268,11 +268,9 @@ def test_probe_launches_are_seen_by_timings():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_register_epilogue_stores_vectors_only_where_c_allows(dtype):
-    """register.cl stores a thread's VN columns as one 16-byte vector where C's rows are
-    aligned (ldc a multiple of VW, C 16-byte aligned), else scalars: output views whose row
-    pitch is padded, whose first column is odd, whose last vector is partial. The bytes outside
-    the view stay NaN."""
+def test_register_kernel_writes_output_views(dtype):
+    """The register kernel into output views: a padded row pitch, an odd first column, a
+    partial last vector of VN columns; the bytes outside the view stay NaN."""
     be = tiledmm.get_backend("opencl")
     rng = np.random.default_rng()
     vw = 16 // np.dtype(dtype).itemsize

@@ -276,17 +276,13 @@ def c_store_sectors(g: dict, s: int, engine: str, opts: dict, kernel: str) -> in
     32-byte sector gets 32 / (VN s) of its bytes per instruction, and the next VN - 1
     instructions write the same sectors again (float32 VN 4: 4x the C bytes; float64 VN 2:
     2x; Nsight's ``l1tex__t_bytes.sum`` is the tile loads plus exactly that, docs/model.md).
-    Every other kernel's warp stores consecutive elements: its C bytes in sectors; so does
-    register.cl where VN = VW and C's rows are 16-byte aligned (N a multiple of VW: a fresh
-    row-major output), storing each thread's VN columns as one vector."""
+    Every other kernel's warp stores consecutive elements: its C bytes in sectors."""
     bm, bn = g["bm"], g["bn"]
     if kernel != "register" or engine != "gemm-c" or not int(opts.get("use_local", 1)):
         return math.ceil(bm * bn * s / SECTOR)
     tm, tn = g.get("tm", 1), g.get("tn", 1)
     vw = 16 // s
     vm, vn = int(opts.get("vm", min(vw, tm))), int(opts.get("vn", min(vw, tn)))
-    if vn == vw and "n" in g and g["n"] % vw == 0:
-        return math.ceil(bm * bn * s / SECTOR)
     t_n, t_m = bn // tn, bm // tm
     total = 0
     for w0 in range(0, t_n * t_m, WARP):  # register.cl: row and column of (i, g, q) per thread

@@ -84,23 +84,11 @@
   #define VLOADG(p) (*(const GLOBAL realV *)(p))
   #define VLOADL(p) (*(const LOCAL realV *)(p))
   #define VSTOREL(v, p) (*(LOCAL realV *)(p) = (v))
-  #define VSTOREG(v, p) (*(GLOBAL realV *)(p) = (v))
 #else
   #define ALIGN16 __align__(16)
   #define VLOADG(p) (*(const realV *)(p))
   #define VLOADL(p) (*(const realV *)(p))
   #define VSTOREL(v, p) (*(realV *)(p) = (v))
-  #define VSTOREG(v, p) (*(realV *)(p) = (v))
-#endif
-/* r[0..VW-1] packed into a 16-byte vector */
-#if defined(TILEDMM_OPENCL) && REAL_BYTES == 8
-  #define VPACK(r) ((realV)((r)[0], (r)[1]))
-#elif defined(TILEDMM_OPENCL)
-  #define VPACK(r) ((realV)((r)[0], (r)[1], (r)[2], (r)[3]))
-#elif REAL_BYTES == 8
-  #define VPACK(r) make_double2((r)[0], (r)[1])
-#else
-  #define VPACK(r) make_float4((r)[0], (r)[1], (r)[2], (r)[3])
 #endif
 
 /* Between work-groups: an atomic increment of an unsigned counter (returns the old value) and

@@ -163,27 +163,15 @@ KERNEL GEMM_SIGNATURE
   }
 #endif
 
-  /* a thread's VN columns in one 16-byte store where C's rows allow (a warp store then writes
-   * whole sectors; VN scalar stores write a VN-th of each sector VN times), else scalars */
-#if VN == VW
-  const int cvec = ldc % VW == 0 && PTR_ALIGNED16(C + offC);
-#endif
   UNROLL for (int i = 0; i < TM; ++i) {
     const int row = row0 + (i / VM) * THREADS_M * VM + ty * VM + i % VM;
     if (row >= M)
       continue;
     UNROLL for (int g = 0; g < TN / VN; ++g) {
       const int col = col0 + g * THREADS_N * VN + tx * VN;
-      GLOBAL real *c = C + offC + row * ldc + col;
-#if VN == VW
-      if (cvec && col + VN <= N) {
-        VSTOREG(VPACK(acc[i] + g * VN), c);
-        continue;
-      }
-#endif
       UNROLL for (int q = 0; q < VN; ++q)
         if (col + q < N)
-          c[q] = acc[i][g * VN + q];
+          C[offC + row * ldc + col + q] = acc[i][g * VN + q];
     }
   }
 }
