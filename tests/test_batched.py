@@ -253,3 +253,68 @@ def test_gemv_fill_layout_splits_only_to_cover_the_sms():
     for m, n, k, sms in [(1, 70, 3001, 4), (1, 300, 77, 64), (301, 1, 1000, 4), (2, 33, 2000, 16)]:
         g = resolve_split(geo, m, n, k, sms)
         assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (m, n, k, g)
+
+
+@opencl
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpu_gemv_is_barrier_free_and_right(dtype):
+    """``gemv_cpu.cl`` (the gemv path for CPU devices, option ``cpu``): both orientations at
+    odd shapes with short sides of 1-3 (several per item and past the group), K of 0, 1 and
+    under one vector, a right edge inside the last vector group, K slices summed by the
+    reduction, and one batched launch."""
+    be = tiledmm.get_backend("opencl")
+    if be.device().kind != "cpu":
+        pytest.skip("the CPU variant of the gemv path")
+    rng = np.random.default_rng()
+    lanes = max(1, be.device().simd_bytes // np.dtype(dtype).itemsize)
+    for bt, nv, split in [((1, 64, 1), 8, 1), ((2, 16, 1), 2, 1), ((1, 8, 1), 1, 3)]:
+        opts = dict(gemv=1, cpu=1, cpu_vec=lanes, nv=nv, split_k=split)
+        geo = tiledmm.Geometry(bt, (1, 1), tuple(sorted(opts.items())))
+        for m, n, k in [(1, 77, 129), (93, 1, 65), (3, 70, 33), (70, 3, 1), (1, 9, 0),
+                        (2, 40, 7), (1, 300, 1000), (301, 2, 1000)]:  # fmt: skip
+            plan = tiledmm.make_plan(m, n, k, dtype=dtype, kernel="naive", device=be.device(),
+                                     geometry=geo, backend="opencl")  # fmt: skip
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            c = be.asarray(np.full((m, n), np.nan, dtype), np.dtype(dtype))
+            be.run(plan, be.asarray(a, a.dtype), be.asarray(b, b.dtype), c)
+            got = be.to_numpy(c)
+            assert np.isfinite(got).all() and rel_error(got, a.astype(np.float64) @ b) < (
+                1e-5 if dtype == "float32" else 1e-12), (bt, nv, split, m, n, k)  # fmt: skip
+        check_batched("opencl", "naive", dtype, (bt, (1, 1), opts))
+
+
+@opencl
+def test_cpu_vectors_take_the_cpu_gemv_path():
+    """On a CPU device auto runs vectors on the barrier-free gemv path (the register tiles
+    would be 95% padding), and the model reads the matrix once."""
+    from tiledmm.dispatch import plan_for
+
+    be = tiledmm.get_backend("opencl")
+    if be.device().kind != "cpu":
+        pytest.skip("the CPU variant of the gemv path")
+    for m, n in [(1, 4096), (4096, 1)]:
+        plan = plan_for(be, m, n, 4096, "float32", "auto")
+        assert plan.kernel == "naive" and plan.options.get("gemv") and plan.options.get("cpu")
+        dram = [lv for lv in plan.levels if lv.name in ("L2", "DRAM")]
+        assert dram and dram[0].amount == (4096 * 4096 + 4096 + 4096) * 4
+    a = np.random.default_rng().standard_normal(4096).astype("float32")
+    b = np.random.default_rng().standard_normal((4096, 300)).astype("float32")
+    assert rel_error(tiledmm.matmul(a, b, backend="opencl"), a.astype(np.float64) @ b) < 1e-5
+
+
+@opencl
+def test_cpu_vectors_bench_runs(capsys):
+    """benches/cpu_vectors.py at a small size: a row per orientation, auto on the naive path."""
+    import importlib.util
+    from pathlib import Path
+
+    if tiledmm.get_backend("opencl").device().kind != "cpu":
+        pytest.skip("a CPU device's bench")
+    path = Path(__file__).resolve().parents[1] / "benches" / "cpu_vectors.py"
+    spec = importlib.util.spec_from_file_location("cpu_vectors", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--sizes", "256"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith(("1x", "256x"))]
+    assert len(rows) == 2 and all(r.split(" | ")[1] == "naive" for r in rows)

@@ -65,6 +65,8 @@ def cpu_levels(
                 "FLOP",
             )
         ]
+    if kernel == "naive" and opts.get("gemv"):
+        return _gemv_levels(g, s, dev, dtype, opts)
     if kernel == "naive":
         # one output per work-item; B column read with stride N*s: a line per k per
         # output (each item walks its whole column before the next item starts, so the
@@ -226,6 +228,31 @@ def _numpy_blas(g: dict, s: int, dev: DeviceSpec, dtype: str) -> Level:
     return Level("compute", flops, flops / t, t,
                  f"vendor GEMM per {bm}x{bn}x{bk} tile at {1 / per_call:.2f} of its rate; "
                  f"NumPy passes {passes / 1e6:.4g} MB on one core", "FLOP")  # fmt: skip
+
+
+def _gemv_levels(g: dict, s: int, dev: DeviceSpec, dtype: str, opts: dict) -> list[Level]:
+    """The gemv path on a CPU (``gemv_cpu.cl``): the operands read once, from the cores' L2s
+    where they all fit (a repeated call finds them there), else from DRAM (not L3: a VM may
+    report the host's), by as many cores as there are items (a row of A each for A @ x; NV
+    native vectors of B's columns for x @ B), and the FMAs on SIMD lanes."""
+    m, n, k = g["m"], g["n"], g["k"]
+    cores = max(1, dev.compute_units)
+    if n < m:
+        items = m * -(-n // g["bm"])
+    else:
+        items = -(-n // (int(opts.get("nv", 8)) * int(opts.get("cpu_vec", 8)))) * m
+    busy = min(cores, items) / cores
+    bytes_ = float((m * k + k * n + m * n) * s)
+    name = "DRAM"
+    if bytes_ <= dev.cache("L2") * cores and dev.level("L2"):
+        name = "L2"
+    bw = dev.level(name) * busy
+    flops = 2.0 * m * n * k
+    peak = dev.fma_peak(dtype) * busy
+    return [
+        Level(name, bytes_, bw, bytes_ / bw if bw else 0.0, "the operands once"),
+        Level("compute", flops, peak, flops / peak if peak else 0.0, "SIMD FMA lanes", "FLOP"),
+    ]
 
 
 def _holding_level(dev: DeviceSpec, panel: int, stride: int, ways: int = 8) -> str:

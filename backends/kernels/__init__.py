@@ -57,10 +57,14 @@ def vector_width(itemsize: int) -> int:
 
 def source(family: str, defs: dict[str, int]) -> str:
     """The complete kernel text for ``family`` with ``defs`` as ``#define``s (header inlined);
-    the naive family with ``GEMV_T`` defined is ``gemv.cl`` (its memory-bound skinny path)."""
+    the naive family with ``GEMV_T`` defined is ``gemv.cl`` (its memory-bound skinny path), or
+    ``gemv_cpu.cl`` with ``CPU_VEC`` as well (the same path for CPUs, without barriers)."""
     if family not in FAMILIES and family not in ("reduce", MMA):
         raise ValueError(f"unknown kernel family {family!r}")
-    name = "gemv" if family == "naive" and "GEMV_T" in defs else family
+    name = family
+    if family == "naive" and "GEMV_T" in defs:  # the memory-bound path: GPUs', or CPUs'
+        name = "gemv_cpu" if "CPU_VEC" in defs else "gemv"
+
     body = _read(f"{name}.cl").replace('#include "gemm_common.h"', _read("gemm_common.h"))
     head = "".join(f"#define {k} {int(v)}\n" for k, v in sorted(defs.items()))
     return head + body
@@ -109,6 +113,12 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
     d["SPLIT_K"] = split_k(plan)
     if single and d["SPLIT_K"] == 1:
         d["NO_BATCH"] = 1
+    if fam == "naive" and opt.get("gemv") and opt.get("cpu"):  # gemv_cpu.cl: no barriers
+        d["GEMV_T"] = int(plan.n < plan.m)
+        d["CPU_VEC"], d["NV"] = int(opt.get("cpu_vec", 8)), int(opt.get("nv", 8))
+        d.update(WG_X=1, WG_Y=bn if d["GEMV_T"] else 1)
+        d["THREADS"] = d["WG_Y"]
+        return d
     if fam == "naive" and opt.get("gemv"):  # the skinny path: K split over KS items per output
         ks = int(opt.get("ks", 8))
         d["GEMV_T"] = int(plan.n < plan.m)  # which output side is short
@@ -181,6 +191,12 @@ def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
     for the gemv path groups of (BN, KS) or (KS, BN) (see ``gemv.cl``). The batch and the
     K slices are the third grid dimension (``launch.run``)."""
     bm, bn, _ = plan.block_tile
+    if plan.kernel == "naive" and plan.options.get("gemv") and plan.options.get("cpu"):
+        m, n = plan.m, plan.n  # gemv_cpu.cl: a row per item, or NV * CPU_VEC columns
+        if n < m:
+            return (-(-n // bm), -(-m // bn)), (1, bn)
+        cw = int(plan.options.get("nv", 8)) * int(plan.options.get("cpu_vec", 8))
+        return (-(-n // cw), -(-m // bm)), (1, 1)
     if plan.kernel == "naive" and plan.options.get("gemv"):
         ks = int(plan.options.get("ks", 8))
         m, n = plan.m, plan.n
