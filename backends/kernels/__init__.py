@@ -64,7 +64,6 @@ def source(family: str, defs: dict[str, int]) -> str:
     name = family
     if family == "naive" and "GEMV_T" in defs:  # the memory-bound path: GPUs', or CPUs'
         name = "gemv_cpu" if "CPU_VEC" in defs else "gemv"
-
     body = _read(f"{name}.cl").replace('#include "gemm_common.h"', _read("gemm_common.h"))
     head = "".join(f"#define {k} {int(v)}\n" for k, v in sorted(defs.items()))
     return head + body
