@@ -219,14 +219,14 @@ def gpu_levels(
 PAD_COPY_LAUNCH, PAD_COPY_EFFICIENCY, PAD_GAIN = 3e-6, 0.4, 0.15
 
 
-def pad_pays(m: int, n: int, k: int, dtype: str, dev: DeviceSpec, odd_a: bool,
+def pad_pays(m: int, n: int, k: int, dtype: str, s: int, dev: DeviceSpec, odd_a: bool,
              odd_b: bool) -> bool:  # fmt: skip
     """Whether copying the odd operands (``odd_a``: A's rows, ``odd_b``: B's, not 16-byte
-    aligned) into aligned rows pays for the local-memory register kernel's 16-byte loads:
-    one rule for ``kernels.pad_pays`` (the launch) and :func:`_alignment` (the model)."""
+    aligned; ``s`` bytes per element) into aligned rows pays for the local-memory register
+    kernel's 16-byte loads: one rule for ``kernels.pad_pays`` (the launch) and
+    :func:`_alignment` (the model)."""
     if not (odd_a or odd_b) or dev.bandwidth <= 0:
         return False
-    s = 8 if dtype == "float64" else 4 if dtype == "float32" else 2
     rate = PAD_COPY_EFFICIENCY * dev.bandwidth
     cost = sum(PAD_COPY_LAUNCH + 2 * e * s / rate for e, odd in ((m * k, odd_a), (k * n, odd_b))
                if odd)  # fmt: skip
@@ -245,7 +245,7 @@ def _alignment(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts:
             or "aligned" in opts or not (odd_a or odd_b)):  # fmt: skip
         return (0.0, 0), opts
     m, n, k = g["m"], g["n"], g["k"]
-    if pad_pays(m, n, k, dtype, dev, odd_a, odd_b):
+    if pad_pays(m, n, k, dtype, s, dev, odd_a, odd_b):
         copied = 2 * (m * k * odd_a + k * n * odd_b) * s
         return (float(copied), int(odd_a) + int(odd_b)), opts
     return (0.0, 0), dict(opts, aligned=0)

@@ -114,7 +114,7 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
         d["NO_BATCH"] = 1
     if fam == "naive" and opt.get("gemv") and opt.get("cpu"):  # gemv_cpu.cl: no barriers
         d["GEMV_T"] = int(plan.n < plan.m)
-        d["CPU_VEC"], d["NV"] = int(opt.get("cpu_vec", 8)), int(opt.get("nv", 8))
+        d["CPU_VEC"], d["NV"] = _cpu_gemv_vectors(opt)
         d.update(WG_X=1, WG_Y=bn if d["GEMV_T"] else 1)
         d["THREADS"] = d["WG_Y"]
         return d
@@ -184,6 +184,12 @@ def onepass(plan: Any) -> bool:
     return bool(plan.options.get("onepass")) and plan.kernel == "naive" and split_k(plan) > 1
 
 
+def _cpu_gemv_vectors(opts: dict) -> tuple[int, int]:
+    """``gemv_cpu.cl``'s vector width (``cpu_vec`` elements) and the vectors of B's columns an
+    x @ B item owns (``nv``)."""
+    return int(opts.get("cpu_vec", 8)), int(opts.get("nv", 8))
+
+
 def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
     """(groups along x/y, work-items per group along x/y) for ``plan``: 2-D groups of
     BN x BM for the one-output-per-item families, 1-D groups for the register family, and
@@ -194,8 +200,8 @@ def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
         m, n = plan.m, plan.n  # gemv_cpu.cl: a row per item, or NV * CPU_VEC columns
         if n < m:
             return (-(-n // bm), -(-m // bn)), (1, bn)
-        cw = int(plan.options.get("nv", 8)) * int(plan.options.get("cpu_vec", 8))
-        return (-(-n // cw), -(-m // bm)), (1, 1)
+        cpu_vec, nv = _cpu_gemv_vectors(plan.options)
+        return (-(-n // (nv * cpu_vec)), -(-m // bm)), (1, 1)
     if plan.kernel == "naive" and plan.options.get("gemv"):
         ks = int(plan.options.get("ks", 8))
         m, n = plan.m, plan.n
@@ -317,4 +323,5 @@ def pad_pays(plan: Any, odd_a: bool = True, odd_b: bool = True) -> bool:
     H200 measurements are ``tiledmm.hierarchy.pad_pays``'s (the model uses the same one)."""
     if plan.kernel != "register" or not int(plan.options.get("use_local", 1)):
         return False
-    return pad_pays_for(plan.m, plan.n, plan.k, plan.dtype, plan.device, odd_a, odd_b)
+    return pad_pays_for(plan.m, plan.n, plan.k, plan.dtype, itemsize(plan.dtype), plan.device,
+                        odd_a, odd_b)  # fmt: skip

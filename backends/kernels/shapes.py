@@ -71,7 +71,8 @@ _SKINNY = [
 # (split_k "auto"), and the last group of each column block adds the slices in the same launch.
 # The vector sweep on the H200 (2026-12-01, geomean over 1x4096x4096, 4096x1x4096, 1x8192x8192,
 # 8192x1x8192): (1, 32, 1) ks 32 with xb 128/2 1822 GFLOP/s float32 through CuPy, against 1766
-# without the x @ B layout; float64 xb 64/8 995 against 970 (geometry.json's vector entries)
+# without the x @ B layout; float64 xb 64/8 995 against 970. OpenCL's vector entries keep these;
+# CuPy's took the cuBLAS-like layout below on 2026-12-02 (geometry.json's sources)
 _ONEPASS = [
     _g((1, 128, 1), gemv=1, ks=2, split_k="auto", onepass=1),
     _g((1, 128, 1), gemv=1, ks=4, split_k="auto", onepass=1),
