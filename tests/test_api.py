@@ -111,6 +111,38 @@ def test_out_aliasing_an_input(rng):
     np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "sa, sb",
+    [((7,), (7, 9)), ((9, 7), (7,)), ((7,), (7,)), ((7,), (3, 7, 9)), ((3, 9, 7), (7,))],
+    ids=["x@A", "A@x", "x@y", "x@batch", "batch@x"],
+)
+def test_vector_out_is_written_in_place(rng, monkeypatch, sa, sb):
+    """A 1-D operand's product lands in the caller's out= (strided too) through a view, with
+    no temporary: the backend is never asked for an output array."""
+    a, b = rand(rng, sa), rand(rng, sb)
+    want = np.matmul(a.astype("float64"), b)
+    shape = want.shape
+    big = np.full(shape[:-1] + (2 * shape[-1],) if shape else (), np.nan, "float32")
+    out = big[..., ::2] if shape else big
+    be = tiledmm.get_backend("numpy")
+
+    def no_temporary(*args, **kwargs):
+        raise AssertionError("out= given: the result must not go through a temporary")
+
+    monkeypatch.setattr(be, "empty", no_temporary)
+    assert tiledmm.matmul(a, b, backend="numpy", out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    if shape:
+        assert np.isnan(big[..., 1::2]).all()  # the gaps between out's elements untouched
+
+
+def test_vector_out_aliasing_its_input(rng):
+    x, a = rand(rng, (8,)), rand(rng, (8, 8))
+    want = np.matmul(x, a)
+    assert tiledmm.matmul(x, a, backend="numpy", out=x) is x
+    np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-5)
+
+
 def numpy_error(call):
     try:
         call()

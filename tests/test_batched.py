@@ -3,6 +3,9 @@ as CUDA), the launch path's batch descriptor, and the NumPy backend's batched pa
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from tiledmm_backends.kernels import launch
@@ -254,6 +257,37 @@ def test_gemv_fill_layout_splits_only_to_cover_the_sms():
     for m, n, k, sms in [(1, 70, 3001, 4), (1, 300, 77, 64), (301, 1, 1000, 4), (2, 33, 2000, 16)]:
         g = resolve_split(geo, m, n, k, sms)
         assert _gemv_error(be, g, m, n, k, rng) < 1e-5, (m, n, k, g)
+
+
+def test_gemv_defines_carry_the_shuffles_and_the_register_budget():
+    """The gemv options reach the source: ``shfl`` (CUDA partial sums by warp shuffles, on
+    unless 0; gemv.cl drops it for OpenCL and for layouts a warp does not split in powers of
+    two) and ``min_blocks`` (CUDA's __launch_bounds__ minimum, absent unless asked for); the
+    H200's CuPy vector entries ask for one group per SM (measured: docs/shapes.md)."""
+    from tiledmm_backends import kernels as K
+
+    from tiledmm.device import reference_h200
+
+    dev = reference_h200()
+
+    def defs(**opts):
+        opts = tuple(sorted(dict(gemv=1, ks=32, **opts).items()))
+        geo = tiledmm.Geometry((1, 32, 1), (1, 1), opts)
+        return K.defines(
+            tiledmm.make_plan(
+                1, 4096, 4096, dtype="float32", kernel="naive", device=dev, geometry=geo
+            )
+        )
+
+    assert defs()["GEMV_SHFL"] == 1 and "MIN_BLOCKS" not in defs()
+    assert defs(shfl=0)["GEMV_SHFL"] == 0 and defs(min_blocks=1)["MIN_BLOCKS"] == 1
+    src = (Path(K.__file__).parent / "gemv.cl").read_text()
+    assert "!defined(TILEDMM_CUDA)" in src and "WARP_DOWN" in src
+    db = json.loads((Path(K.__file__).parent / "geometry.json").read_text())["entries"]
+    vec = [e for e in db if e.get("backend") == "cupy" and e.get("shape_class") == "vector"
+           and e["family"] == "naive" and e.get("device") == "NVIDIA H200"]  # fmt: skip
+    assert {e["dtype"] for e in vec} == {"float32", "float64"}
+    assert all(e["options"].get("min_blocks") == 1 for e in vec)
 
 
 @opencl

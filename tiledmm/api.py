@@ -251,13 +251,14 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
         B = B.reshape(k, 1)
     direct = (
         out is not None
-        and not a1
-        and not b1
         and out.dtype == rdt
         and be.accepts(out)
         and not (isinstance(out, np.ndarray) and (_overlaps(out, a) or _overlaps(out, b)))
     )
-    R = out if direct else be.empty(tuple(batch) + (m, n), rdt, like=like)
+    R = _matrix_view(out, a1, b1) if direct else None
+    direct = R is not None
+    if R is None:
+        R = be.empty(tuple(batch) + (m, n), rdt, like=like)
     if m and n:
         run_batch(be, plan, A, B, R, batch, pa, pb)
         if precision is None and out is None:
@@ -281,6 +282,22 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
         R = be.to_numpy(R)
         return R[()] if R.ndim == 0 else R
     return R
+
+
+def _matrix_view(out: Any, a1: bool, b1: bool) -> Any:
+    """``out`` as the batch of m x n matrices the launch writes: a view with the unit axis a
+    1-D operand dropped put back (x @ A: (..., 1, n); A @ x: (..., m, 1); x @ y: (1, 1)), so a
+    vector product writes the caller's array without a temporary and a copy. None where the
+    array type has no such view (NumPy and CuPy index with None; the others copy)."""
+    if not (a1 or b1):
+        return out
+    if not isinstance(out, np.ndarray) and type(out).__module__.partition(".")[0] != "cupy":
+        return None
+    if a1 and b1:
+        return out[None, None]
+    if a1:
+        return out[..., None, :]
+    return out[..., None] if b1 else out
 
 
 def _shaped_launch(be: Backend, plan: Plan, rdt, host: bool, shaped: tuple, a: Any, b: Any) -> Any:

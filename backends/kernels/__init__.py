@@ -123,6 +123,9 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
         d["GEMV_T"] = int(plan.n < plan.m)  # which output side is short
         d["KS"] = ks
         d["GEMV_U"] = int(opt.get("gu", 4))  # 16-byte loads in flight per item
+        d["GEMV_SHFL"] = int(opt.get("shfl", 1))  # CUDA: partial sums by warp shuffles
+        if "min_blocks" in opt:  # CUDA: a register budget that keeps the loads in flight
+            d["MIN_BLOCKS"] = int(opt["min_blocks"])
         if d["GEMV_U"] not in (1, 2, 4, 8, 16):
             raise ValueError(f"gemv gu (loads in flight) must be 1-16, a power of 2: {d['GEMV_U']}")
         if opt.get("onepass") and d["SPLIT_K"] > 1:  # K slices summed by the last group

@@ -100,6 +100,8 @@
 #else
   #define ATOMIC_INC(p) atomicAdd((unsigned *)(p), 1u)
   #define GLOBAL_FENCE() __threadfence()
+  /* v of the lane o above in the warp (CUDA only: gemv.cl's GEMV_SHFL reductions) */
+  #define WARP_DOWN(v, o) __shfl_down_sync(0xffffffffu, (v), (o))
 #endif
 
 /* Whether pointer p is 16-byte aligned (kernels that decide at run time, e.g. gemv.cl). */

@@ -65,6 +65,13 @@
   #define GEMV_U 4 /* loads in flight per item before their FMAs */
 #endif
 
+/* GEMV_SHFL: the partial sums meet in warp shuffles (CUDA: a warp is 32 items in linear
+ * order) where a warp's lanes of one output are 32 / CV (x @ B) or KS <= 32 (A @ x) apart in
+ * powers of two; OpenCL keeps the tree in local memory (no portable shuffle). */
+#ifndef GEMV_SHFL
+  #define GEMV_SHFL 1
+#endif
+
 #if GEMV_T == 0
   #if BN % VW == 0
     #define GV VW
@@ -76,6 +83,17 @@
   #define RED (BM * BN * KL)
 #else
   #define RED (BM * BN * KS)
+#endif
+#if GEMV_T == 0
+  #if CV > 32 || 32 % CV || THREADS % 32
+    #undef GEMV_SHFL
+  #endif
+#elif KS > 32
+  #undef GEMV_SHFL
+#endif
+#if !defined(TILEDMM_CUDA) || !defined(GEMV_SHFL)
+  #undef GEMV_SHFL
+  #define GEMV_SHFL 0
 #endif
 
 KERNEL GEMM_SIGNATURE
@@ -118,6 +136,24 @@ KERNEL GEMM_SIGNATURE
       UNROLL for (int q = 0; q < GV; ++q) acc[r][q] = FMA(av, bv[q], acc[r][q]);
     }
   }
+#if GEMV_SHFL
+  /* a warp holds 32 / CV lanes of each column vector: shuffles add them, then each warp's
+   * first CV items leave the warp's sums in red[w][r][n] and BM * BN items add the warps' */
+  UNROLL for (int o = 16; o >= CV; o /= 2)
+    UNROLL for (int r = 0; r < BM; ++r)
+      UNROLL for (int q = 0; q < GV; ++q) acc[r][q] += WARP_DOWN(acc[r][q], o);
+  if (tid % 32 < CV)
+    UNROLL for (int r = 0; r < BM; ++r)
+      UNROLL for (int q = 0; q < GV; ++q)
+        red[((tid / 32) * BM + r) * BN + cv * GV + q] = acc[r][q];
+  BARRIER();
+  for (int e = tid; e < BM * BN; e += THREADS) {
+    real s_ = ZERO;
+    for (int w = 0; w < THREADS / 32; ++w) s_ += red[w * BM * BN + e];
+    if (row0 + e / BN < M && GROUP_X() * BN + e % BN < N)
+      C[offC + (row0 + e / BN) * ldc + GROUP_X() * BN + e % BN] = s_;
+  }
+#else
   /* red[kl][r][n]: lane kl's partial sums of the group's BM x BN outputs */
   UNROLL for (int r = 0; r < BM; ++r)
     UNROLL for (int q = 0; q < GV; ++q) red[(kl * BM + r) * BN + cv * GV + q] = acc[r][q];
@@ -134,6 +170,7 @@ KERNEL GEMM_SIGNATURE
       UNROLL for (int q = 0; q < GV; ++q)
         if (row0 + r < M && c0 + q < N)
           C[offC + (row0 + r) * ldc + c0 + q] = red[r * BN + cv * GV + q];
+#endif
 #if GEMV_ONEPASS
   GEMV_LAST_GROUP();
   for (int e = tid; e < BM * BN; e += THREADS) { /* one output per item: all loads in flight */
@@ -184,6 +221,14 @@ KERNEL GEMM_SIGNATURE
       UNROLL for (int c = 0; c < BM; ++c)
         acc[c] = FMA(a[k], c < cols ? b[k * ldb + col0 + c] : ZERO, acc[c]);
   }
+#if GEMV_SHFL
+  /* KS <= 32 items of a row are lanes of one warp (x fastest): shuffles, no barrier */
+  UNROLL for (int o = KS / 2; o > 0; o /= 2)
+    UNROLL for (int c = 0; c < BM; ++c) acc[c] += WARP_DOWN(acc[c], o);
+  if (tx == 0 && row < M)
+    UNROLL for (int c = 0; c < BM; ++c)
+      if (c < cols) C[offC + row * ldc + col0 + c] = acc[c];
+#else
   /* red[(c * BN + y) * KS + x]: the KS partial sums of output (row, col0 + c) side by side */
   UNROLL for (int c = 0; c < BM; ++c) red[(c * BN + ty) * KS + tx] = acc[c];
   BARRIER();
@@ -196,6 +241,7 @@ KERNEL GEMM_SIGNATURE
   if (tx == 0 && row < M)
     UNROLL for (int c = 0; c < BM; ++c)
       if (c < cols) C[offC + row * ldc + col0 + c] = red[(c * BN + ty) * KS];
+#endif
 #if GEMV_ONEPASS
   GEMV_LAST_GROUP();
   for (int e = LOCAL_ID(); e < BM * BN; e += THREADS) {

@@ -96,6 +96,9 @@ _ONEPASS = [
     _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
     _g((1, 16, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1),
     _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=8, xb_fill=1),
+    # the same with the register budget of one group per SM (CUDA's __launch_bounds__ minimum
+    # 1: 64 registers, where ptxas otherwise takes 32 and keeps two loads in flight per item)
+    _g((1, 32, 1), gemv=1, ks=32, xb_bn=32, xb_ks=32, xb_gu=16, xb_fill=1, min_blocks=1),
 ]
 _GEMV = _ONEPASS + [
     _g((1, 64, 1), gemv=1, ks=8),
