@@ -52,15 +52,13 @@ def test_auto_against_cublas(rows, backend, geomean, batched):
 
 
 def test_vectors_are_memory_bound(rows):
-    """CuPy's vectors against the calibrated DRAM read roof, and beside cuBLAS on the same data.
-    The issue asks >= 0.7 of the roof; 1x4096x4096 (x @ A, 64 MB) runs 20.98 us, 0.68-0.70 of
-    the roof as each run calibrates it (4.58-4.69 TB/s), where cuBLAS runs 20.85-21.06 us
-    (docs/shapes.md): the bound here is what the committed run shows, not the issue's bar."""
+    """CuPy's vectors against the calibrated DRAM read roof (issue 11: >= 0.7), and beside
+    cuBLAS on the same data: x @ A at 1x4096x4096 (64 MB) runs 19.4 us where cuBLAS runs 21.1
+    (0.76 of the 4.58 TB/s roof; docs/shapes.md)."""
     vec = [r for r in _auto(rows, "cupy") if r["shape_class"] == "vector"]
     assert len(vec) >= 4 and all(r["kernel"] == "naive" and r["options"]["gemv"] for r in vec)
     assert all(r["dram_roof"] > 3e12 for r in vec)
-    assert all(r["dram_fraction"] >= 0.65 and _of_vendor(r) >= 0.95 for r in vec)
-    assert sum(r["dram_fraction"] >= 0.7 for r in vec) >= len(vec) - 1
+    assert all(r["dram_fraction"] >= 0.7 and _of_vendor(r) >= 0.95 for r in vec)
 
 
 def _config(r) -> tuple:

@@ -37,6 +37,7 @@ from .warps import (
     SECTOR,
     WARP,
     WAVEFRONT,
+    c_l2_sectors,
     c_store_sectors,
     gemv_counts,
     gemv_shape,
@@ -143,6 +144,7 @@ def gpu_levels(
     # store instruction, through L1 to the L2
     c_sectors = c_store_sectors(g, s, engine, opts, kernel)
     c_store = c_sectors * SECTOR * blocks
+    c_l2 = c_l2_sectors(g, s, c_sectors) * SECTOR  # what reaches the L2 of one block's stores
     if kernel == "naive" and "ks" not in g:  # a sector of A serves 32/s steps
         l2_block = g["kp"] * (g["bm"] + g["bn"]) * s
     else:
@@ -166,8 +168,9 @@ def gpu_levels(
                          parts=(("loads", counts.l1_bytes * blocks), ("C stores", c_store))),
                    )  # fmt: skip
     l2_bw = dev.level("L2")
-    out.append(Level("L2", l2 + c_store, l2_bw, (l2 + c_store) / l2_bw if l2_bw else 0.0,
-                     parts=(("loads", l2), ("C stores", c_store))))  # fmt: skip
+    c_l2_store = c_l2 * blocks
+    out.append(Level("L2", l2 + c_l2_store, l2_bw, (l2 + c_l2_store) / l2_bw if l2_bw else 0.0,
+                     parts=(("loads", l2), ("C stores", c_l2_store))))  # fmt: skip
     read, written, reduce_bytes = _dram(kernel, g, s, dev, engine, opts, blocks_per_unit,
                                         batch, split)  # fmt: skip
     dram = read + written
@@ -187,7 +190,7 @@ def gpu_levels(
         # neither overlaps another block's main loop (docs/model.md)
         wave = min(blocks, blocks_per_unit * sms)
         first = wave * (g["bm"] + g["bn"]) * g["bk"] * s
-        c_tiles = wave * c_sectors * SECTOR  # the epilogue's store sectors (above)
+        c_tiles = wave * c_l2  # the epilogue's store sectors into the L2 (above)
         phase = dev.latency / (dev.sustained or 1.0) if dev.latency else 0.0
         phase += (first + c_tiles) / l2_bw
         serial += rounds * phase

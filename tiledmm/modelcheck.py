@@ -151,6 +151,9 @@ def model_counters(plan: Plan) -> dict[str, float]:
         "dram__bytes_write.sum": parts.get("written", float(c_bytes)),
         "lts__t_bytes.sum": get("L2"),  # tile loads and the C stores' sectors
         "l1tex__t_bytes.sum": get("L1"),
+        # C's store sectors as the SM issues them and as the L2 receives them (warps.py)
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": _part(plan, "L1", "C stores") / 32,
+        "lts__t_sectors_srcunit_tex_op_write.sum": _part(plan, "L2", "C stores") / 32,
         "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": loads / 128,
         "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": stores / 128,
         "l1tex__data_pipe_lsu_wavefronts.sum": data_pipe / 128,

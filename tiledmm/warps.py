@@ -22,6 +22,8 @@ __all__ = [
     "WAVEFRONT",
     "FILL_ACCESSES",
     "c_store_sectors",
+    "c_l2_sectors",
+    "L2_STORE_REPEATS",
 ]
 
 WARP = 32
@@ -294,6 +296,23 @@ def c_store_sectors(g: dict, s: int, engine: str, opts: dict, kernel: str) -> in
                                    (gg * t_n * vn + tx * vn + q) * s // SECTOR)
                                   for tx, ty in lanes})  # fmt: skip
     return total
+
+
+#: Of the sectors a warp's store instructions write again (register.cl's scalar epilogue: VN
+#: instructions in a row write each sector in part), the fraction that still reaches the L2 as
+#: sectors of their own: L1 merges the rest into the line's earlier requests. Nsight Compute
+#: on the H200 (session 14, CuPy, 128x128/8x8 float32, VN 4: the SM issues 4x C's sectors):
+#: L2 write sectors 1.42x C's at 8192x8192x64 and 1.67x at 4096^3, 0.14 and 0.22 of the
+#: repeats (benches/results/logs/h200-store-counters-s14.json).
+L2_STORE_REPEATS = 0.18
+
+
+def c_l2_sectors(g: dict, s: int, c_sectors: int) -> float:
+    """32-byte sectors one block's C stores write into the L2: the tile's own sectors once, and
+    :data:`L2_STORE_REPEATS` of the repeats beyond them that ``c_sectors`` (the SM's count,
+    :func:`c_store_sectors`) holds."""
+    whole = math.ceil(g["bm"] * g["bn"] * s / SECTOR)
+    return whole + L2_STORE_REPEATS * max(0, c_sectors - whole)
 
 
 def gemv_shape(g: dict, opts: dict, s: int = 4) -> dict:
