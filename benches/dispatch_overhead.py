@@ -100,14 +100,15 @@ def numba_rows(calls: int = 2000, size: int = 64, warmup: int = 20) -> dict:
     fa, fb, fc = a.reshape(m * k), b.reshape(k * n), c.reshape(m * n)
     disp, u = engine.load(launch.spec), np.uint32
     cfg = disp[launch.grid, launch.block]
+    rest = tuple(u(v) for v in engine.NOBATCH[1:])  # the kernels' batch arguments: one product
 
     def us(fn):
         return per_call_us(fn, engine.synchronize, calls=calls, rounds=3, warmup=warmup)
 
     out = {
-        "bare_dispatcher_launch_us": us(lambda: cfg(fa, fb, fc, u(m), u(n), u(k))),
+        "bare_dispatcher_launch_us": us(lambda: cfg(fa, fb, fc, u(m), u(n), u(k), *rest)),
         "bare_kernel_syntax_us": us(
-            lambda: disp[launch.grid, launch.block](fa, fb, fc, u(m), u(n), u(k))
+            lambda: disp[launch.grid, launch.block](fa, fb, fc, u(m), u(n), u(k), *rest)
         ),  # noqa: E501
         "launcher_only_us": us(lambda: launch(a, b, c, m, n, k)),
         "matmul_out_us": us(
@@ -118,7 +119,7 @@ def numba_rows(calls: int = 2000, size: int = 64, warmup: int = 20) -> dict:
         ),  # noqa: E501
         # the fair yardstick for matmul without out=: the bare launch plus Numba's allocation
         "bare_launch_alloc_us": us(
-            lambda: cfg(fa, fb, cuda.device_array(m * n, "float32"), u(m), u(n), u(k))
+            lambda: cfg(fa, fb, cuda.device_array(m * n, "float32"), u(m), u(n), u(k), *rest)
         ),  # noqa: E501
     }
     out["fast_launch"] = launch.fast
