@@ -295,9 +295,7 @@ def _matrix_view(out: Any, a1: bool, b1: bool) -> Any:
         return None
     if a1 and b1:
         return out[None, None]
-    if a1:
-        return out[..., None, :]
-    return out[..., None] if b1 else out
+    return out[..., None, :] if a1 else out[..., None]
 
 
 def _shaped_launch(be: Backend, plan: Plan, rdt, host: bool, shaped: tuple, a: Any, b: Any) -> Any:
