@@ -98,7 +98,9 @@
 
 KERNEL GEMM_SIGNATURE
 {
+#if GEMV_T == 0 || !GEMV_SHFL /* (A @ x by shuffles needs no local memory) */
   LOCAL real ALIGN16 red[RED];
+#endif
 #if GEMV_ONEPASS
   LOCAL int last_;
 #endif
