@@ -4,7 +4,6 @@ as CUDA), the launch path's batch descriptor, and the NumPy backend's batched pa
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -281,9 +280,9 @@ def test_gemv_defines_carry_the_shuffles_and_the_register_budget():
 
     assert defs()["GEMV_SHFL"] == 1 and "MIN_BLOCKS" not in defs()
     assert defs(shfl=0)["GEMV_SHFL"] == 0 and defs(min_blocks=1)["MIN_BLOCKS"] == 1
-    src = (Path(K.__file__).parent / "gemv.cl").read_text()
+    src = (K.DATABASE.parent / "gemv.cl").read_text()
     assert "!defined(TILEDMM_CUDA)" in src and "WARP_DOWN" in src
-    db = json.loads((Path(K.__file__).parent / "geometry.json").read_text())["entries"]
+    db = json.loads(K.DATABASE.read_text())["entries"]
     vec = [e for e in db if e.get("backend") == "cupy" and e.get("shape_class") == "vector"
            and e["family"] == "naive" and e.get("device") == "NVIDIA H200"]  # fmt: skip
     assert {e["dtype"] for e in vec} == {"float32", "float64"}

@@ -112,6 +112,10 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
     d["SPLIT_K"] = split_k(plan)
     if single and d["SPLIT_K"] == 1:
         d["NO_BATCH"] = 1
+    # CUDA's __launch_bounds__ minimum, the register budget (register tiles, the gemv path);
+    # absent: ptxas' own choice. OpenCL ignores it.
+    if "min_blocks" in opt:
+        d["MIN_BLOCKS"] = int(opt["min_blocks"])
     if fam == "naive" and opt.get("gemv") and opt.get("cpu"):  # gemv_cpu.cl: no barriers
         d["GEMV_T"] = int(plan.n < plan.m)
         d["CPU_VEC"], d["NV"] = _cpu_gemv_vectors(opt)
@@ -124,8 +128,6 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
         d["KS"] = ks
         d["GEMV_U"] = int(opt.get("gu", 4))  # 16-byte loads in flight per item
         d["GEMV_SHFL"] = int(opt.get("shfl", 1))  # CUDA: partial sums by warp shuffles
-        if "min_blocks" in opt:  # CUDA: a register budget that keeps the loads in flight
-            d["MIN_BLOCKS"] = int(opt["min_blocks"])
         if d["GEMV_U"] not in (1, 2, 4, 8, 16):
             raise ValueError(f"gemv gu (loads in flight) must be 1-16, a power of 2: {d['GEMV_U']}")
         if opt.get("onepass") and d["SPLIT_K"] > 1:  # K slices summed by the last group
@@ -153,8 +155,6 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
             vm, vn = int(opt.get("vm", min(vw, tm))), int(opt.get("vn", min(vw, tn)))
             d.update(VM=vm, VN=vn, PAD=int(opt.get("pad", 0)), GROUP_M=int(opt.get("group_m", 1)))
             d["STAGES"] = int(opt.get("stages", 1))
-            if "min_blocks" in opt:  # CUDA __launch_bounds__ minimum; absent = compiler's choice
-                d["MIN_BLOCKS"] = int(opt["min_blocks"])
             d["ALIGNED"] = int(aligned)
             bad = []
             if bk % vw or bn % vw:
