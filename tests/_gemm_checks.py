@@ -55,6 +55,13 @@ STAGES2 = [
     ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=0, stages=2)),
     ((128, 128, 8), (8, 8), dict(use_local=1, vm=4, vn=4, pad=4, stages=2)),
     ((128, 128, 16), (8, 8), dict(use_local=1, vm=4, vn=4, pad=4, stages=2)),
+    ((128, 64, 16), (8, 4), dict(use_local=1, vm=4, vn=4, pad=4, stages=2, prefetch=1)),
+]
+
+# Register fragments loaded a K step ahead (FRAG_PREFETCH), single-buffered local tiles.
+PREFETCH = [
+    ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=4, prefetch=1)),
+    ((32, 16, 4), (4, 2), dict(use_local=1, vm=1, vn=2, prefetch=1)),
 ]
 
 

@@ -166,6 +166,9 @@ CONFIGS = [
     ("naive", "float32", (1, 16, 1), (1, 1), {"gemv": 1, "ks": 16, "gu": 8, "n": 1}),
     ("naive", "float32", (4, 16, 1), (1, 1), {"gemv": 1, "ks": 16}),  # skinny x @ B
     ("register", "float32", (128, 64, 16), (8, 4), {"vm": 4, "vn": 4, "pad": 4, "stages": 2}),
+    ("register", "float32", (128, 64, 16), (8, 4), {"vm": 4, "vn": 4, "pad": 4, "stages": 2,
+                                                    "prefetch": 1}),
+    ("register", "float64", (64, 64, 8), (4, 4), {"vm": 2, "vn": 2, "pad": 2, "prefetch": 1}),
 ]  # fmt: skip
 
 

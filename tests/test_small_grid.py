@@ -166,3 +166,26 @@ def test_shipped_skinny_tiles_are_already_fitted():
         for m, n in ((64, 4096), (4096, 32), (16, 8192)):
             turned = shapefit.orient(g, m, n)
             assert shapefit.fit_short_side(turned, m, n) == turned, (e, m, n)
+
+
+#: (product, FRAG_PREFETCH on OpenCL): lone grids of 8x4 tiles; 8x8 tiles; 2-3 blocks per SM
+LONE = [((1024, 1024, 1024), 1), ((1000, 1000, 1000), 1), ((1024, 1024, 8192), 1),
+        ((1280, 1280, 1280), 0), ((1536, 1536, 1536), 0), ((4096, 4096, 4096), 0)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("mnk", "want"), LONE)
+def test_opencl_prefetches_fragments_where_a_block_is_alone_on_its_sm(mnk, want):
+    """The H200 OpenCL entry's ``prefetch: "lone"``: FRAG_PREFETCH where the fitted grid
+    leaves at most one block per SM and a step has under 64 FMAs per thread (1024^3: 128
+    blocks of 128x64/8x4 on 132 SMs), not where two or three blocks share an SM (1536^3: 288)
+    or 8x8 tiles stay (1280^3: 100 blocks of 128x128); CuPy's shared entry never prefetches."""
+    from tiledmm_backends import kernels as K
+
+    for backend in ("opencl", "cupy"):
+        geo = K.load_geometry("register", "float32", H200, backend=backend)
+        assert (dict(geo.options).get("prefetch") == "lone") == (backend == "opencl")
+        geo = shapefit.for_product(geo, "register", *mnk, H200, "square", backend=backend)
+        plan = tiledmm.make_plan(*mnk, dtype="float32", kernel="register", device=H200,
+                                 geometry=geo, backend=backend)  # fmt: skip
+        got = K.defines(plan, aligned=True)["FRAG_PREFETCH"]
+        assert got == (want if backend == "opencl" else 0), (backend, plan.grid)

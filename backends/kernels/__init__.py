@@ -155,6 +155,7 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
             vm, vn = int(opt.get("vm", min(vw, tm))), int(opt.get("vn", min(vw, tn)))
             d.update(VM=vm, VN=vn, PAD=int(opt.get("pad", 0)), GROUP_M=int(opt.get("group_m", 1)))
             d["STAGES"] = int(opt.get("stages", 1))
+            d["FRAG_PREFETCH"] = _prefetch(plan)  # next step's fragments first
             d["ALIGNED"] = int(aligned)
             bad = []
             if bk % vw or bn % vw:
@@ -173,6 +174,19 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
             d["CPU_VEC"] = cv
             d["KC"] = int(opt.get("kc", 0))  # K block between barriers (0: one block)
     return d
+
+
+def _prefetch(plan: Any) -> int:
+    """``FRAG_PREFETCH`` of a register plan: its ``prefetch`` option, 0 or 1, or ``"lone"``:
+    1 where the plan's grid (K slices included) leaves at most one block per SM, with no other
+    block's warps to hide the local loads behind, and a K step's FMAs per thread (TM x TN)
+    number under 64, too few to hide them either (the H200 OpenCL entry, docs/kernels.md;
+    batched products have their own class entries)."""
+    p = plan.options.get("prefetch", 0)
+    if p != "lone":
+        return int(p)
+    alone = plan.grid[0] * plan.grid[1] * split_k(plan) <= plan.device.compute_units
+    return int(alone and plan.thread_tile[0] * plan.thread_tile[1] < 64)
 
 
 def split_k(plan: Any) -> int:

@@ -5,7 +5,7 @@
  * into VM x VN sub-blocks strided across the group (VM = TM gives contiguous rows), so each
  * local read is one 16-byte load and a warp's reads hit distinct banks. GROUP_M > 1 launches
  * blocks in column groups of GROUP_M block rows so neighbouring blocks share L2 panels;
- * STAGES 2 double-buffers the local tiles.
+ * STAGES 2 double-buffers the local tiles; FRAG_PREFETCH 1 the register fragments.
  * USE_LOCAL 0 (CPUs, OpenCL only): no local memory and no barriers; the micro-tile is TM rows
  * of TN / CPU_VEC native vectors, B rows are read with vloadN and A values broadcast, which is
  * the shape of a CPU BLAS micro-kernel; the group (BM x BN) keeps the B panel in cache.
@@ -80,33 +80,54 @@ INLINE void stash_tiles(LOCAL_PTR real *As, LOCAL_PTR real *Bs, real va[A_LOADS]
   }
 }
 
-/* acc += As^T Bs over one BK step: per k, VM/VN-wide local reads into ra/rb, then TM x TN FMAs */
+/* Local memory -> registers: the A column and B row fragments of this thread at step kk */
+INLINE void load_fragments(real ra[TM], real rb[TN], const LOCAL_PTR real *As,
+                           const LOCAL_PTR real *Bs, const int kk, const int tx, const int ty)
+{
+  UNROLL for (int g = 0; g < TM / VM; ++g) {
+    const int m = kk * AS_LD + g * THREADS_M * VM + ty * VM;
+#if VM == VW
+    const realV x = VLOADL(&As[m]);
+    VSPLIT(x, &ra[g * VM]);
+#else
+    UNROLL for (int q = 0; q < VM; ++q) ra[g * VM + q] = As[m + q];
+#endif
+  }
+  UNROLL for (int g = 0; g < TN / VN; ++g) {
+    const int n = kk * BS_LD + g * THREADS_N * VN + tx * VN;
+#if VN == VW
+    const realV x = VLOADL(&Bs[n]);
+    VSPLIT(x, &rb[g * VN]);
+#else
+    UNROLL for (int q = 0; q < VN; ++q) rb[g * VN + q] = Bs[n + q];
+#endif
+  }
+}
+
+/* acc += As^T Bs over one BK step: per k, the fragments into ra/rb, then TM x TN FMAs.
+ * FRAG_PREFETCH 1 loads step kk + 1's fragments before step kk's FMAs (two register sets),
+ * so the local loads' latency hides behind the FMAs whatever order the compiler keeps. */
 INLINE void tile_product(real acc[TM][TN], const LOCAL_PTR real *As, const LOCAL_PTR real *Bs,
                          const int tx, const int ty)
 {
+#if FRAG_PREFETCH
+  real ra[2][TM], rb[2][TN];
+  load_fragments(ra[0], rb[0], As, Bs, 0, tx, ty);
+  UNROLL for (int kk = 0; kk < BK; ++kk) {
+    if (kk + 1 < BK)
+      load_fragments(ra[(kk + 1) & 1], rb[(kk + 1) & 1], As, Bs, kk + 1, tx, ty);
+    UNROLL for (int i = 0; i < TM; ++i)
+      UNROLL for (int j = 0; j < TN; ++j)
+        acc[i][j] = FMA(ra[kk & 1][i], rb[kk & 1][j], acc[i][j]);
+  }
+#else
   UNROLL for (int kk = 0; kk < BK; ++kk) {
     real ra[TM], rb[TN];
-    UNROLL for (int g = 0; g < TM / VM; ++g) {
-      const int m = kk * AS_LD + g * THREADS_M * VM + ty * VM;
-#if VM == VW
-      const realV x = VLOADL(&As[m]);
-      VSPLIT(x, &ra[g * VM]);
-#else
-      UNROLL for (int q = 0; q < VM; ++q) ra[g * VM + q] = As[m + q];
-#endif
-    }
-    UNROLL for (int g = 0; g < TN / VN; ++g) {
-      const int n = kk * BS_LD + g * THREADS_N * VN + tx * VN;
-#if VN == VW
-      const realV x = VLOADL(&Bs[n]);
-      VSPLIT(x, &rb[g * VN]);
-#else
-      UNROLL for (int q = 0; q < VN; ++q) rb[g * VN + q] = Bs[n + q];
-#endif
-    }
+    load_fragments(ra, rb, As, Bs, kk, tx, ty);
     UNROLL for (int i = 0; i < TM; ++i)
       UNROLL for (int j = 0; j < TN; ++j) acc[i][j] = FMA(ra[i], rb[j], acc[i][j]);
   }
+#endif
 }
 
 KERNEL GEMM_SIGNATURE
