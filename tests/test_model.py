@@ -260,6 +260,24 @@ def test_naive_wavefronts_and_fills_match_the_counters():
         assert c["l1tex__data_bank_writes.sum"] * 4 / warp_steps == pytest.approx(fills, 0.3)
 
 
+def test_naive_dram_bytes_of_the_row_outside_match_the_counters():
+    """The held row outside the band (OpenCL's 4x64 naive blocks at 8192^3, KNOWN_OUTSIDE):
+    its DRAM bytes are the model's (B once per block row) and far from the DRAM roof, so the
+    gap is not a byte count the model gets wrong."""
+    from tiledmm.modelcheck import plan_for_row
+
+    data = json.loads((RESULTS / "h200-counters-cases.json").read_text())
+    (r,) = [r for r in data["rows"] if r["kernel"] == "naive" and r["block_tile"] == [4, 64, 1]
+            and r["m"] == 8192 and r["dtype"] == "float32"]  # fmt: skip
+    plan = plan_for_row(r, reference_h200())
+    read = dict(plan.level("DRAM").parts)["read"]
+    c = r["counters"]
+    assert c["dram__bytes_read.sum"] == pytest.approx(read, rel=0.05)
+    rate = c["dram__bytes_read.sum"] / c["gpu__time_duration.sum"]
+    assert rate < 0.6 * reference_h200().level("DRAM")
+    assert c["gpu__time_duration.sum"] > 1.25 * plan.level("L1").seconds
+
+
 def test_c_store_sectors_match_the_counters():
     """register.cl's scalar epilogue: the SM issues 4x C's sectors (VN 4 stores write each
     sector in part: ``c_store_sectors``, exact), and the L2 receives 1.42-1.67x (L1 merges most
@@ -279,19 +297,13 @@ def test_c_store_sectors_match_the_counters():
 
 #: Held GPU rows outside [0.8, 1.25], each with its reason (docs/model.md, "still wrong").
 _NAIVE_DRAM = (
-    "naive float32 8192^3 with OpenCL's 4x64 blocks: 1.41x its L1 level (load wavefronts and "
-    "fills); the operands are far past the L2 and the launch is DRAM-bound, with DRAM bytes "
-    "that the footprint does not fix (the same float32 launch read 4.3 and 23.7 GB in two "
-    "counter runs; docs/model.md: benches/naive_stalls.py)"
-)
-_ONE_BLOCK_PER_SM = (
-    "register 128x64 at 1024^3 on OpenCL: 128 blocks, one (8 warps) per SM, 1.27-1.28 where "
-    "CuPy's same tile is 1.17-1.19 (the tile race: 1.32 / 1.16); nvcc's SASS leaves one warp's "
-    "stalls under the issue level, so neither the resident-warps term nor OpenCL's code is "
-    "modelled"
+    "naive float32 8192^3 with OpenCL's 4x64 blocks: 1.40x its L1 level. Nsight on the same "
+    "launch through CuPy (h200-counters-cases.json, 2026-12-02): DRAM 540 GB read, the model's "
+    "550 (B once per block row), at 0.55 of the DRAM roof, so no level the model counts binds; "
+    "the wait is the misses' DRAM latency, which the latency level (an L2 hit) does not count, "
+    "and counting it would move Numba's naive rows out (docs/model.md)"
 )
 KNOWN_OUTSIDE = {
-    ("opencl", "register", "float32", (1024, 1024, 1024)): _ONE_BLOCK_PER_SM,
     ("opencl", "naive", "float32", (8192, 8192, 8192)): _NAIVE_DRAM,
 }
 
@@ -312,7 +324,7 @@ def test_committed_gpu_results_inside_the_band_but_the_listed_rows():
         if not GPU_BAND[0] <= r.ratio <= GPU_BAND[1]
     }
     assert set(outside) == set(KNOWN_OUTSIDE), outside  # a row that comes inside: drop it
-    assert sum(GPU_BAND[0] <= r.ratio <= GPU_BAND[1] for r in held) >= 179
+    assert sum(GPU_BAND[0] <= r.ratio <= GPU_BAND[1] for r in held) >= 182
     assert all(0.5 < r.ratio < 2.0 for r in held)
     assert "worst" in format_table(rows)
 
