@@ -309,10 +309,10 @@ def test_c_store_sectors_match_the_counters():
 _NAIVE_DRAM = (
     "naive float32 8192^3 with OpenCL's 4x64 blocks: 1.40x its L1 level. Nsight on the same "
     "launch through CuPy (h200-counters-cases.json, 2026-12-02): DRAM 540 GB read, the model's "
-    "550, at 0.55 of the DRAM roof; with 8x32 blocks it reads half that in the same time "
-    "(logs/h200-naive-regime-s15.txt). The wait is L2 misses queueing under load (~525 ns per "
-    "round trip against an idle chase's ~185 ns), which no level counts; a loaded-latency term "
-    "fitted here would move Numba's naive rows out (docs/model.md)"
+    "550, at 0.55 of the DRAM roof. Beyond the L1 level the time follows the DRAM sectors, one "
+    "SM clock per sector per SM (logs/h200-naive-fills-s15.txt); filling DRAM lines per sector "
+    "would model it, but needs a naive DRAM count the model lacks where B is 1-4x the L2 "
+    "(docs/model.md)"
 )
 KNOWN_OUTSIDE = {
     ("opencl", "naive", "float32", (8192, 8192, 8192)): _NAIVE_DRAM,
