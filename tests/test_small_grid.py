@@ -189,3 +189,19 @@ def test_opencl_prefetches_fragments_where_a_block_is_alone_on_its_sm(mnk, want)
                                  geometry=geo, backend=backend)  # fmt: skip
         got = K.defines(plan, aligned=True)["FRAG_PREFETCH"]
         assert got == (want if backend == "opencl" else 0), (backend, plan.grid)
+
+
+def test_opencl_override_keeps_the_shared_h200_tiles():
+    """The H200 OpenCL register entry is the shared one plus ``prefetch``: a retuned shared
+    entry must be copied into it (or the override dropped), not left behind."""
+    from tiledmm_backends import kernels as K
+
+    e = [e for e in K.geometry_entries() if e.get("device") == "NVIDIA H200"
+         and e["family"] == "register" and e.get("dtype") == "float32"
+         and e["kernels"] == "gemm-c" and "shape_class" not in e]  # fmt: skip
+    shared = [x for x in e if "backend" not in x]
+    own = [x for x in e if x.get("backend") == "opencl"]
+    assert len(shared) == len(own) == 1
+    for key in ("block_tile", "thread_tile"):
+        assert own[0][key] == shared[0][key]
+    assert own[0]["options"] == {**shared[0]["options"], "prefetch": "lone"}
