@@ -125,6 +125,16 @@
 #define ZERO ((real)0)
 #define IMIN(a, b) ((a) < (b) ? (a) : (b))
 
+/* The CPU kernels' vectors (OpenCL with CPU_VEC: register.cl's USE_LOCAL 0, gemv_cpu.cl):
+ * realN holds CPU_VEC elements; realNu is the same type aligned to one element only, for
+ * unaligned vector loads and stores without vloadN calls. */
+#if defined(TILEDMM_OPENCL) && defined(CPU_VEC)
+  #define CAT_(a, b) a##b
+  #define CAT(a, b) CAT_(a, b)
+  #define realN CAT(REAL_NAME, CPU_VEC)
+typedef realN __attribute__((aligned(REAL_BYTES))) realNu;
+#endif
+
 #ifndef NO_BATCH
   #define NO_BATCH 0
 #endif

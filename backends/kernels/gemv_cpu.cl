@@ -14,11 +14,7 @@
 #ifndef TILEDMM_OPENCL
   #error "gemv_cpu.cl is the OpenCL CPU variant of the gemv path"
 #endif
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define realN CAT(REAL_NAME, CPU_VEC)
-/* an element-aligned vector type: unaligned vector loads and stores without vloadN calls */
-typedef realN __attribute__((aligned(REAL_BYTES))) realNu;
+/* realN, realNu: the CPU kernels' vector types (gemm_common.h) */
 
 INLINE real lanes_sum(const realN v)
 {

@@ -202,12 +202,7 @@ KERNEL GEMM_SIGNATURE
 #ifndef TILEDMM_OPENCL
   #error "the USE_LOCAL=0 (CPU) variant of the register family is OpenCL only"
 #endif
-#define NV (TN / CPU_VEC)
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define realN CAT(REAL_NAME, CPU_VEC)
-/* an element-aligned vector type: unaligned vector loads/stores without vloadN calls */
-typedef realN __attribute__((aligned(REAL_BYTES))) realNu;
+#define NV (TN / CPU_VEC) /* realN, realNu: gemm_common.h */
 
 /* acc += A[row.., k0:k1] @ B[k0:k1, col..]: the micro-kernel over one K block */
 INLINE void micro_kernel(realN acc[TM][NV], const GLOBAL real *a[TM], const GLOBAL real *b,
