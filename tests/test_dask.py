@@ -402,3 +402,29 @@ def test_bench_writes_rows_as_it_goes(tmp_path, monkeypatch):
             -(-d // c) for d, c in zip((96, 80), r["chunks"][:2], strict=True)
         )
         assert all(w["product"] > 0 and w["busy"] <= r["seconds"] for w in work)
+
+
+class _Client:
+    """A distributed client stand-in whose scheduler has no workers until it is waited on."""
+
+    def __init__(self, arrive: bool):
+        self.arrive, self.workers, self.waited = arrive, {}, []
+
+    def scheduler_info(self):
+        return {"workers": self.workers}
+
+    def wait_for_workers(self, n, timeout=None):
+        self.waited.append((n, timeout))
+        if not self.arrive:
+            raise TimeoutError("no worker came")
+        self.workers = {"tcp://w1": {"memory_limit": 2**30}, "tcp://w2": {"memory_limit": 2**30}}
+
+
+def test_current_cluster_waits_for_workers_that_are_starting():
+    """A client whose workers are (re)starting: planning waits for one instead of failing (CI
+    once caught the scheduler with none, between a nanny's restart and the next test)."""
+    c = _Client(arrive=True)
+    cl = td.current_cluster(c)
+    assert cl.workers == 2 and c.waited == [(1, td.WORKER_WAIT_S)]
+    with pytest.raises(RuntimeError, match="no workers .*cluster=tiledmm.dask.Cluster"):
+        td.current_cluster(_Client(arrive=False))

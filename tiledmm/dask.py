@@ -87,6 +87,10 @@ def _numpy_check(a: Any, b: Any, out: Any = None) -> None:
     check_like_numpy(a, b, out)
 
 
+#: Seconds :func:`current_cluster` waits for a worker where the client has none at the moment.
+WORKER_WAIT_S = 10.0
+
+
 def current_cluster(client: Any = None, *, device_memory: float | None = None) -> Cluster:
     """The cluster dask will run on: the active ``distributed`` client's workers, or this
     process's threads (dask's default scheduler). ``device_memory`` replaces each worker's
@@ -102,8 +106,17 @@ def current_cluster(client: Any = None, *, device_memory: float | None = None) -
         cl = local_cluster()
         return cl if device_memory is None else replace(cl, worker_memory=float(device_memory))
     workers = client.scheduler_info().get("workers", {})
+    if not workers:  # starting, or a nanny restarting one: dask itself would wait for one
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+        except Exception:  # noqa: BLE001 - distributed's timeout error, or an async client
+            pass
+        workers = client.scheduler_info().get("workers", {})
     if not workers:
-        raise RuntimeError("the dask client has no workers")
+        raise RuntimeError(
+            f"the dask client has no workers (waited {WORKER_WAIT_S:g} s): start some, or "
+            "pass cluster=tiledmm.dask.Cluster(...) to plan without asking the client"
+        )
     mems = [w.get("memory_limit") or 0 for w in workers.values()]
     mem = device_memory or min(mems) or local_cluster().worker_memory
     return Cluster(
