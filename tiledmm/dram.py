@@ -17,6 +17,7 @@ __all__ = [
     "dram_traffic_cached",
     "dram_key",
     "miss_fraction",
+    "scan_miss_fraction",
     "L2_SHARED_FRACTION",
     "LOCKSTEP_BLOCKS",
 ]
@@ -49,6 +50,12 @@ def miss_fraction(x: float) -> float:
     return 1.0 - lo
 
 
+def scan_miss_fraction(x: float) -> float:
+    """Misses per reuse of a working set ``x`` times the cache under the best replacement (a
+    cache that keeps a fixed part of a set read again in the same order hits on that part)."""
+    return max(0.0, 1.0 - 1.0 / x) if x > 1.0 else 0.0
+
+
 def _block_order(p: int, gx: int, gy: int, group: int) -> tuple[int, int]:
     """(block row, block column) of the p-th launched block (register.cl's GROUP_M order)."""
     if group <= 1:
@@ -76,7 +83,7 @@ def _window(p0: int, p1: int, gx: int, gy: int, group: int) -> tuple[range | set
 
 
 def dram_traffic(
-    g: dict, s: int, dev: DeviceSpec, resident: int, group: int = 1
+    g: dict, s: int, dev: DeviceSpec, resident: int, group: int = 1, convoys: bool = False
 ) -> tuple[float, float]:
     """(read, written) bytes between DRAM and L2 for a tiled launch of ``resident`` blocks at
     a time, launched in raster (or ``group``-row) order.
@@ -87,7 +94,12 @@ def dram_traffic(
     comes again from DRAM with :func:`miss_fraction` of (bytes the windows since then touched)
     / (the L2's shared capacity). Writes: C, less the dirty lines of the last wave's epilogue
     still in the L2 when the kernel ends (the counter sees only what leaves during the kernel;
-    random replacement among the whole L2 keeps cap (1 - exp(-c/cap)) of c bytes)."""
+    random replacement among the whole L2 keeps cap (1 - exp(-c/cap)) of c bytes).
+
+    ``convoys``: blocks whose speed follows their L2 hits (the naive family: a line from DRAM
+    costs it four fill wavefronts, one from the L2 one) catch up with the block ahead in their
+    column and read its lines while the L2 still holds them; a panel read again misses
+    :func:`scan_miss_fraction` of it (the counters sit at or below it, docs/model.md)."""
     m, n, k, bm, bn, gx, gy = g["m"], g["n"], g["k"], g["bm"], g["bn"], g["gx"], g["gy"]
     blocks = gx * gy
     l2 = dev.cache("L2")
@@ -96,6 +108,7 @@ def dram_traffic(
     if not l2:
         return float((m * k + k * n) * s), float(m * n * s)
     cap = l2 * L2_SHARED_FRACTION
+    misses = scan_miss_fraction if convoys else miss_fraction
     lockstep = resident <= LOCKSTEP_BLOCKS * max(1, dev.compute_units)
     window = max(1, resident if lockstep else gx)
     a_panel = [min(bm, m - r * bm) * k * s for r in range(gy)]
@@ -111,7 +124,7 @@ def dram_traffic(
         for key, size in panels:
             if key in last:
                 dist = foot[w] - foot[last[key]] + in_flight
-                read += size * miss_fraction(dist / cap)
+                read += size * misses(dist / cap)
             else:
                 read += size
             last[key] = w
@@ -134,6 +147,6 @@ def dram_key(g: dict) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=512)
 def dram_traffic_cached(
-    key: tuple[int, ...], s: int, dev: DeviceSpec, resident: int, group: int
+    key: tuple[int, ...], s: int, dev: DeviceSpec, resident: int, group: int, convoys: bool = False
 ) -> tuple[float, float]:
-    return dram_traffic(dict(zip(DRAM_KEYS, key, strict=True)), s, dev, resident, group)
+    return dram_traffic(dict(zip(DRAM_KEYS, key, strict=True)), s, dev, resident, group, convoys)

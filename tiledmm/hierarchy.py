@@ -150,16 +150,24 @@ def gpu_levels(
     else:
         l2_block = counts.l1_bytes
     l2 = blocks * l2_block
+    read, written, reduce_bytes = _dram(kernel, g, s, dev, engine, opts, blocks_per_unit,
+                                        batch, split)  # fmt: skip
     l1_bw = dev.level("L1")
     if l1_bw:
         # the data pipe of the SRAM that L1 and shared memory share (one 128 B wavefront per
         # clock: the shared probe's rate where measured). The naive family's loads go through
         # it alone: its load wavefronts, and the lines they miss written into the SRAM as they
-        # return from L2 (a fill wavefront per 128 B; Nsight on the H200: 13-16 bank writes of
-        # 4 B per warp per K step, the model's 65-68 B of L2 reads)
+        # return (Nsight on the H200: 13-16 bank writes of 4 B per warp per K step, the
+        # model's 65-68 B of L2 reads): a wavefront per line the L2 holds, whose sectors come
+        # back together, and one per 32-byte sector of a line from DRAM, whose sectors come
+        # back one by one (docs/model.md: ten 4x64 launches with B of 64-256 MB at 1.05-1.09
+        # of it with the counters' DRAM bytes)
         pipe, pipe_bw = ("shared memory", shared_bw) if shared_bw else ("L1", l1_bw)
         wf_rate = per_sm(pipe, pipe_bw) / WAVEFRONT
-        fills = l2_block / WAVEFRONT if kernel == "naive" else 0.0
+        fills = 0.0
+        if kernel == "naive":  # lines from the L2 fill whole; lines from DRAM a sector each
+            from_dram = min(l2_block, read / blocks) if blocks else 0.0
+            fills = (l2_block - from_dram) / WAVEFRONT + from_dram / SECTOR
         l1_wf = counts.l1_wf + fills + c_sectors * SECTOR / WAVEFRONT
         out.append(Level("L1", counts.l1_bytes * blocks + c_store,
                          dev.clocked(pipe, pipe_bw) * used / sms, on_sm * l1_wf / wf_rate,
@@ -171,8 +179,6 @@ def gpu_levels(
     c_l2_store = c_l2 * blocks
     out.append(Level("L2", l2 + c_l2_store, l2_bw, (l2 + c_l2_store) / l2_bw if l2_bw else 0.0,
                      parts=(("loads", l2), ("C stores", c_l2_store))))  # fmt: skip
-    read, written, reduce_bytes = _dram(kernel, g, s, dev, engine, opts, blocks_per_unit,
-                                        batch, split)  # fmt: skip
     dram = read + written
     out.append(Level("DRAM", dram, dev.level("DRAM"), dram / dev.level("DRAM"),
                      f"{read / 1e6:.4g} MB read, {written / 1e6:.4g} MB written",
@@ -274,7 +280,7 @@ def _dram(kernel: str, g: dict, s: int, dev: DeviceSpec, engine: str, opts: dict
     group = int(opts.get("group_m", 1)) if kernel == "register" and engine == "gemm-c" else 1
     resident = blocks_per_unit * max(1, dev.compute_units)
     # panels over the whole K (dram_key has no kp): the K slices read disjoint parts of them
-    read, written = dram_traffic_cached(dram_key(g), s, dev, resident, group)
+    read, written = dram_traffic_cached(dram_key(g), s, dev, resident, group, kernel == "naive")
     read, written = read * batch, written * batch
     if split == 1:
         return read, written, 0.0
