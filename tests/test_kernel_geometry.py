@@ -83,9 +83,10 @@ def test_lookup_order_device_then_backend_then_kind():
     assert "tuned on NVIDIA H200" in tuned.source
     default = K.load_geometry("register", "float32", other, backend="cupy")
     assert default.block_tile == (128, 128, 8) and default.source == "default for gpu"
-    # the one per-backend override: OpenCL's naive float32 on the H200 ran the GPU default
-    assert K.load_geometry("naive", "float32", H200, backend="cupy").block_tile == (2, 128, 1)
-    assert K.load_geometry("naive", "float32", H200, backend="opencl").block_tile == (4, 64, 1)
+    # a per-backend override: OpenCL's register float32 on the H200 prefetches fragments
+    shared = K.load_geometry("register", "float32", H200, backend="cupy")
+    ocl = K.load_geometry("register", "float32", H200, backend="opencl")
+    assert "prefetch" not in dict(shared.options) and dict(ocl.options)["prefetch"] == "lone"
     # numba-cuda's kernels have their own entries in the same database
     nb = K.load_geometry("register", "float32", H200, kernels="numba")
     assert nb.block_tile == (128, 128, 8) and dict(nb.options)["unroll_k"] is True
