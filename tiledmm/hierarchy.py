@@ -164,7 +164,7 @@ def gpu_levels(
         # of it with the counters' DRAM bytes)
         pipe, pipe_bw = ("shared memory", shared_bw) if shared_bw else ("L1", l1_bw)
         wf_rate = per_sm(pipe, pipe_bw) / WAVEFRONT
-        fills = 0.0
+        fills, from_dram = 0.0, 0.0
         if kernel == "naive":  # lines from the L2 fill whole; lines from DRAM a sector each
             from_dram = min(l2_block, read / blocks) if blocks else 0.0
             fills = (l2_block - from_dram) / WAVEFRONT + from_dram / SECTOR
@@ -172,7 +172,9 @@ def gpu_levels(
         out.append(Level("L1", counts.l1_bytes * blocks + c_store,
                          dev.clocked(pipe, pipe_bw) * used / sms, on_sm * l1_wf / wf_rate,
                          f"{counts.l1_wf / counts.fma:.3g} load wavefronts per warp FMA"
-                         + (f", {fills / counts.fma:.3g} fills" if fills else ""),
+                         + (f", {fills / counts.fma:.3g} fills" if fills else "")
+                         + (f" ({from_dram / l2_block:.0%} of lines from DRAM, a wavefront"
+                            " per sector)" if from_dram > 0.005 * l2_block else ""),
                          parts=(("loads", counts.l1_bytes * blocks), ("C stores", c_store))),
                    )  # fmt: skip
     l2_bw = dev.level("L2")
