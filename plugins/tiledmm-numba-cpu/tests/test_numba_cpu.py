@@ -137,3 +137,23 @@ def test_read_only_out_raises_numpys_error(kernel):
     with pytest.raises(ValueError, match="read-only"):
         tiledmm.matmul(a, b, backend="numba-cpu", kernel=kernel, out=out)
     assert np.isnan(out).all()
+
+
+def test_split_bench_times_packing_and_loop(tmp_path):
+    """benches/numba_cpu_split.py (the packing / loop split of docs/model.md) runs and writes
+    both phases with the model's figures beside them."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "benches" / "numba_cpu_split.py"
+    out = tmp_path / "split.json"
+    cmd = [sys.executable, str(script), "--sizes", "96", "--rounds", "2", "-o", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["family"] for r in rows} == {"tiled", "register"}
+    for r in rows:
+        assert r["measured"]["whole"] > 0 and r["measured"]["packing"] > 0
+        assert r["model"]["packing"] > 0 and r["model"]["whole"] > r["model"]["packing"]
+        assert r["pack_clocks_per_element"] > 0
