@@ -5,7 +5,7 @@
 The planner models these kernels as a packing phase (each block copies its A and B tiles
 before every K step: ``NUMBA_PACK_CLOCKS`` per element, serial) followed by the loop over the
 packed tiles (docs/model.md). This times the whole kernel through the backend and the packing
-alone (the plugin's own ``_pack`` for every block and K step, in the kernel's ``prange``
+alone (the plugin's own ``pack_tiles`` for every block and K step, in the kernel's ``prange``
 order and with its read-only layout-generic signature); the loop is the difference. Rounds
 alternate the two, and the figure is each one's minimum (other processes only add time).
 Prints measured / modelled time per phase and the packing's clocks per element on this CPU;
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 from numba import njit, prange, types
-from tiledmm_numba_cpu.kernels import _origin_j, _pack_j
+from tiledmm_numba_cpu.kernels import block_origin, pack_tiles
 
 import tiledmm
 from tiledmm.cpu_model import NUMBA_PACK_CLOCKS
@@ -32,11 +32,11 @@ def _pack_all(A, B, BM, BN, BK):
     N = B.shape[1]
     gx = (N + BN - 1) // BN
     for blk in prange(gx * ((M + BM - 1) // BM)):
-        i0, j0 = _origin_j(blk, gx, BM, BN)
+        i0, j0 = block_origin(blk, gx, BM, BN)
         Ap = np.empty((BM, BK), A.dtype)
         Bp = np.empty((BK, BN), A.dtype)
         for k0 in range(0, K, BK):
-            _pack_j(A, B, i0, j0, k0, Ap, Bp)
+            pack_tiles(A, B, i0, j0, k0, Ap, Bp)
 
 
 def pack_kernel(dtype: str):

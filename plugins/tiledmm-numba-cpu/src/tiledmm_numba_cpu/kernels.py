@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
-__all__ = ["kernel", "MICRO_ROWS"]
+__all__ = ["kernel", "MICRO_ROWS", "block_origin", "pack_tiles"]
 
 MICRO_ROWS = 4  # TM of the register family (the unrolled micro-tile height)
 _OPTS = dict(parallel=True, fastmath=False, cache=True, nogil=True)
@@ -142,6 +142,9 @@ def _register(A, B, C, BM, BN, BK, TN):
 _origin_j = njit(cache=True, nogil=True)(_origin)
 _pack_j = njit(cache=True, nogil=True)(_pack)
 _store_j = njit(cache=True, nogil=True)(_store)
+#: the jitted block-origin and packing steps, as the kernels call them (benches/numba_cpu_split.py
+#: times the packing alone with them)
+block_origin, pack_tiles = _origin_j, _pack_j
 _FUNCS = {"naive": _naive, "tiled": _tiled, "register": _register}
 _compiled: dict = {}
 
