@@ -5,11 +5,11 @@
 The planner models these kernels as a packing phase (each block copies its A and B tiles
 before every K step: ``NUMBA_PACK_CLOCKS`` per element, serial) followed by the loop over the
 packed tiles (docs/model.md). This times the whole kernel through the backend and the packing
-alone (the plugin's own ``pack_tiles`` for every block and K step, in the kernel's ``prange``
-order and with its read-only layout-generic signature); the loop is the difference. Rounds
-alternate the two, and the figure is each one's minimum (other processes only add time).
-Prints measured / modelled time per phase and the packing's clocks per element on this CPU;
-``-o`` writes them as JSON with the machine.
+alone (the plugin's ``kernel("packing")``: its own packing for every block and K step, in
+the kernels' ``prange`` order and with their read-only layout-generic signature); the loop
+is the difference. Rounds alternate the two, and the figure is each one's minimum (other
+processes only add time). Prints measured / modelled time per phase and the packing's clocks
+per element on this CPU; ``-o`` writes them as JSON with the machine.
 """
 
 from __future__ import annotations
@@ -20,29 +20,10 @@ import platform
 import time
 
 import numpy as np
-from numba import njit, prange, types
-from tiledmm_numba_cpu.kernels import block_origin, pack_tiles
+from tiledmm_numba_cpu.kernels import kernel
 
 import tiledmm
 from tiledmm.cpu_model import NUMBA_PACK_CLOCKS
-
-
-def _pack_all(A, B, BM, BN, BK):
-    M, K = A.shape
-    N = B.shape[1]
-    gx = (N + BN - 1) // BN
-    for blk in prange(gx * ((M + BM - 1) // BM)):
-        i0, j0 = block_origin(blk, gx, BM, BN)
-        Ap = np.empty((BM, BK), A.dtype)
-        Bp = np.empty((BK, BN), A.dtype)
-        for k0 in range(0, K, BK):
-            pack_tiles(A, B, i0, j0, k0, Ap, Bp)
-
-
-def pack_kernel(dtype: str):
-    t = {"float32": types.float32, "float64": types.float64}[dtype]
-    ab = types.Array(t, 2, "A", readonly=True)
-    return njit(types.void(ab, ab, *(types.intp,) * 3), parallel=True, nogil=True)(_pack_all)
 
 
 def split(family: str, n: int, dtype: str, rounds: int) -> dict:
@@ -53,13 +34,13 @@ def split(family: str, n: int, dtype: str, rounds: int) -> dict:
     be = tiledmm.get_backend("numba-cpu")
     plan = tiledmm.plan(n, n, n, dtype=dtype, backend="numba-cpu", kernel=family)
     bm, bn, bk = plan.block_tile
-    pack = pack_kernel(dtype)
+    pack = kernel("packing", dtype)
 
     def whole() -> None:
         be.run(plan, a, b, c)
 
     def packing() -> None:
-        pack(a, b, bm, bn, bk)
+        pack(a, b, c, bm, bn, bk, plan.thread_tile[1])
 
     whole(), packing()  # compile
     assert np.allclose(c, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-3 * n**0.5)

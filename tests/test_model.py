@@ -315,22 +315,32 @@ def test_naive_dram_bytes_and_times_against_the_counters():
     assert sizes == {"fits", "streams", "between"}
 
 
+def _held_out_ratios(name: str, count: int) -> dict[tuple, float]:
+    """Measured / predicted time of a held-out log's rows (``logs/<name>.json``: device-event
+    medians of each backend's own plan, every output checked), keyed by (backend, kernel,
+    dtype, m, n, k), on ``reference_h200()``."""
+    from tiledmm.modelcheck import plan_for_row
+
+    rows = json.loads((RESULTS / "logs" / f"{name}.json").read_text())["rows"]
+    assert len(rows) == count and all(r["err"] < 1e-4 for r in rows)
+    dev = reference_h200()
+    return {
+        (r["backend"], r["kernel"], r["dtype"], r["m"], r["n"], r["k"]): r["seconds"]
+        / plan_for_row(r, dev).predicted_seconds
+        for r in rows
+    }
+
+
+def _outside(ratios: dict[tuple, float]) -> set[tuple]:
+    return {key for key, ratio in ratios.items() if not GPU_BAND[0] <= ratio <= GPU_BAND[1]}
+
+
 def test_naive_held_out_launches_inside_the_band_but_one():
     """33 naive launches at shapes never used to fit the model (logs/h200-naive-holdout-s16):
     all inside [0.8, 1.25] but CuPy's 2x128 blocks at 7000x9000x3000 (0.71: B 1.7x the L2,
     convoys keep its DRAM reads under the model's upper bound), which stays within 0.67."""
-    from tiledmm.modelcheck import plan_for_row
-
-    rows = json.loads((RESULTS / "logs" / "h200-naive-holdout-s16.json").read_text())["rows"]
-    assert len(rows) == 33 and all(r["err"] < 1e-4 for r in rows)
-    dev = reference_h200()
-    ratios = {
-        (r["backend"], r["dtype"], r["m"], r["n"], r["k"]): r["seconds"]
-        / plan_for_row(r, dev).predicted_seconds
-        for r in rows
-    }
-    outside = {key for key, ratio in ratios.items() if not GPU_BAND[0] <= ratio <= GPU_BAND[1]}
-    assert outside == {("cupy", "float32", 7000, 9000, 3000)}, outside
+    ratios = _held_out_ratios("h200-naive-holdout-s16", 33)
+    assert _outside(ratios) == {("cupy", "naive", "float32", 7000, 9000, 3000)}
     assert all(0.67 <= ratio <= 1.25 for ratio in ratios.values())
 
 
@@ -339,23 +349,13 @@ def test_tiled_and_register_held_out_launches_inside_the_band_but_three():
     backend's own plan (logs/h200-unseen-pred-s16): 117 inside [0.8, 1.25]. Outside, with the
     reasons in the log: OpenCL's unaligned register kernel at 2049^3 and numba-cuda's smaller
     double-buffered tiles (more staging instructions than counted), all under 1.35."""
-    from tiledmm.modelcheck import plan_for_row
-
-    rows = json.loads((RESULTS / "logs" / "h200-unseen-pred-s16.json").read_text())["rows"]
-    assert len(rows) == 120 and all(r["err"] < 1e-4 for r in rows)
-    assert {r["kernel"] for r in rows} == {"tiled", "register"}
-    dev = reference_h200()
-    ratios = {
-        (r["backend"], r["kernel"], r["dtype"], r["m"], r["n"], r["k"]): r["seconds"]
-        / plan_for_row(r, dev).predicted_seconds
-        for r in rows
-    }
-    outside = {key for key, ratio in ratios.items() if not GPU_BAND[0] <= ratio <= GPU_BAND[1]}
-    assert outside == {
+    ratios = _held_out_ratios("h200-unseen-pred-s16", 120)
+    assert {key[1] for key in ratios} == {"tiled", "register"}
+    assert _outside(ratios) == {
         ("opencl", "register", "float32", 2049, 2049, 2049),
         ("numba-cuda", "register", "float32", 1536, 1536, 1536),
         ("numba-cuda", "register", "float32", 1024, 1024, 16384),
-    }, outside
+    }
     assert all(0.8 <= ratio <= 1.35 for ratio in ratios.values())
 
 

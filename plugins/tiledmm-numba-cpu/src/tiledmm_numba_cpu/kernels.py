@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
-__all__ = ["kernel", "MICRO_ROWS", "block_origin", "pack_tiles"]
+__all__ = ["kernel", "MICRO_ROWS"]
 
 MICRO_ROWS = 4  # TM of the register family (the unrolled micro-tile height)
 _OPTS = dict(parallel=True, fastmath=False, cache=True, nogil=True)
@@ -88,6 +88,21 @@ def _tiled(A, B, C, BM, BN, BK, TN):
         _store_j(C, Cb, i0, j0)
 
 
+def _packing(A, B, C, BM, BN, BK, TN):
+    """The tiled and register kernels' packing phase alone, over the same blocks and K steps
+    (C untouched): ``benches/numba_cpu_split.py`` times it to split a kernel's time into
+    packing and loop (docs/model.md, ``NUMBA_PACK_CLOCKS``)."""
+    M, K = A.shape
+    N = B.shape[1]
+    gx = (N + BN - 1) // BN
+    for blk in prange(gx * ((M + BM - 1) // BM)):
+        i0, j0 = _origin_j(blk, gx, BM, BN)
+        Ap = np.empty((BM, BK), A.dtype)
+        Bp = np.empty((BK, BN), A.dtype)
+        for k0 in range(0, K, BK):
+            _pack_j(A, B, i0, j0, k0, Ap, Bp)
+
+
 def _register(A, B, C, BM, BN, BK, TN):
     M, K = A.shape
     N = B.shape[1]
@@ -142,15 +157,13 @@ def _register(A, B, C, BM, BN, BK, TN):
 _origin_j = njit(cache=True, nogil=True)(_origin)
 _pack_j = njit(cache=True, nogil=True)(_pack)
 _store_j = njit(cache=True, nogil=True)(_store)
-#: the jitted block-origin and packing steps, as the kernels call them (benches/numba_cpu_split.py
-#: times the packing alone with them)
-block_origin, pack_tiles = _origin_j, _pack_j
-_FUNCS = {"naive": _naive, "tiled": _tiled, "register": _register}
+_FUNCS = {"naive": _naive, "tiled": _tiled, "register": _register, "packing": _packing}
 _compiled: dict = {}
 
 
 def kernel(family: str, dtype: np.dtype):
-    """The compiled kernel for a family and dtype: one layout-generic signature each, whose A
+    """The compiled kernel for a family (or ``"packing"``, the packing phase alone) and dtype:
+    one layout-generic signature each, whose A
     and B are read-only arrays, so writable, read-only (``setflags(write=False)``, read-only
     memmaps) and broadcast operands all convert to it (Numba: writable -> read-only is safe)."""
     key = (family, np.dtype(dtype).name)
