@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -271,9 +272,18 @@ def register_backends(register):
 """
 
 
-def test_auto_never_routes_to_an_untrusted_plugin(plugin_env):
+def test_auto_never_routes_to_an_untrusted_plugin(plugin_env, monkeypatch):
     plugin_env("fastdev", FAST_DEVICE)
     registry.reload()
+    # The speeds are injected, not modelled: the fake is predicted fastest on any host, so only
+    # the trust rule can keep it out (on a slow CPU the model alone once kept it out; issue 39).
+    real = dispatch.plan_for
+
+    def injected(be, *args, **kwargs):
+        p = real(be, *args, **kwargs)
+        return replace(p, predicted_seconds=1e-9 if be.name == "fastdev" else 1.0)
+
+    monkeypatch.setattr(dispatch, "plan_for", injected)
     assert dispatch.resolve_backend("auto", shape=(512, 512, 512)).name == "numpy"
     row = next(r for r in tiledmm.backends() if r.name == "fastdev")
     assert not row.trusted
