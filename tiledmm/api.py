@@ -7,10 +7,12 @@ accepts (bool, integers, float16, complex, object) is delegated to the array lib
 NumPy's exactly. Errors are NumPy's own: on a mismatch the same call is replayed on zero-size
 stand-ins of the operands, so the exception type and wording are exactly numpy's.
 
-Deviations from ``numpy.matmul``, by design: NumPy's ufunc keywords (``dtype=``, ``casting=``,
-``order=``, ``axes=``, ...) are accepted for host arrays and hand the whole call to
-``numpy.matmul``; ndarray subclasses other than ``np.memmap`` (``np.matrix``, masked arrays)
-are handed to ``numpy.matmul`` too, so they keep their own semantics.
+NumPy's ufunc keywords (``axes=``, ``casting=``, ``order=``, ``dtype=``, ``signature=``,
+``subok=``; ``axis=`` and ``keepdims=`` raise numpy's error) are numpy's on every array kind and
+backend (:mod:`tiledmm.keyword_matmul`): the axes are moved as views of the caller's arrays and
+the product runs in the backend's kernels, on the device the arrays live on. By design,
+ndarray subclasses other than ``np.memmap`` (``np.matrix``, masked arrays) are handed to
+``numpy.matmul``, so they keep their own semantics.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays, torchpath
+from . import arrays, keyword_matmul, torchpath
 from . import dask as dask_engine
 from .backend import Backend
 from .dispatch import (
@@ -106,50 +108,53 @@ def matmul(
             inputs rounded to TF32 on tensor cores, the ``mma`` family; asked for, never implied).
             float16/bfloat16 run on tensor cores where the backend has ``mma`` for them
             (float32 accumulation, the 16-bit result numpy defines), else in the array library.
-        ufunc_kwargs: numpy's ufunc keywords; the call then goes to ``numpy.matmul`` (host
-            arrays only).
+        ufunc_kwargs: numpy's ufunc keywords (``axes``, ``casting``, ``order``, ``dtype``,
+            ``signature``, ``subok``), with numpy's meaning and errors on every array kind;
+            the product still runs in the backend (see :mod:`tiledmm.keyword_matmul`).
 
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).
     """
+    if ufunc_kwargs:  # numpy's keywords: views with the core axes last, then the plain call
+
+        def inner(x: Any, y: Any, out: Any = None) -> Any:
+            return matmul(x, y, backend=backend, kernel=kernel, out=out, precision=precision)
+
+        return keyword_matmul.matmul(a, b, out, ufunc_kwargs, inner)
     if precision is not None:  # tensor cores on request: the full path (its plan says so)
         kind = arrays.foreign(a, b, out, backend)
         if kind is not None:
-            kw = dict(backend=backend, kernel=kernel, precision=precision, **ufunc_kwargs)
+            kw = dict(backend=backend, kernel=kernel, precision=precision)
             return arrays.matmul_foreign(kind, a, b, out, _native, **kw)
-        return _matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision,
-                       **ufunc_kwargs)  # fmt: skip
-    if not ufunc_kwargs:  # first: 2-D products seen before (native types, or torch tensors)
-        if type(a) in torchpath.TYPES:
-            hit = torchpath.matmul(a, b, backend, kernel, out)
-        elif out is None:
-            hit = _hot_path(backend, kernel, a, b)
-        else:
-            hit = _hot_path_out(backend, kernel, a, b, out)
-        if hit is not None:
-            return hit
+        return _matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision)
+    # first: 2-D products seen before (native types, or torch tensors)
+    if type(a) in torchpath.TYPES:
+        hit = torchpath.matmul(a, b, backend, kernel, out)
+    elif out is None:
+        hit = _hot_path(backend, kernel, a, b)
+    else:
+        hit = _hot_path_out(backend, kernel, a, b, out)
+    if hit is not None:
+        return hit
     kind = arrays.foreign(a, b, out, backend)  # None for NumPy, CuPy, lists, Dask: cheap
     if kind is not None:
-        res = arrays.matmul_foreign(
-            kind, a, b, out, _native, backend=backend, kernel=kernel, **ufunc_kwargs
-        )
-        if not ufunc_kwargs and kind.lib == "torch":  # the next such call: torchpath.matmul
+        res = arrays.matmul_foreign(kind, a, b, out, _native, backend=backend, kernel=kernel)
+        if kind.lib == "torch":  # the next such call: torchpath.matmul
             torchpath.learn(a, b, backend, kernel)
         return res
-    return _matmul(a, b, backend=backend, kernel=kernel, out=out, **ufunc_kwargs)
+    return _matmul(a, b, backend=backend, kernel=kernel, out=out)
 
 
 def _native(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
-            precision: str | None = None, **ufunc_kwargs):  # fmt: skip
+            precision: str | None = None):  # fmt: skip
     """``matmul`` for operands the backends take as they are: the hot path, else the full one.
     The array bridge calls this after converting foreign operands (never ``matmul`` itself,
     which would bridge again)."""
-    if out is None and not ufunc_kwargs and precision is None:
+    if out is None and precision is None:
         hit = _hot_path(backend, kernel, a, b)
         if hit is not None:
             return hit
-    return _matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision,
-                   **ufunc_kwargs)  # fmt: skip
+    return _matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision)
 
 
 def _hot_path(backend: str, kernel: str, a: Any, b: Any) -> Any:
@@ -199,7 +204,7 @@ def _hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
 
 
 def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
-            precision: str | None = None, **ufunc_kwargs):  # fmt: skip
+            precision: str | None = None):  # fmt: skip
     """The full path: numpy's rules, backend and plan choice, batches, out=."""
     check_kernel_name(kernel)
     if precision not in (None, "tf32"):
@@ -207,14 +212,8 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
     if dask_engine.is_dask_array(a) or dask_engine.is_dask_array(b):
         return dask_engine.matmul(a, b, backend=backend, kernel=kernel, out=_unwrap_out(out))
     out = _unwrap_out(out)
-    if ufunc_kwargs or _numpy_subclass(a) or _numpy_subclass(b):
-        a0, b0 = _as_array(a), _as_array(b)
-        if not (isinstance(a0, np.ndarray) and isinstance(b0, np.ndarray)):
-            raise TypeError(
-                f"matmul() got numpy ufunc keywords {sorted(ufunc_kwargs)} for device arrays; "
-                "tiledmm passes them to numpy.matmul, which takes host arrays only"
-            )
-        return np.matmul(a0, b0, out=out, **ufunc_kwargs)
+    if _numpy_subclass(a) or _numpy_subclass(b):
+        return np.matmul(_as_array(a), _as_array(b), out=out)
     a, b = _as_array(a), _as_array(b)
     host = isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
     rdt, rname = _result_dtype(a.dtype, b.dtype)
