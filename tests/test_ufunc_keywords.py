@@ -45,6 +45,8 @@ CASES = {
     "axes-mat-vec": ((4, 3), F8, (4,), F8, {"axes": [(1, 0), (0,), (0,)]}, None),
     "axes-vec-batch": ((4,), F4, (2, 4, 5), F4, {"axes": [(0,), (1, 2), 0]}, None),
     "axes-default": ((2, 3, 4), F8, N, F8, {"axes": [(-2, -1), (-2, -1), (-2, -1)]}, None),
+    "axes-numpy-ints": (M, F8, N, F8, {"axes": [(np.int64(1), 0), (1, 0), (np.int8(0), 1)]},
+                        None),
     "axes-int8": ((2, 3, 4), "int8", (4, 2, 5), "int8", {"axes": [(1, 2), (0, 2), (2, 0)]},
                   None),
     "axes-complex": ((3, 2, 4), "complex64", (4, 2, 5), F4, {"axes": [(0, 2), (0, 2), (0, 2)]},
@@ -262,6 +264,14 @@ def _view(rng, shape):
     base = rng.standard_normal([shape[p] * s for p, s in zip(perm, steps, strict=True)])
     v = base[tuple(slice(None, None, -s if rng.random() < 0.2 else s) for s in steps)]
     return np.transpose(v, np.argsort(perm))
+
+
+def test_f_contiguous_is_numpys_flag():
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        x = _view(rng, tuple(int(d) for d in rng.integers(0, 4, int(rng.integers(1, 5)))))
+        got = ufunc_keywords.f_contiguous(x.shape, x.strides, x.itemsize)
+        assert got == x.flags.f_contiguous, (x.shape, x.strides)
 
 
 def test_check_reads_specs_only():

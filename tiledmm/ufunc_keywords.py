@@ -183,7 +183,7 @@ def _loop_dtype(da: np.dtype, db: np.dtype, kw: dict, casting: str) -> np.dtype:
 
 def _axes_item(item: Any, core: int, ndim: int) -> tuple[int, ...]:
     """One entry of ``axes=`` (a tuple, or an int for one core dimension), made non-negative."""
-    if type(item) is not tuple:
+    if not isinstance(item, tuple):
         if core != 1 or isinstance(item, (bool, np.bool_)):
             raise _Refused
         try:
@@ -222,10 +222,8 @@ def _broadcast(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
 # ------------------------------------------------------------------------------- layout
 
 
-def f_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
-    """numpy's F_CONTIGUOUS flag from shape and byte strides (None: a C-ordered array)."""
-    if strides is None:
-        return sum(d != 1 for d in shape) <= 1 or 0 in shape
+def f_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """numpy's F_CONTIGUOUS flag from shape and byte strides."""
     if 0 in shape:
         return True
     expect = itemsize
