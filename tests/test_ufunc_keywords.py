@@ -7,6 +7,8 @@ numpy.matmul), torch tensors and Dask arrays take the same keywords, and numpy's
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ CUPY_AXES = [
 ]
 
 F8, F4 = "float64", "float32"
+Pair = namedtuple("Pair", "first second")  # numpy takes tuple subclasses as axes items
 M, N = (3, 4), (4, 5)
 
 
@@ -45,6 +48,7 @@ CASES = {
     "axes-mat-vec": ((4, 3), F8, (4,), F8, {"axes": [(1, 0), (0,), (0,)]}, None),
     "axes-vec-batch": ((4,), F4, (2, 4, 5), F4, {"axes": [(0,), (1, 2), 0]}, None),
     "axes-default": ((2, 3, 4), F8, N, F8, {"axes": [(-2, -1), (-2, -1), (-2, -1)]}, None),
+    "axes-namedtuple": (M, F8, N, F8, {"axes": [Pair(0, 1), Pair(0, 1), Pair(1, 0)]}, None),
     "axes-numpy-ints": (M, F8, N, F8, {"axes": [(np.int64(1), 0), (1, 0), (np.int8(0), 1)]},
                         None),
     "axes-int8": ((2, 3, 4), "int8", (4, 2, 5), "int8", {"axes": [(1, 2), (0, 2), (2, 0)]},
