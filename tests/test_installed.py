@@ -67,7 +67,7 @@ def test_modelcheck_reads_geometry_through_the_backends(monkeypatch):
 
 def test_modelcheck_without_files_outside_a_checkout(tmp_path, monkeypatch, capsys):
     """No committed results here: one line saying so, exit 2 (was: a crash on a path inside
-    site-packages); a missing file: one line, exit 1."""
+    site-packages); a missing file, or --calibration without one: one line."""
     monkeypatch.chdir(tmp_path)
     assert modelcheck.main([]) == 2
     err = capsys.readouterr().err.strip()
@@ -75,6 +75,8 @@ def test_modelcheck_without_files_outside_a_checkout(tmp_path, monkeypatch, caps
     assert modelcheck.main([str(tmp_path / "none.json")]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "none.json" in err
+    assert modelcheck.main(["--calibration"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_modelcheck_default_is_the_checkouts_committed_results(monkeypatch, capsys):
@@ -168,6 +170,10 @@ def test_readme_main_job_from_a_wheel_in_a_fresh_venv(tmp_path):
     assert list(out.glob("*.png")) and list(out.glob("*.svg"))
     _run(["tiledmm", "report", *map(str, results), "-o", "report"], work, env, 300)
     assert (work / "report" / "tiling-table.md").is_file() and list((work / "report").glob("*.png"))
+    committed = sorted(map(str, (ROOT / "benches" / "results").glob("*.json")))
+    text = _run(["tiledmm", "report", *committed, "-o", "committed", "--no-figures"], work, env,
+                300).stdout  # fmt: skip
+    assert "## The planner today" in text and "Not checked" not in text  # modelcheck's rows
     info = _run(["tiledmm", "info"], work, env, 120).stdout
     assert "numpy" in info
     res = subprocess.run([str(bindir / "python"), "-m", "tiledmm.modelcheck"], cwd=work, env=env,

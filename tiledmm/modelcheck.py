@@ -334,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     reference = None
     if "--calibration" in args:
         i = args.index("--calibration")
+        if i + 1 >= len(args):
+            print("modelcheck: --calibration needs a file (a calibration.json)", file=sys.stderr)
+            return 2
         cal_path = Path(args[i + 1])
         del args[i : i + 2]
         records, problems = read_calibration(cal_path)
