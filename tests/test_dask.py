@@ -14,6 +14,7 @@ import pytest
 
 da = pytest.importorskip("dask.array")
 
+import tiledmm  # noqa: E402
 import tiledmm.dask as td  # noqa: E402
 from tiledmm.accuracy import matmul_error  # noqa: E402
 from tiledmm.cluster import Cluster, cluster_plan  # noqa: E402
@@ -141,6 +142,22 @@ def test_errors_are_numpys(sa, sb):
     with pytest.raises(type(theirs.value)) as ours:
         td.matmul(da.from_array(a), da.from_array(b))
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("sa,sb", [((), (3,)), ((3,), ()), ((), (2, 3)), ((4, 2), ())])
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_a_0d_operand_mixed_with_plain_gives_numpys_error(sa, sb, which):
+    """Issue 33: a 0-d dask array with a NumPy operand of 1+ dims (or the other way round)
+    raised IndexError in the chunk matching; numpy's own ValueError is the answer."""
+    a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+    with pytest.raises(ValueError) as theirs:
+        np.matmul(a, b)
+    x, y = (da.from_array(a), b) if which == "a" else (a, da.from_array(b))
+    with pytest.raises(ValueError) as ours:
+        td.matmul(x, y)
+    assert str(ours.value) == str(theirs.value)
+    with pytest.raises(ValueError, match="does not have enough dimensions"):
+        tiledmm.matmul(x, y)
 
 
 def test_numpy_replay_only_when_numpy_would_raise(monkeypatch):

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays, keyword_matmul, torchpath
+from . import arrays, keyword_matmul, registry, torchpath
 from . import dask as dask_engine
 from .backend import Backend
 from .dispatch import (
@@ -34,6 +34,7 @@ from .dispatch import (
     run_batch,
     tensor_core_family,
 )
+from .kinds import lib_by_type, lib_of
 from .planner import Plan
 from .semantics import check_like_numpy, matmul_shapes, result_shape_of
 
@@ -66,8 +67,32 @@ def _raise_like_numpy(a: Any, b: Any, out: Any = None) -> None:
 
 def _as_array(x: Any) -> Any:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return np.asarray(x) if isinstance(x, np.memmap) else x
+        if isinstance(x, np.memmap) or (not isinstance(x, np.ndarray) and _host_like(x)):
+            return np.asarray(x)
+        return x
     return np.asarray(x)
+
+
+#: HOST_LIBS: array kinds (``tiledmm.kinds``) whose objects with ``__array__`` are host data
+HOST_LIBS = frozenset({"host", "numpy", "dask"})
+_host_types: dict[tuple[type, int], bool] = {}
+
+
+def _host_like(x: Any) -> bool:
+    """A host array-like that is not an ndarray (a wrapper with ``shape``, ``dtype`` and
+    ``__array__``, such as dask's test class EncapsulateNDArray) and no registered backend's
+    native array: it is taken as NumPy, so every CPU backend returns NumPy for it (the
+    caller's-kind rule, docs/interop.md). Cached per type and registry generation."""
+    t = type(x)
+    key = (t, registry.generation())
+    hit = _host_types.get(key)
+    if hit is None:
+        lib = lib_by_type.get(t) or lib_of(t)
+        hit = hasattr(t, "__array__") and lib in HOST_LIBS and not registry.candidates(x)
+        if len(_host_types) > 256:
+            _host_types.clear()
+        _host_types[key] = hit
+    return hit
 
 
 def _numpy_subclass(x: Any) -> bool:

@@ -102,6 +102,14 @@ class Backend:
         """Preferred tiles for a family on ``device``; ``None`` lets the planner choose."""
         return None
 
+    def geometry_entries(self) -> list[dict]:
+        """The shipped table entries behind ``geometry`` (JSON objects as the backend's own
+        table holds them, e.g. the built-ins' ``kernels/geometry.json``), for offline tools:
+        ``tiledmm.modelcheck`` rebuilds committed results with the options each row ran with.
+        The core reads them only through this method, never from a backend's files. ``[]``
+        (the default): no such table."""
+        return []
+
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry] | None:
         """Candidate tiles ``tiledmm tune`` may try for a family on ``device`` (the planner's
         limits prune them before anything runs); ``None``: this backend is not tunable."""

@@ -152,7 +152,7 @@ def _as_dask(x: Any, like: Any, axis_k: int) -> Any:
 
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         x = np.asarray(x)
-    if x.ndim == 0:
+    if x.ndim == 0 or like.ndim == 0:  # no K to match: numpy's error follows (_numpy_check)
         return da.from_array(x)
     chunks: list[Any] = list(x.shape)
     kax = axis_k % x.ndim

@@ -32,6 +32,7 @@ __all__ = [
     "Row",
     "check_rows",
     "check_files",
+    "shipped_geometry",
     "band",
     "held_band",
     "format_table",
@@ -39,8 +40,13 @@ __all__ = [
     "CPU_BAND",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
-GEOMETRY_DB = ROOT / "backends" / "kernels" / "geometry.json"
+#: The committed results ``main`` checks when given no files: paths relative to the current
+#: folder (a tiledmm checkout; an installed package ships no results).
+COMMITTED = tuple(
+    f"benches/results/{n}"
+    for n in ("h200-cupy.json", "h200-opencl.json", "h200-numba-cuda.json", "h200-float64.json",
+              "epyc-2c-cpu.json", "xeon-2c-cpu.json")
+)  # fmt: skip
 GPU_BAND, CPU_BAND = (0.8, 1.25), (0.67, 1.5)
 MIN_PRODUCT = 1024**3  # rows below this (M*N*K) are shown but not held to a band
 
@@ -86,6 +92,32 @@ def held_band(backend: str, kernel: str, shape: tuple[int, int, int],
     return CPU_BAND
 
 
+def shipped_geometry() -> list[dict]:
+    """The geometry entries the registered backends ship (``Backend.geometry_entries``:
+    installed, available or not), each once, in the order the backends give them. The core
+    reads no backend's files itself."""
+    from .registry import generation, registered
+
+    if _SHIPPED and _SHIPPED[0] == generation():
+        return [dict(e) for e in _SHIPPED[1]]
+    out, seen = [], set()
+    for be in registered():
+        try:
+            entries = be.geometry_entries()
+        except Exception:  # noqa: BLE001 - a plugin's broken table: its rows get no options
+            continue
+        for e in entries:
+            key = json.dumps(e, sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                out.append(e)
+    _SHIPPED[:] = [generation(), out]
+    return [dict(e) for e in out]
+
+
+_SHIPPED: list = []  # [registry generation, entries]: shipped_geometry's last answer
+
+
 def _options(row: dict, db: list[dict]) -> tuple[tuple[str, object], ...]:
     """The tiles' compile-time options from the geometry database entry the row ran with."""
     engine = "numba" if row["backend"] == "numba-cuda" else "gemm-c"
@@ -124,7 +156,7 @@ def plan_for_row(
         opts = tuple(sorted(options.items()))
     else:
         if db is None:
-            db = json.loads(GEOMETRY_DB.read_text())["entries"] if GEOMETRY_DB.exists() else []
+            db = shipped_geometry()
         opts = _options(e, db)
     geo = Geometry(tuple(e["block_tile"]), tuple(e["thread_tile"]), opts)
     plan = make_plan(e["m"], e["n"], e["k"], dtype=e["dtype"], kernel=e["kernel"],
@@ -215,7 +247,7 @@ def check_rows(
     ``reference``, default :func:`reference_h200`)."""
     data = json.loads(Path(path).read_text())
     if db is None:
-        db = json.loads(GEOMETRY_DB.read_text())["entries"]
+        db = shipped_geometry()
     devices = data.get("machine_info", {}).get("tiledmm", {}).get("devices", {})
     out, gpu = [], False
     for b in data.get("benchmarks", []):
@@ -295,11 +327,16 @@ def _log(x: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tiledmm.modelcheck [--calibration FILE] [files]``: the table; with a
-    calibration file, on its H200 record's ceilings, printing them as H200_MEASURED first."""
+    calibration file, on its H200 record's ceilings, printing them as H200_MEASURED first.
+    Without files: the committed ones (``COMMITTED``, from the current folder: a checkout);
+    where there are none, one line saying so and exit status 2."""
     args = list(argv if argv is not None else sys.argv[1:])
     reference = None
     if "--calibration" in args:
         i = args.index("--calibration")
+        if i + 1 >= len(args):
+            print("modelcheck: --calibration needs a file (a calibration.json)", file=sys.stderr)
+            return 2
         cal_path = Path(args[i + 1])
         del args[i : i + 2]
         records, problems = read_calibration(cal_path)
@@ -311,19 +348,17 @@ def main(argv: list[str] | None = None) -> int:
         measured = measured_from_record(record)
         print("H200_MEASURED: dict[str, Any] = " + json.dumps(measured, indent=4) + "\n")
         reference = reference_h200(measured)
-    base = ROOT / "benches" / "results"
-    paths = [Path(a) for a in args] or [
-        base / n
-        for n in (
-            "h200-cupy.json",
-            "h200-opencl.json",
-            "h200-numba-cuda.json",
-            "h200-float64.json",
-            "epyc-2c-cpu.json",
-            "xeon-2c-cpu.json",
-        )
-    ]
-    print(format_table(check_files(paths, reference)))
+    paths = [Path(a) for a in args] or [Path(n) for n in COMMITTED if Path(n).exists()]
+    if not paths:
+        print("modelcheck: no results files given, and no committed ones here (benches/results/"
+              " of a tiledmm checkout): pass FILES", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        print(format_table(check_files(paths, reference)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a missing or foreign file
+        what = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) else repr(exc)
+        print(f"modelcheck: cannot check {what}", file=sys.stderr)
+        return 1
     return 0
 
 

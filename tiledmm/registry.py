@@ -40,6 +40,7 @@ __all__ = [
     "BackendEntry",
     "PluginWarning",
     "get_backend",
+    "registered",
     "candidates",
     "backends",
     "plugins",
@@ -320,6 +321,12 @@ def get_backend(name: str) -> Backend:
     if why:
         raise RuntimeError(f"backend {be.name!r} is unavailable, because {why}")
     return be
+
+
+def registered() -> list[Backend]:
+    """Every registered backend object, available or not (for offline tools that read what a
+    backend ships, such as its geometry table; nothing here runs on a device)."""
+    return list(_registry().backends.values())
 
 
 def _unknown(reg: _Registry, name: str) -> str:

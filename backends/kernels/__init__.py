@@ -305,6 +305,11 @@ class SharedSourceTables:
         a class entry before the general one (docs/shapes.md)."""
         return load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
+    def geometry_entries(self) -> list[dict]:
+        """The geometry database's entries for these sources (``"kernels": "gemm-c"``), in
+        file order (``tiledmm.modelcheck`` reads them through this method)."""
+        return [e for e in geometry_entries() if e.get("kernels") == "gemm-c"]
+
     def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
                         shape_class: str) -> float | None:  # fmt: skip
         """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly

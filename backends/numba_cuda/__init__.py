@@ -150,6 +150,10 @@ class NumbaCudaBackend(Backend):
         return K.load_geometry(kernel, dtype, device, kernels="numba", backend=self.name,
                                shape_class=shape_class)  # fmt: skip
 
+    def geometry_entries(self) -> list[dict]:
+        """The geometry database's "numba" entries, in file order (``tiledmm.modelcheck``)."""
+        return [e for e in K.geometry_entries() if e.get("kernels") == "numba"]
+
     def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
                         shape_class: str) -> float | None:  # fmt: skip
         """The geometry database's measured GFLOP/s of this backend's ``kernel`` on ``device``

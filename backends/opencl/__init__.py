@@ -1,9 +1,13 @@
 """PyOpenCL backend: the shared GEMM kernel sources compiled as OpenCL C.
 
 Runs on any OpenCL device: GPUs, and CPUs through PoCL (which is how CI exercises the kernels
-that the CuPy backend runs as CUDA). ``TILEDMM_OPENCL_DEVICE`` picks the device by index into
-``devices()`` or by a case-insensitive piece of its name (default: the first GPU, else the
-first device). Native arrays are ``pyopencl.array.Array`` on this backend's queue.
+that the CuPy backend runs as CUDA). Only devices whose compiler builds and runs a trivial kernel
+are used (``platforms.py``: probed once per device; a failing one is skipped with its reason,
+shown by ``tiledmm info``; where none passes the backend is unavailable, saying why and what to
+install). ``TILEDMM_OPENCL_DEVICE`` picks the device by index into ``devices()`` (the usable
+ones) or by a case-insensitive piece of its platform and name (default: the first usable GPU,
+else the first usable device). Native arrays are ``pyopencl.array.Array`` on this backend's
+queue.
 
 Tiles come from the geometry database (``kernels/geometry.json``) by device name, else by kind:
 on GPUs the register family stages tiles in local memory; on CPUs it is a local-memory-free
@@ -22,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -32,18 +37,52 @@ from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl
 from .. import kernels as K
 from ..kernels import launch
 from ..kernels.probe import probe_source
+from . import platforms
 from .device import device_spec
 from .state import OpenCLState, cl_modules
 
-__all__ = ["OpenCLBackend", "OpenCLState", "register_backends"]
+__all__ = ["OpenCLBackend", "OpenCLState", "NoUsableDevice", "register_backends"]
 
 ENV = "TILEDMM_OPENCL_DEVICE"
+platforms.prepare_once()  # before anything in this process enumerates OpenCL platforms
+
+
+class NoUsableDevice(RuntimeError):
+    """OpenCL devices exist, but none builds a kernel (the message says why and the fix)."""
 
 
 @cache
 def _all_devices() -> tuple:
+    """Every device of every platform, in the loader's order (a platform whose devices cannot
+    be listed contributes none)."""
     cl, _ = cl_modules()
-    return tuple(d for p in cl.get_platforms() for d in p.get_devices())
+    out = []
+    for p in cl.get_platforms():
+        try:
+            out += p.get_devices()
+        except Exception:  # noqa: BLE001 - DEVICE_NOT_FOUND and the like
+            continue
+    return tuple(out)
+
+
+def _usable() -> list:
+    """The devices that pass the probe (each probed once per process), in the loader's order."""
+    return [d for d in _all_devices() if platforms.probe(d) is None]
+
+
+def _skipped() -> list[tuple[str, str]]:
+    """(device, why) of every device probed so far that failed."""
+    out = []
+    for d in _all_devices():
+        why = platforms.probe(d) if platforms.probed(d) else None
+        if why:
+            out.append((platforms.label(d), why))
+    return out
+
+
+def _none_usable(devs) -> NoUsableDevice:
+    return NoUsableDevice(platforms.unusable_reason([(platforms.label(d), platforms.probe(d))
+                                                     for d in devs]))  # fmt: skip
 
 
 def _pick(choice: str):
@@ -52,17 +91,26 @@ def _pick(choice: str):
         raise RuntimeError("no OpenCL device found")
     if choice:
         if choice.isdigit():
-            if int(choice) >= len(devs):
-                raise RuntimeError(f"{ENV}={choice}: only {len(devs)} OpenCL device(s) found")
-            return devs[int(choice)]
-        for d in devs:
-            if choice.lower() in f"{d.platform.name} {d.name}".lower():
+            usable = _usable()
+            if not usable:
+                raise _none_usable(devs)
+            if int(choice) >= len(usable):
+                raise RuntimeError(f"{ENV}={choice}: only {len(usable)} usable OpenCL device(s)")
+            return usable[int(choice)]
+        matches = [d for d in devs if choice.lower() in f"{d.platform.name} {d.name}".lower()]
+        if not matches:
+            names = ", ".join(d.name.strip() for d in devs)
+            raise RuntimeError(f"{ENV}={choice!r} matches no OpenCL device (found: {names})")
+        for d in matches:
+            if platforms.probe(d) is None:
                 return d
-        names = ", ".join(d.name.strip() for d in devs)
-        raise RuntimeError(f"{ENV}={choice!r} matches no OpenCL device (found: {names})")
+        raise _none_usable(matches)
     cl, _ = cl_modules()
     gpus = [d for d in devs if d.type & cl.device_type.GPU]
-    return (gpus or list(devs))[0]
+    for d in gpus + [d for d in devs if d not in gpus]:  # the first usable GPU, else device
+        if platforms.probe(d) is None:
+            return d
+    raise _none_usable(devs)
 
 
 #: how long the spin kernel ahead of each timed call keeps an NVIDIA GPU busy (ns): longer than
@@ -98,9 +146,12 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
             return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
         try:
             self.state()
+        except NoUsableDevice as exc:  # devices, none of whose compilers builds: say why
+            return str(exc)
         except Exception as exc:  # noqa: BLE001 - no platform, bad selection, ICD trouble
+            text = " ".join(str(exc).split()) or type(exc).__name__
             return (
-                f"no usable OpenCL device: {exc} (install a driver or PoCL: "
+                f"no usable OpenCL device: {text} (install a driver or PoCL: "
                 "pip install pocl-binary-distribution)"
             )
         return None
@@ -113,14 +164,15 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
             return ("float32",)
 
     def device(self) -> DeviceSpec:
-        return _spec_cached(self.state().dev)
+        return _with_notes(_spec_cached(self.state().dev))
 
     def device_key(self) -> str:
         """The device choice (``TILEDMM_OPENCL_DEVICE``) the next call runs on."""
         return os.environ.get(ENV, "")
 
     def devices(self) -> list[DeviceSpec]:
-        return [_spec_cached(d) for d in _all_devices()]
+        """The usable devices (every one probed); skipped ones are named in ``extra``."""
+        return [_with_notes(_spec_cached(d)) for d in _usable()]
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
@@ -242,6 +294,20 @@ def _check_size(shape: tuple[int, ...]) -> None:
 @cache
 def _spec_cached(dev) -> DeviceSpec:
     return device_spec(dev)
+
+
+@cache
+def _noted(spec: DeviceSpec, notes: tuple[tuple[str, str], ...]) -> DeviceSpec:
+    return replace(spec, extra=spec.extra + notes)
+
+
+def _with_notes(spec: DeviceSpec) -> DeviceSpec:
+    """``spec`` with the skipped devices (and what ``platforms.prepare_icd`` did) in ``extra``,
+    which ``tiledmm info`` prints."""
+    notes = tuple(("skipped", f"{name}: {why}") for name, why in _skipped())
+    if platforms.icd_note():
+        notes += (("ICD", platforms.icd_note()),)
+    return _noted(spec, notes) if notes else spec
 
 
 from .mma import install as _install_mma  # noqa: E402 - the class must exist first
