@@ -221,9 +221,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     from .backend import KERNEL_FAMILIES
 
     p = _Parser(prog="tiledmm", description=__doc__)
+    p.add_argument("--version", action="version", version=f"tiledmm {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)  # --debug also after the command
