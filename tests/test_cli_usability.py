@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import subprocess
 import sys
 import tomllib
@@ -30,3 +31,44 @@ def test_version_has_one_source(capsys: pytest.CaptureFixture) -> None:
     dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
     assert dynamic == {"attr": "tiledmm.__version__"}
     assert importlib.metadata.version("tiledmm") == tiledmm.__version__
+
+
+class _SlowCPU(tiledmm.Backend):
+    """Shares the "cpu" alias, ranked after numpy (a lower priority)."""
+
+    name, kernels, aliases, priority = "slowcpu-test", ("naive",), ("cpu", "slow-test"), -100
+
+    def run(self, plan, a, b, out):
+        out[...] = a @ b
+
+
+def test_info_shows_what_each_alias_runs(capsys: pytest.CaptureFixture) -> None:
+    from tiledmm import registry
+
+    try:
+        tiledmm.register_backend(_SlowCPU())
+        assert cli.main(["info"]) == 0
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith(" ")]
+        [mine] = [ln for ln in lines if ln.startswith("slowcpu-test ")]
+        assert mine.startswith("slowcpu-test (aliases: cpu -> numpy, slow-test) [")
+        for line in lines[1:]:  # every bare alias runs the backend it is listed beside
+            name, _, rest = line.partition(" (aliases: ")
+            for word in rest.partition(")")[0].split(", ") if rest else ():
+                alias, arrow, target = word.partition(" -> ")
+                if arrow and target != "no available backend":
+                    assert tiledmm.get_backend(alias).name == target != name
+                elif not arrow:
+                    assert tiledmm.get_backend(alias).name == name
+        assert cli.main(["info", "--json"]) == 0
+        rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+        assert rows["slowcpu-test"]["alias_targets"] == {
+            "cpu": "numpy",
+            "slow-test": "slowcpu-test",
+        }
+        assert registry.alias_target("cpu") == tiledmm.get_backend("cpu").name == "numpy"
+        assert registry.alias_target("no-such-alias") is None
+    finally:
+        registry.reload()
+    assert (
+        cli._aliases_text("cupy", ("cuda",), {}.get) == " (aliases: cuda -> no available backend)"
+    )

@@ -38,11 +38,14 @@ def _tile(text: str) -> tuple[int, ...]:
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
+    from .registry import alias_target
+
     rows = tiledmm.backends()
     if args.json:
         out = []
         for r in rows:
             d = dict(r.__dict__)
+            d["alias_targets"] = {a: alias_target(a) for a in r.aliases}  # what each one runs
             if r.available:
                 d["devices"] = [dev.to_dict() for dev in tiledmm.get_backend(r.name).devices()]
             out.append(d)
@@ -53,7 +56,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     libs = ", ".join(f"{n} {v}" if v else n for n, v in array_libraries())
     print(f"array libraries: {libs or 'none'}")
     for r in rows:
-        alias = f" (aliases: {', '.join(r.aliases)})" if r.aliases else ""
+        alias = _aliases_text(r.name, r.aliases, alias_target)
         trust = "" if r.trusted else ", third-party: ranks after built-ins (TILEDMM_TRUST_PLUGINS)"
         print(f"{r.name}{alias} [{r.plugin}{trust}]")
         if not r.available:
@@ -80,6 +83,16 @@ def cmd_info(args: argparse.Namespace) -> int:
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
     return 0
+
+
+def _aliases_text(name: str, aliases: tuple[str, ...], target) -> str:
+    """The aliases shown beside a backend: a bare alias runs this backend; ``cpu -> numpy``
+    runs another one (it ranks first: built-ins before plugins), or no available backend."""
+    words = []
+    for a in aliases:
+        to = target(a)
+        words.append(a if to == name else f"{a} -> {to or 'no available backend'}")
+    return f" (aliases: {', '.join(words)})" if words else ""
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
