@@ -72,3 +72,49 @@ def test_info_shows_what_each_alias_runs(capsys: pytest.CaptureFixture) -> None:
     assert (
         cli._aliases_text("cupy", ("cuda",), {}.get) == " (aliases: cuda -> no available backend)"
     )
+
+
+class _Wrong(tiledmm.Backend):
+    """Writes its result off by one: the check before the timing must fail it."""
+
+    name, kernels = "wrong-test", ("naive",)
+
+    def run(self, plan, a, b, out):
+        out[...] = a @ b + 1
+
+
+def test_bench_tells_a_wrong_result_from_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiledmm import exits, registry, report
+
+    assert len({exits.OK, exits.ERROR, exits.USAGE, exits.WRONG_RESULT, exits.INTERRUPTED}) == 5
+    base = ["bench", "--quick", "--sizes", "8", "--no-figures", "--kernel", "naive"]
+    try:
+        tiledmm.register_backend(_Wrong())
+        argv = [*base, "--backend", "numpy", "--backend", "wrong-test", "-o", str(tmp_path / "a")]
+        assert cli.main(argv) == exits.WRONG_RESULT == 3  # everything written, one wrong
+        out, err = capsys.readouterr()
+        assert "| numpy | naive |" in out and "FAILED: " in err and "wrong-test" in err
+        assert list((tmp_path / "a").glob("*.json"))
+        only = [*base, "--backend", "wrong-test", "-o", str(tmp_path / "b")]
+        assert cli.main(only) == exits.WRONG_RESULT  # none right: still a wrong result
+        assert "0 results" in capsys.readouterr().err
+    finally:
+        registry.reload()
+
+    def crash(*args, **kwargs):
+        raise ZeroDivisionError("the report crashed")
+
+    monkeypatch.setattr(report, "render", crash)  # correct results, then a crash
+    argv = [*base, "--backend", "numpy", "-o", str(tmp_path / "c")]
+    assert cli.main(argv) == exits.ERROR == 1
+    done, line = capsys.readouterr().err.splitlines()
+    assert done.startswith("1 results") and "ZeroDivisionError: the report crashed" in line
+    assert cli.main(["bench", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    for code, words in [(0, "every result correct"), (3, "a result was wrong"),
+                        (1, "an error stopped the run")]:  # fmt: skip
+        assert f"{code} {words}" in text, text
+        assert f"| {code} |" in docs

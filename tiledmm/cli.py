@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import exits
+
 if TYPE_CHECKING:
     from .backend import Backend
 
@@ -172,9 +174,10 @@ def output_folder(path: str | Path) -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     """``tiledmm bench``: sweep, write JSON, then the figures and the table (report.py).
 
-    Exits non-zero when a case fails and when nothing was measured; an impossible request
-    (unknown backend, kernel or dtype; an output folder that cannot be written) raises before
-    any measuring."""
+    Returns :data:`exits.WRONG_RESULT` when a case failed its check (after writing everything);
+    raises (status :data:`exits.ERROR`) when nothing was measured or the report fails; an
+    impossible request (unknown backend, kernel or dtype; an output folder that cannot be
+    written) raises before any measuring."""
     if args.dask:
         from .dask_bench import bench_dask
 
@@ -209,6 +212,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"FAILED: {f}", file=sys.stderr)
     where = ", ".join(str(p) for p in paths)
     took = time.perf_counter() - t0
+    if not res.benchmarks and res.failures:  # every case ran, and none was right
+        print(f"0 results in {took:.1f} s ({len(res.failures)} failed) -> {where}", file=sys.stderr)
+        return exits.WRONG_RESULT
     if not res.benchmarks:
         raise RuntimeError(
             f"0 results in {took:.1f} s ({len(res.skipped)} skipped, {len(res.failures)} failed;"
@@ -218,7 +224,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .report import render
 
     print(render(paths, outdir, figures=not getattr(args, "no_figures", False)))
-    return 1 if res.failures else 0
+    return exits.WRONG_RESULT if res.failures else exits.OK
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -278,7 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true")
     s.set_defaults(func=cmd_calibrate)
 
-    s = command("bench", help="run a sweep, write JSON + figures, print the table")
+    s = command(
+        "bench",
+        help="run a sweep, write JSON + figures, print the table",
+        description="Run a sweep, write JSON + figures, print the table.",
+        epilog=f"exit status: {exits.OK} every result correct; {exits.WRONG_RESULT} a result "
+        "was wrong (the run finished and wrote everything; listed as FAILED); "
+        f"{exits.ERROR} an error stopped the run (one line on stderr); {exits.USAGE} a "
+        f"malformed command line; {exits.INTERRUPTED} interrupted",
+    )
     s.add_argument(
         "--backend", action="append", help="backend name (repeatable); default: all available"
     )
@@ -340,7 +354,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error is one line on stderr and a non-zero exit status
-    (2 usage, 1 failure, 130 interrupted). ``--debug`` shows the traceback instead."""
+    (:mod:`tiledmm.exits`: 2 usage, 1 error, 130 interrupted; ``bench``: 3 a wrong result).
+    ``--debug`` shows the traceback instead."""
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -356,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.debug:
                 raise
             print(f"{where}: interrupted", file=sys.stderr)
-            return 130
+            return exits.INTERRUPTED
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
             if args.debug:
                 raise
@@ -365,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 msg = f"{type(exc).__name__}: {_one_line(exc)}"
                 print(f"{where}: error: {msg} (--debug shows where)", file=sys.stderr)
-            return 1
+            return exits.ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover
