@@ -118,3 +118,55 @@ def test_bench_tells_a_wrong_result_from_an_error(
                         (1, "an error stopped the run")]:  # fmt: skip
         assert f"{code} {words}" in text, text
         assert f"| {code} |" in docs
+
+
+def test_busy_signs() -> None:
+    from tiledmm import busy
+
+    sliced = [0.004, 0.008, 0.0121, 0.008, 0.0039, 0.016, 0.008]  # one core shared: 4 ms slices
+    assert busy.tick_of(sliced) == 0.004 and busy.spread(sliced)["spread"] > busy.MAX_SPREAD
+    quiet = [0.0201, 0.0203, 0.0199, 0.0202, 0.0200, 0.0204]  # on a multiple, but one tick
+    assert busy.spread(quiet)["spread"] < 0.05 and busy.spread(quiet)["tick"] is None
+    assert busy.tick_of([0.0011, 0.0023, 0.0035, 0.0047, 0.0059]) is None  # off every lattice
+    row = {"backend": "numpy", "dtype": "float32", "m": 64, "n": 64, "k": 64, "device_kind": "cpu"}
+    assert busy.busy_reasons([0.2, 0.1, 0.1], 2, [row]) == []
+    assert busy.busy_reasons([0.2], 64, [row | {"vendor_spread": 0.1}]) == []
+    [load] = busy.busy_reasons([1.02, 0.9, 0.5], 2, [row])  # one core of two taken
+    assert "1.02 on 2 CPUs" in load
+    assert busy.busy_reasons([1.02], 2, [row | {"device_kind": "gpu"}]) == []  # host load: GPU
+    [times] = busy.busy_reasons([0.1], 2, [row | {"vendor_spread": 0.8, "vendor_tick": 0.004}])
+    assert "multiples of 4 ms" in times and "up to 80%: numpy float32 64x64x64" in times
+
+
+@pytest.mark.parametrize("busy_machine", [True, False])
+def test_bench_shows_the_load_and_warns_on_a_busy_machine(
+    busy_machine: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The load and the vendor's times are injected: the outcome never depends on this host."""
+    from tiledmm import bench, busy
+
+    load = [1.05, 0.97, 0.61] if busy_machine else [0.03, 0.02, 0.0]
+    times = [0.004, 0.008, 0.012, 0.008, 0.004] if busy_machine else [0.0040, 0.0041, 0.0040] * 2
+    monkeypatch.setattr(busy, "load_average", lambda: list(load))
+    monkeypatch.setattr(busy, "cpus", lambda: 2)
+    monkeypatch.setattr(bench, "time_fn", lambda be, fn, settings: list(times))
+    argv = ["bench", "--backend", "numpy", "--quick", "--sizes", "16", "--no-figures"]
+    assert cli.main([*argv, "-o", str(tmp_path), "--name", "t"]) == 0
+    out, err = capsys.readouterr()
+    table, line = out.rstrip().rsplit("\n", 1)
+    assert "| numpy | register |" in table
+    assert line == ("load average 1.05 / 0.97 / 0.61" if busy_machine else
+                    "load average 0.03 / 0.02 / 0.00") + " (1, 5, 15 min) when the run started, " \
+        f"on 2 CPUs; {load[0]:.2f} (1 min) when it ended"  # fmt: skip
+    warned = [w for w in err.splitlines() if w.startswith("tiledmm: warning:")]
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["machine_info"]["tiledmm"]["loadavg_1_5_15min"] == load
+    if not busy_machine:
+        assert warned == [] and doc["tiledmm"]["busy"] == []
+        return
+    assert len(warned) == 2 == len(doc["tiledmm"]["busy"])
+    assert "load average was 1.05 on 2 CPUs" in warned[0]
+    assert "multiples of 4 ms" in warned[1] and "'of vendor'" in warned[1]

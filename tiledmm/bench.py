@@ -20,6 +20,7 @@ import numpy as np
 
 from .accuracy import reference, rel_error
 from .backend import Backend
+from .busy import load_average, spread
 from .planner import PlanError
 from .results import benchmark_entry
 from .tensorcore import roof
@@ -193,7 +194,8 @@ def vendor_result(case: Case, settings: Settings) -> dict:
         be.synchronize()
         err = rel_error(be.to_numpy(c), case.inputs.ref)
         times = time_fn(be, fn, settings)
-        case.vendor = {"seconds": statistics.median(times), "rel_error": err, "backend": be.name}
+        case.vendor = {"seconds": statistics.median(times), "rel_error": err, "backend": be.name,
+                       **spread(times)}  # fmt: skip
     return case.vendor
 
 
@@ -228,6 +230,8 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "vendor_seconds": vendor["seconds"],
         "vendor_rel_error": vendor["rel_error"],
         "vendor_backend": vendor["backend"],
+        "vendor_spread": vendor.get("spread", 0.0),  # IQR / median: busy.py reads these two
+        "vendor_tick": vendor.get("tick"),
         "intensity": plan.intensity,
         "predicted_seconds": plan.predicted_seconds,
         "bound": plan.bound,
@@ -281,6 +285,8 @@ class SweepResult:
     benchmarks: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
+    loadavg: list[float] = field(default_factory=load_average)  # when the run started
+    busy: list[str] = field(default_factory=list)  # busy.busy_reasons, once measured
 
 
 def run_sweep(

@@ -183,8 +183,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         return bench_dask(args)
     from .bench import check_request, parse_shapes, run_sweep
+    from .busy import BusyMachineWarning, busy_reasons, cpus, load_average, load_text
     from .results import write_results
 
+    start = load_average()  # before any work of ours: the load of other work
     backends = _select_backends(args.backend)
     dtypes = check_request(backends, args.kernel, args.dtype.split(","))
     shapes = parse_shapes(args.sizes) if args.sizes else None
@@ -204,6 +206,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         quick=args.quick,
         seed=getattr(args, "seed", 0),
     )
+    res.loadavg = start
+    res.busy = busy_reasons(start, cpus(), (b["extra_info"] for b in res.benchmarks))
     command = "tiledmm " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
     paths = write_results(res, outdir, getattr(args, "name", None), command)
     for s in res.skipped:
@@ -224,6 +228,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .report import render
 
     print(render(paths, outdir, figures=not getattr(args, "no_figures", False)))
+    print(load_text(start, load_average()))  # beside the table: what else ran here
+    for text in res.busy:
+        warnings.warn(text, BusyMachineWarning, stacklevel=1)
     return exits.WRONG_RESULT if res.failures else exits.OK
 
 
