@@ -152,7 +152,7 @@ def test_bench_shows_the_load_and_warns_on_a_busy_machine(
     times = [0.004, 0.008, 0.012, 0.008, 0.004] if busy_machine else [0.0040, 0.0041, 0.0040] * 2
     monkeypatch.setattr(busy, "load_average", lambda: list(load))
     monkeypatch.setattr(busy, "cpus", lambda: 2)
-    monkeypatch.setattr(bench, "time_fn", lambda be, fn, settings: list(times))
+    monkeypatch.setattr(bench, "time_fn", lambda *args, **kwargs: list(times))
     argv = ["bench", "--backend", "numpy", "--quick", "--sizes", "16", "--no-figures"]
     assert cli.main([*argv, "-o", str(tmp_path), "--name", "t"]) == 0
     out, err = capsys.readouterr()

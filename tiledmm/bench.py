@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 from .accuracy import reference, rel_error
 from .backend import Backend
 from .busy import load_average, spread
+from .pace import Pace, time_fn
 from .planner import PlanError
 from .results import benchmark_entry
 from .tensorcore import roof
@@ -35,6 +37,7 @@ __all__ = [
     "tolerance",
     "rel_error",
     "check_case",
+    "time_fn",
     "measure_case",
     "run_sweep",
     "check_request",
@@ -129,6 +132,7 @@ class Case:
     B: Any = None
     out: Any = None
     vendor: dict = field(default_factory=dict)
+    checked: float | None = None  # seconds of the last check_case call
 
     def __post_init__(self) -> None:
         dt = np.dtype(self.inputs.dtype)
@@ -147,24 +151,16 @@ def _poison(be: Backend, out: Any) -> None:
 
 
 def check_case(case: Case, plan: Any) -> float:
-    """Run the kernel once into a NaN-poisoned output; return the relative error."""
+    """Run the kernel once into a NaN-poisoned output; return the relative error (the call's
+    seconds go to ``case.checked``)."""
     be = case.backend
     _poison(be, case.out)
+    t0 = time.perf_counter()
     be.run(plan, case.A, case.B, case.out)
     be.synchronize()
+    case.checked = time.perf_counter() - t0
     ref = case.inputs.reference(one_thread=plan.device.kind == "cpu")
     return rel_error(be.to_numpy(case.out), ref)
-
-
-def time_fn(be: Backend, fn: Callable[[], Any], settings: Settings) -> list[float]:
-    """Seconds per call via ``be.timings``: one probe after warm-up sizes the round count."""
-    times = list(be.timings(fn, repeat=1, warmup=settings.warmup))
-    rounds = max(
-        settings.min_rounds, min(settings.max_rounds, int(settings.budget / max(times[0], 1e-9)))
-    )
-    if rounds > 1:
-        times += be.timings(fn, repeat=rounds - 1, warmup=0)
-    return times
 
 
 def timer_name(be: Backend) -> str:
@@ -207,7 +203,7 @@ def measure_case(case: Case, plan: Any, settings: Settings,
     if not err <= (tolerance(case.inputs.dtype, case.inputs.k) if tol is None else tol):
         return err, []
     be = case.backend
-    return err, time_fn(be, lambda: be.run(plan, case.A, case.B, case.out), settings)
+    return err, time_fn(be, lambda: be.run(plan, case.A, case.B, case.out), settings, case.checked)
 
 
 def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) -> dict:
@@ -315,7 +311,7 @@ def run_sweep(
                 fams = [f for f in be.kernels if kernels is None or f in kernels]
                 todo.append((be, settings, dtype, shape, fams))
     bar = progress_bar(sum(len(t[4]) for t in todo), progress)
-    speed: dict[tuple, float] = {}  # (backend, kernel, dtype) -> last measured FLOP/s
+    speed = Pace()  # the rule that skips slow cases, shared with benches/
     inputs: dict[tuple, Inputs] = {}
     for be, settings, dtype, (m, n, k), fams in todo:
         key = (m, n, k, dtype)
@@ -338,10 +334,8 @@ def run_sweep(
 def _run_case(res, case, fam, where, settings, speed, make) -> None:
     """Plan, check and time one family on one case; record a result, skip or failure."""
     be, (m, n, k, dtype) = case.backend, (where[x] for x in ("m", "n", "k", "dtype"))
-    rate = speed.get((be.name, fam, dtype))
-    if rate and 2 * m * n * k / rate > settings.max_call_seconds:
-        est = 2 * m * n * k / rate
-        reason = f"about {est:.3g} s per call, over the {settings.max_call_seconds} s cap"
+    reason = speed.skip_reason(be.name, fam, dtype, 2 * m * n * k, settings.max_call_seconds)
+    if reason:
         res.skipped.append(where | {"reason": reason})
         return
     try:
@@ -359,7 +353,7 @@ def _run_case(res, case, fam, where, settings, speed, make) -> None:
         res.failures.append(where | {"error": f"{type(exc).__name__}: {exc}"})
         return
     seconds = statistics.median(times)
-    speed[(be.name, fam, dtype)] = 2 * m * n * k / seconds
+    speed.record(be.name, fam, dtype, 2 * m * n * k, seconds)
     info = extra_info(case, p, err, seconds, vendor)
     res.benchmarks.append(benchmark_entry(info, times, settings))
 
