@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,31 @@ def test_benches_suite_skips_what_tiledmm_bench_skips_and_shows_progress(tmp_pat
         assert calls[f"{e['kernel']}-{e['m']}"] <= 3 + b["stats"]["rounds"]
     out, doc, _ = _suite(tmp_path, "--tiledmm-all")
     assert len(doc["benchmarks"]) == 6 and "every case runs (--tiledmm-all)" in out
+
+
+class _SlowVendor(tiledmm.Backend):
+    """A vendor GEMM whose first call sleeps past a tiny budget; its timings are injected."""
+
+    name, kernels = "slowvendor-test", ("naive",)
+
+    def __init__(self) -> None:
+        self.warmups: list[int] = []
+
+    def run(self, plan, a, b, out):
+        out[...] = a @ b
+
+    def vendor_matmul(self, a, b):
+        time.sleep(0.02)  # at least 0.02 s on any host: over the 0.01 s budget below
+        return a @ b
+
+    def timings(self, fn, *, repeat=10, warmup=2):
+        self.warmups.append(warmup)
+        return [0.05] * repeat
+
+
+def test_a_slow_vendor_call_is_its_own_warm_up() -> None:
+    be = _SlowVendor()
+    case = bench.Case(be, bench.Inputs(8, 8, 8, "float32"))
+    settings = bench.Settings(budget=0.01, min_rounds=5, max_rounds=30, warmup=2)
+    vendor = bench.vendor_result(case, settings)
+    assert be.warmups == [0, 0] and vendor["seconds"] == 0.05  # probe + 2 rounds, no warm-up
