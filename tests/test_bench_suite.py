@@ -20,8 +20,8 @@ from tiledmm import bench, pace
 ROOT = Path(__file__).resolve().parent.parent
 
 #: A pytest plugin for the suite's process: naive at 32^3 and above is predicted at a minute a
-#: call, whatever this host measured; numpy's kernel calls are counted per case, and the first
-#: call at 16^3 of the register family takes over 2 s.
+#: call, whatever this host measured; numpy's kernel calls are counted per case; the first
+#: call at 16^3 of the register family takes over 2 s, and at 32^3 of the tiled one 0.6 s.
 INJECT = """
 import json, os, time
 from collections import Counter
@@ -43,6 +43,8 @@ def counted(self, plan, a, b, out):
     CALLS[key] += 1
     if key == "register-16" and CALLS[key] == 1:
         time.sleep(2.1)  # a first call (a JIT compile, say) over 4x the cap: still timed
+    if key == "tiled-32" and CALLS[key] == 1:
+        time.sleep(0.6)  # a check over the 0.5 s cap after 16^3 ran: correct, not timed
     return run(self, plan, a, b, out)
 
 kind.run = counted
@@ -66,6 +68,12 @@ def test_pace_predicts_from_the_last_shape_of_the_same_kind() -> None:
     assert reason == "about 12 s per call, over the 5.0 s cap"
     assert p.skip_reason("numpy", "tiled", "float32", 2 * 2048**3, 5.0) is None  # its own rate
     assert p.skip_reason("numpy", "naive", "float32", 2 * 1024**3, 5.0) is None
+    # a check call over the cap: not timed, unless it was the first of its kind (a compile)
+    assert p.after_check("numpy", "tiled", "float32", 2 * 256**3, 30.0, 5.0) is None
+    reason = p.after_check("numpy", "naive", "float32", 2 * 1024**3, 7.5, 5.0)
+    assert reason == "its check call took 7.5 s, over the 5.0 s cap"
+    assert p.predict("numpy", "naive", "float32", 2 * 2048**3) == pytest.approx(60.0)
+    assert p.after_check("numpy", "naive", "float32", 2 * 1024**3, 4.0, 5.0) is None
 
 
 class _Timed:
@@ -98,11 +106,21 @@ def test_a_call_longer_than_the_budget_is_timed_three_times_without_warm_up() ->
 def test_tiledmm_bench_skips_by_the_shared_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pace.Pace, "predict", _predict)
     be = tiledmm.get_backend("numpy")
+    check = bench.check_case
+
+    def slow_check(case, plan):  # the tiled check at 32^3 reports 9 s: injected, not measured
+        err = check(case, plan)
+        if plan.kernel == "tiled" and case.inputs.m == 32:
+            case.checked = 9.0
+        return err
+
+    monkeypatch.setattr(bench, "check_case", slow_check)
     res = bench.run_sweep([be], shapes=[(16, 16, 16), (32, 32, 32)], quick=True, progress=False)
-    [skip] = res.skipped
-    assert (skip["kernel"], skip["m"]) == ("naive", 32)
-    assert skip["reason"] == "about 60 s per call, over the 0.5 s cap"
-    assert len(res.benchmarks) == 2 * len(be.kernels) - 1
+    naive, tiled = sorted(res.skipped, key=lambda s: s["kernel"])
+    assert (naive["kernel"], naive["m"], tiled["kernel"], tiled["m"]) == ("naive", 32, "tiled", 32)
+    assert naive["reason"] == "about 60 s per call, over the 0.5 s cap"
+    assert tiled["reason"] == "its check call took 9 s, over the 0.5 s cap"
+    assert len(res.benchmarks) == 2 * len(be.kernels) - 2
 
 
 def _suite(tmp_path: Path, *extra: str) -> tuple[str, dict, dict]:
@@ -138,8 +156,10 @@ def _suite(tmp_path: Path, *extra: str) -> tuple[str, dict, dict]:
 def test_benches_suite_skips_what_tiledmm_bench_skips_and_shows_progress(tmp_path: Path) -> None:
     out, doc, calls = _suite(tmp_path)
     ran = sorted(b["param"] for b in doc["benchmarks"])
-    assert "numpy-naive-float32-32x32x32" not in ran and len(ran) == 5  # no other skip rule
+    assert "numpy-naive-float32-32x32x32" not in ran and "numpy-tiled-float32-32x32x32" not in ran
+    assert len(ran) == 4  # no other skip rule: register at 16^3 is timed after its 2.1 s call
     assert "SKIPPED" in out and "about 60 s per call, over the 0.5 s cap" in out
+    assert "its check call took 0.6" in out and calls["tiled-32"] == 1  # checked, not timed
     assert "naive-32" not in calls  # skipped before any call
     # progress: a line per case as it runs, with its time when it passes; the load at the end
     assert "test_matmul[numpy-register-float32-32x32x32] PASSED (" in out

@@ -4,7 +4,10 @@
 - :class:`Pace` predicts one call of a case from the same backend, family and dtype's rate on
   the shape measured before it, and skips a case predicted over the per-call cap
   (``Settings.max_call_seconds``: 5 s, 0.5 s with ``--quick``). Naive kernels at 2048^3 on a
-  2-core CPU (10-25 s a call) would otherwise dominate the run.
+  2-core CPU (10-25 s a call) would otherwise dominate the run. A prediction can fall short (a
+  naive kernel slows more than its FLOPs grow once its operands leave the caches; a busy
+  machine): a case whose correctness check itself took over the cap is not timed either, unless
+  it was the first shape of its kind (that call may have compiled the kernel).
 - :func:`time_fn` sizes the timed rounds to the time budget. A call that alone outlasts the
   budget needs no warm-up after the check that just ran it, and three rounds.
 """
@@ -42,6 +45,15 @@ class Pace:
         if est is not None and est > cap:
             return f"about {est:.3g} s per call, over the {cap} s cap"
         return None
+
+    def after_check(self, backend: str, kernel: str, dtype: str, flops: float, seconds: float,
+                    cap: float) -> str | None:  # fmt: skip
+        """Why a case whose check call took ``seconds`` is not timed, or None: over ``cap``
+        after a smaller shape of its kind ran (then the next shape is predicted from it)."""
+        if (backend, kernel, dtype) not in self.rates or not seconds > cap:
+            return None
+        self.record(backend, kernel, dtype, flops, seconds)
+        return f"its check call took {seconds:.3g} s, over the {cap} s cap"
 
 
 def time_fn(be: Any, fn: Callable[[], Any], settings: Any, first: float | None = None,
