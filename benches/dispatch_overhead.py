@@ -1,6 +1,6 @@
 """Per-call cost of tiledmm.matmul at 64^3 on device arrays, against the yardsticks.
 
-    python3 benches/dispatch_overhead.py > benches/results/h200-dispatch.json
+    python3 benches/dispatch_overhead.py > benches/data/h200-dispatch.json
     python3 benches/dispatch_overhead.py --profile     # + CuPy breakdown and a cProfile
 
 CuPy: tiledmm.matmul(a, b, backend="cuda") against cupy.matmul (cuBLAS) on the same CuPy arrays.

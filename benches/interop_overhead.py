@@ -1,6 +1,6 @@
 """Per-call cost of tiledmm.matmul at 64^3 on PyTorch (and Numba, JAX) CUDA inputs vs CuPy inputs.
 
-    python3 benches/interop_overhead.py > benches/results/h200-interop.json
+    python3 benches/interop_overhead.py > benches/data/h200-interop.json
 
 Issue 18's bar: with torch CUDA tensors, a call costs within 10% of the same call (same backend,
 same kernel) on CuPy arrays. Each row (backends cupy, numba-cuda and the names cuda, auto) times

@@ -197,7 +197,7 @@ def probes(ncu: str, out: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-o", "--out", default="benches/results", help="output folder")
+    ap.add_argument("-o", "--out", default="benches/data", help="output folder")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--child", nargs=6, metavar=("FAMILY", "DTYPE", "M", "N", "K", "BLOCK"))
     ap.add_argument("--probes", action="store_true", help="profile the calibration probes")

@@ -24,6 +24,7 @@ from tiledmm.modelcheck import (
 from tiledmm.warps import c_store_sectors
 
 RESULTS = Path(__file__).resolve().parent.parent / "benches" / "results"
+DATA = RESULTS.parent / "data"  # JSON that is not pytest-benchmark's (Nsight counters)
 H200 = reference_h200()
 TUNED = {
     "tiled": Geometry((16, 16, 64), (1, 1), (("vec_smem", 1),)),
@@ -106,7 +107,7 @@ def test_calibrated_levels_count_as_loaded(monkeypatch, tmp_path):
 
 
 def test_counters_file_holds_the_model_to_30_percent():
-    rows = compare_counters(RESULTS / "h200-counters.json")
+    rows = compare_counters(DATA / "h200-counters.json")
     assert {r["row"]["kernel"] for r in rows} == {"naive", "tiled", "register"}
     for r in rows:
         assert r["ratios"], r["row"]
@@ -129,7 +130,7 @@ def test_c_stores_move_whole_sectors_as_l1tex_counts_them():
     assert c_store_sectors(g64, 8, "gemm-c", {"vm": 2, "vn": 2}, "register") == 2 * 64 * 64 // 4
     assert c_store_sectors(g, 4, "numba", {}, "register") == 128 * 128 // 8
     assert c_store_sectors(dict(bm=16, bn=16), 4, "gemm-c", {}, "tiled") == 16 * 16 // 8
-    for r in compare_counters(RESULTS / "h200-counters.json"):
+    for r in compare_counters(DATA / "h200-counters.json"):
         assert r["ratios"]["l1tex__t_bytes.sum"] == pytest.approx(1.0, abs=0.01), r["row"]
 
 
@@ -143,7 +144,7 @@ def test_naive_kernels_hold_8_blocks_of_256_threads_in_float64_too():
 
 
 def test_counters_file_records_the_model_it_was_checked_with():
-    data = json.loads((RESULTS / "h200-counters.json").read_text())
+    data = json.loads((DATA / "h200-counters.json").read_text())
     assert data["metadata"]["source"]
     for row in data["rows"]:
         assert row["counters"] and row["model"]
@@ -247,7 +248,7 @@ def test_naive_wavefronts_and_fills_match_the_counters():
     written into the SRAM: the model's L2 bytes) against the counted bank writes."""
     from tiledmm.warps import naive_counts
 
-    data = json.loads((RESULTS / "h200-counters-cases.json").read_text())
+    data = json.loads((DATA / "h200-counters-cases.json").read_text())
     naive = [r for r in data["rows"] if r["kernel"] == "naive"]
     assert {r["dtype"] for r in naive} == {"float32", "float64"}
     for r in naive:
@@ -264,7 +265,7 @@ def _naive_launches() -> list[tuple[dict, dict]]:
     """Every naive launch Nsight counted on the H200: (a modelcheck row, its counters)."""
     rows = []
     for name in ("h200-counters.json", "h200-counters-cases.json"):
-        for r in json.loads((RESULTS / name).read_text())["rows"]:
+        for r in json.loads((DATA / name).read_text())["rows"]:
             if r["kernel"] == "naive":
                 rows.append((r, r["counters"]))
     for name in ("h200-naive-regime-s15.json", "h200-naive-fills-s15.json"):

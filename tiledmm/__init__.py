@@ -15,7 +15,7 @@ from .hookspecs import hookimpl, hookspec
 from .planner import Occupancy, Plan, PlanError, make_plan
 from .registry import BackendEntry, PluginInfo, backends, get_backend, plugins, register_backend
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one source: pyproject.toml reads it (setuptools dynamic)
 
 __all__ = [
     "matmul",

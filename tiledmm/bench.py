@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,8 @@ import numpy as np
 
 from .accuracy import reference, rel_error
 from .backend import Backend
+from .busy import load_average, spread
+from .pace import Pace, time_fn
 from .planner import PlanError
 from .results import benchmark_entry
 from .tensorcore import roof
@@ -34,6 +37,7 @@ __all__ = [
     "tolerance",
     "rel_error",
     "check_case",
+    "time_fn",
     "measure_case",
     "run_sweep",
     "check_request",
@@ -128,6 +132,7 @@ class Case:
     B: Any = None
     out: Any = None
     vendor: dict = field(default_factory=dict)
+    checked: float | None = None  # seconds of the last check_case call
 
     def __post_init__(self) -> None:
         dt = np.dtype(self.inputs.dtype)
@@ -146,24 +151,16 @@ def _poison(be: Backend, out: Any) -> None:
 
 
 def check_case(case: Case, plan: Any) -> float:
-    """Run the kernel once into a NaN-poisoned output; return the relative error."""
+    """Run the kernel once into a NaN-poisoned output; return the relative error (the call's
+    seconds go to ``case.checked``)."""
     be = case.backend
     _poison(be, case.out)
+    t0 = time.perf_counter()
     be.run(plan, case.A, case.B, case.out)
     be.synchronize()
+    case.checked = time.perf_counter() - t0
     ref = case.inputs.reference(one_thread=plan.device.kind == "cpu")
     return rel_error(be.to_numpy(case.out), ref)
-
-
-def time_fn(be: Backend, fn: Callable[[], Any], settings: Settings) -> list[float]:
-    """Seconds per call via ``be.timings``: one probe after warm-up sizes the round count."""
-    times = list(be.timings(fn, repeat=1, warmup=settings.warmup))
-    rounds = max(
-        settings.min_rounds, min(settings.max_rounds, int(settings.budget / max(times[0], 1e-9)))
-    )
-    if rounds > 1:
-        times += be.timings(fn, repeat=rounds - 1, warmup=0)
-    return times
 
 
 def timer_name(be: Backend) -> str:
@@ -189,11 +186,14 @@ def vendor_result(case: Case, settings: Settings) -> dict:
     """The vendor GEMM on the same arrays: error and median time (cached on the case)."""
     if not case.vendor:
         be, fn = vendor_call(case)
+        t0 = time.perf_counter()
         c = fn()
         be.synchronize()
+        first = time.perf_counter() - t0  # a slow first call was the warm-up (pace.time_fn)
         err = rel_error(be.to_numpy(c), case.inputs.ref)
-        times = time_fn(be, fn, settings)
-        case.vendor = {"seconds": statistics.median(times), "rel_error": err, "backend": be.name}
+        times = time_fn(be, fn, settings, first)
+        case.vendor = {"seconds": statistics.median(times), "rel_error": err, "backend": be.name,
+                       **spread(times)}  # fmt: skip
     return case.vendor
 
 
@@ -205,7 +205,7 @@ def measure_case(case: Case, plan: Any, settings: Settings,
     if not err <= (tolerance(case.inputs.dtype, case.inputs.k) if tol is None else tol):
         return err, []
     be = case.backend
-    return err, time_fn(be, lambda: be.run(plan, case.A, case.B, case.out), settings)
+    return err, time_fn(be, lambda: be.run(plan, case.A, case.B, case.out), settings, case.checked)
 
 
 def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) -> dict:
@@ -228,6 +228,8 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "vendor_seconds": vendor["seconds"],
         "vendor_rel_error": vendor["rel_error"],
         "vendor_backend": vendor["backend"],
+        "vendor_spread": vendor.get("spread", 0.0),  # IQR / median: busy.py reads these two
+        "vendor_tick": vendor.get("tick"),
         "intensity": plan.intensity,
         "predicted_seconds": plan.predicted_seconds,
         "bound": plan.bound,
@@ -281,6 +283,8 @@ class SweepResult:
     benchmarks: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
+    loadavg: list[float] = field(default_factory=load_average)  # when the run started
+    busy: list[str] = field(default_factory=list)  # busy.busy_reasons, once measured
 
 
 def run_sweep(
@@ -309,7 +313,7 @@ def run_sweep(
                 fams = [f for f in be.kernels if kernels is None or f in kernels]
                 todo.append((be, settings, dtype, shape, fams))
     bar = progress_bar(sum(len(t[4]) for t in todo), progress)
-    speed: dict[tuple, float] = {}  # (backend, kernel, dtype) -> last measured FLOP/s
+    speed = Pace()  # the rule that skips slow cases, shared with benches/
     inputs: dict[tuple, Inputs] = {}
     for be, settings, dtype, (m, n, k), fams in todo:
         key = (m, n, k, dtype)
@@ -332,10 +336,8 @@ def run_sweep(
 def _run_case(res, case, fam, where, settings, speed, make) -> None:
     """Plan, check and time one family on one case; record a result, skip or failure."""
     be, (m, n, k, dtype) = case.backend, (where[x] for x in ("m", "n", "k", "dtype"))
-    rate = speed.get((be.name, fam, dtype))
-    if rate and 2 * m * n * k / rate > settings.max_call_seconds:
-        est = 2 * m * n * k / rate
-        reason = f"about {est:.3g} s per call, over the {settings.max_call_seconds} s cap"
+    reason = speed.skip_reason(be.name, fam, dtype, 2 * m * n * k, settings.max_call_seconds)
+    if reason:
         res.skipped.append(where | {"reason": reason})
         return
     try:
@@ -344,16 +346,22 @@ def _run_case(res, case, fam, where, settings, speed, make) -> None:
         res.skipped.append(where | {"reason": str(exc)})
         return
     try:
-        err, times = measure_case(case, p, settings)
-        if not times:
+        err = check_case(case, p)
+        if not err <= tolerance(dtype, k):
             res.failures.append(where | {"rel_error": err, "tolerance": tolerance(dtype, k)})
             return
+        cap = settings.max_call_seconds
+        reason = speed.after_check(be.name, fam, dtype, 2 * m * n * k, case.checked, cap)
+        if reason:  # correct, but too slow to time
+            res.skipped.append(where | {"reason": reason, "rel_error": err})
+            return
+        times = time_fn(be, lambda: be.run(p, case.A, case.B, case.out), settings, case.checked)
         vendor = vendor_result(case, settings)
     except Exception as exc:  # noqa: BLE001 - one broken case must not end the sweep
         res.failures.append(where | {"error": f"{type(exc).__name__}: {exc}"})
         return
     seconds = statistics.median(times)
-    speed[(be.name, fam, dtype)] = 2 * m * n * k / seconds
+    speed.record(be.name, fam, dtype, 2 * m * n * k, seconds)
     info = extra_info(case, p, err, seconds, vendor)
     res.benchmarks.append(benchmark_entry(info, times, settings))
 

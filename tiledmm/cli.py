@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import exits
+
 if TYPE_CHECKING:
     from .backend import Backend
 
@@ -38,11 +40,14 @@ def _tile(text: str) -> tuple[int, ...]:
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
+    from .registry import alias_target
+
     rows = tiledmm.backends()
     if args.json:
         out = []
         for r in rows:
             d = dict(r.__dict__)
+            d["alias_targets"] = {a: alias_target(a) for a in r.aliases}  # what each one runs
             if r.available:
                 d["devices"] = [dev.to_dict() for dev in tiledmm.get_backend(r.name).devices()]
             out.append(d)
@@ -53,7 +58,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     libs = ", ".join(f"{n} {v}" if v else n for n, v in array_libraries())
     print(f"array libraries: {libs or 'none'}")
     for r in rows:
-        alias = f" (aliases: {', '.join(r.aliases)})" if r.aliases else ""
+        alias = _aliases_text(r.name, r.aliases, alias_target)
         trust = "" if r.trusted else ", third-party: ranks after built-ins (TILEDMM_TRUST_PLUGINS)"
         print(f"{r.name}{alias} [{r.plugin}{trust}]")
         if not r.available:
@@ -80,6 +85,16 @@ def cmd_info(args: argparse.Namespace) -> int:
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
     return 0
+
+
+def _aliases_text(name: str, aliases: tuple[str, ...], target) -> str:
+    """The aliases shown beside a backend: a bare alias runs this backend; ``cpu -> numpy``
+    runs another one (it ranks first: built-ins before plugins), or no available backend."""
+    words = []
+    for a in aliases:
+        to = target(a)
+        words.append(a if to == name else f"{a} -> {to or 'no available backend'}")
+    return f" (aliases: {', '.join(words)})" if words else ""
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -159,16 +174,19 @@ def output_folder(path: str | Path) -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     """``tiledmm bench``: sweep, write JSON, then the figures and the table (report.py).
 
-    Exits non-zero when a case fails and when nothing was measured; an impossible request
-    (unknown backend, kernel or dtype; an output folder that cannot be written) raises before
-    any measuring."""
+    Returns :data:`exits.WRONG_RESULT` when a case failed its check (after writing everything);
+    raises (status :data:`exits.ERROR`) when nothing was measured or the report fails; an
+    impossible request (unknown backend, kernel or dtype; an output folder that cannot be
+    written) raises before any measuring."""
     if args.dask:
         from .dask_bench import bench_dask
 
         return bench_dask(args)
     from .bench import check_request, parse_shapes, run_sweep
+    from .busy import BusyMachineWarning, busy_reasons, cpus, load_average, load_text
     from .results import write_results
 
+    start = load_average()  # before any work of ours: the load of other work
     backends = _select_backends(args.backend)
     dtypes = check_request(backends, args.kernel, args.dtype.split(","))
     shapes = parse_shapes(args.sizes) if args.sizes else None
@@ -188,6 +206,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         quick=args.quick,
         seed=getattr(args, "seed", 0),
     )
+    res.loadavg = start
+    res.busy = busy_reasons(start, cpus(), (b["extra_info"] for b in res.benchmarks))
     command = "tiledmm " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
     paths = write_results(res, outdir, getattr(args, "name", None), command)
     for s in res.skipped:
@@ -196,6 +216,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"FAILED: {f}", file=sys.stderr)
     where = ", ".join(str(p) for p in paths)
     took = time.perf_counter() - t0
+    if not res.benchmarks and res.failures:  # every case ran, and none was right
+        print(f"0 results in {took:.1f} s ({len(res.failures)} failed) -> {where}", file=sys.stderr)
+        return exits.WRONG_RESULT
     if not res.benchmarks:
         raise RuntimeError(
             f"0 results in {took:.1f} s ({len(res.skipped)} skipped, {len(res.failures)} failed;"
@@ -205,7 +228,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .report import render
 
     print(render(paths, outdir, figures=not getattr(args, "no_figures", False)))
-    return 1 if res.failures else 0
+    print(load_text(start, load_average()))  # beside the table: what else ran here
+    for text in res.busy:
+        warnings.warn(text, BusyMachineWarning, stacklevel=1)
+    return exits.WRONG_RESULT if res.failures else exits.OK
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -221,9 +247,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     from .backend import KERNEL_FAMILIES
 
     p = _Parser(prog="tiledmm", description=__doc__)
+    p.add_argument("--version", action="version", version=f"tiledmm {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)  # --debug also after the command
@@ -263,7 +291,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true")
     s.set_defaults(func=cmd_calibrate)
 
-    s = command("bench", help="run a sweep, write JSON + figures, print the table")
+    s = command(
+        "bench",
+        help="run a sweep, write JSON + figures, print the table",
+        description="Run a sweep, write JSON + figures, print the table.",
+        epilog=f"exit status: {exits.OK} every result correct; {exits.WRONG_RESULT} a result "
+        "was wrong (the run finished and wrote everything; listed as FAILED); "
+        f"{exits.ERROR} an error stopped the run (one line on stderr); {exits.USAGE} a "
+        f"malformed command line; {exits.INTERRUPTED} interrupted",
+    )
     s.add_argument(
         "--backend", action="append", help="backend name (repeatable); default: all available"
     )
@@ -325,7 +361,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error is one line on stderr and a non-zero exit status
-    (2 usage, 1 failure, 130 interrupted). ``--debug`` shows the traceback instead."""
+    (:mod:`tiledmm.exits`: 2 usage, 1 error, 130 interrupted; ``bench``: 3 a wrong result).
+    ``--debug`` shows the traceback instead."""
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -341,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.debug:
                 raise
             print(f"{where}: interrupted", file=sys.stderr)
-            return 130
+            return exits.INTERRUPTED
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
             if args.debug:
                 raise
@@ -350,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 msg = f"{type(exc).__name__}: {_one_line(exc)}"
                 print(f"{where}: error: {msg} (--debug shows where)", file=sys.stderr)
-            return 1
+            return exits.ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

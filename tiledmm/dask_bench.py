@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 from . import dask_measure as dm
+from . import exits
 from .dask_report import Rows, print_table
 
 __all__ = ["bench_dask", "main", "build_parser"]
@@ -255,7 +256,7 @@ def bench_dask(args: argparse.Namespace) -> int:
                 release(path)
 
     print_table(out.table, singles)
-    return 1 if failed else 0
+    return exits.WRONG_RESULT if failed else exits.OK  # a failed case, as `tiledmm bench`
 
 
 def _plan_backend(gpu: bool, backend: str) -> str:

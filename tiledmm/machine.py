@@ -4,7 +4,6 @@ only here; CPU; the benchmarked backends' devices). :mod:`tiledmm.results` write
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 from collections.abc import Iterable
@@ -92,9 +91,11 @@ def cpu_info() -> dict:
     return info
 
 
-def tiledmm_machine_info(backends: Iterable[Backend] = ()) -> dict:
-    """Devices of the benchmarked backends, GPUs, OpenCL devices: machine_info["tiledmm"]."""
+def tiledmm_machine_info(backends: Iterable[Backend] = (), loadavg: list | None = None) -> dict:
+    """Devices of the benchmarked backends, GPUs, OpenCL devices: machine_info["tiledmm"].
+    ``loadavg``: the load averages when the run started (else now, with no end figure)."""
     from . import __version__
+    from .busy import load_average
 
     devs = {}
     for be in backends:
@@ -102,22 +103,22 @@ def tiledmm_machine_info(backends: Iterable[Backend] = ()) -> dict:
             devs[be.name] = be.device().to_dict()
         except Exception as exc:  # noqa: BLE001
             devs[be.name] = {"error": f"{type(exc).__name__}: {exc}"}
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]  # other work here skews every timing
-    except OSError:  # pragma: no cover - not Unix
-        load = []
+    now = load_average()  # other work here skews every timing
+    ends = {"loadavg_at_end": now} if loadavg is not None else {}
     return {
         "version": __version__,
         "numpy": np.__version__,
-        "loadavg_1_5_15min": load,
+        "loadavg_1_5_15min": now if loadavg is None else list(loadavg),
+        **ends,
         "devices": devs,
         "gpus": gpu_info(),
         "opencl": opencl_info(),
     }
 
 
-def machine_info(backends: Iterable[Backend] = ()) -> dict:
-    """pytest-benchmark's machine_info, plus the tiledmm device details."""
+def machine_info(backends: Iterable[Backend] = (), loadavg: list | None = None) -> dict:
+    """pytest-benchmark's machine_info, plus the tiledmm device details (``loadavg``: the
+    load averages when the run started)."""
     return {
         "node": platform.node(),
         "processor": platform.processor(),
@@ -130,7 +131,7 @@ def machine_info(backends: Iterable[Backend] = ()) -> dict:
         "release": platform.release(),
         "system": platform.system(),
         "cpu": cpu_info(),
-        "tiledmm": tiledmm_machine_info(backends),
+        "tiledmm": tiledmm_machine_info(backends, loadavg),
     }
 
 

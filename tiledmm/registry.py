@@ -48,6 +48,7 @@ __all__ = [
     "register_backend",
     "generation",
     "is_trusted",
+    "alias_target",
 ]
 
 GROUP = "tiledmm"
@@ -309,7 +310,7 @@ def get_backend(name: str) -> Backend:
     reg = _registry()
     be = reg.backends.get(name)
     if be is None:
-        sharing = sorted((b for b in reg.backends.values() if name in b.aliases), key=reg.rank)
+        sharing = _sharing(reg, name)
         matches = [b for b in sharing if reg.reason(b.name) is None]
         if not matches:
             if sharing:
@@ -327,6 +328,21 @@ def registered() -> list[Backend]:
     """Every registered backend object, available or not (for offline tools that read what a
     backend ships, such as its geometry table; nothing here runs on a device)."""
     return list(_registry().backends.values())
+
+
+def _sharing(reg: _Registry, alias: str) -> list[Backend]:
+    """The backends that declare ``alias``, best-ranked first."""
+    return sorted((b for b in reg.backends.values() if alias in b.aliases), key=reg.rank)
+
+
+def alias_target(alias: str) -> str | None:
+    """The backend an alias runs now (what :func:`get_backend` picks), or None when no
+    backend that declares it is available. A backend's name is not an alias."""
+    reg = _registry()
+    if alias in reg.backends:
+        return alias
+    found = [b.name for b in _sharing(reg, alias) if reg.reason(b.name) is None]
+    return found[0] if found else None
 
 
 def _unknown(reg: _Registry, name: str) -> str:

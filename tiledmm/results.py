@@ -95,11 +95,13 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
 
-def document(benchmarks: list[dict], backends: Iterable[Backend] = (), **tiledmm_info: Any) -> dict:
+def document(benchmarks: list[dict], backends: Iterable[Backend] = (), *,
+             loadavg: list | None = None, **tiledmm_info: Any) -> dict:  # fmt: skip
     """A pytest-benchmark JSON document for ``benchmarks`` measured on ``backends`` (machine,
-    commit, date, pytest-benchmark version; ``tiledmm_info`` under the ``tiledmm`` key)."""
+    commit, date, pytest-benchmark version; ``tiledmm_info`` under the ``tiledmm`` key;
+    ``loadavg``: the load averages when the run started)."""
     doc = {
-        "machine_info": machine_info(backends),
+        "machine_info": machine_info(backends, loadavg),
         "commit_info": commit_info(),
         "benchmarks": benchmarks,
         "datetime": _dt.datetime.now(_dt.UTC).isoformat(),
@@ -133,7 +135,8 @@ def write_results(res: Any, outdir: Path, name: str | None = None, command: str 
     paths = []
     for label, benches in sorted(groups.items()):
         doc = document(benches, res.backends, command=command, skipped=res.skipped,
-                       failures=res.failures)  # fmt: skip
+                       failures=res.failures, busy=getattr(res, "busy", []),
+                       loadavg=getattr(res, "loadavg", None))  # fmt: skip
         path = outdir / f"{label}.json"
         path.write_text(json.dumps(doc, indent=2, default=_jsonable) + "\n")
         paths.append(path)
