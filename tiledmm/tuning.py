@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
     "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
-    "device_arch", "select", "measured_families", "export",
+    "device_arch", "select", "measured_families", "export", "is_first_use", "first_use_source",
 ]  # fmt: skip
 
 #: The shape classes, most specific first (issue 11's per-class geometry uses the same names).
@@ -241,6 +241,22 @@ def to_geometry(e: dict, device: DeviceSpec) -> Geometry:
     src = (f"tuned {where}, {meas['date'][:10]} ({e['shape_class']} shapes, "
            f"{meas['gflops']:.4g} GFLOP/s measured; user tuning database)")  # fmt: skip
     return replace(Geometry.from_dict(e), source=src)
+
+
+def is_first_use(e: dict | None) -> bool:
+    """Whether a user entry was written by first-use tuning (``measured.first_use``;
+    :mod:`tiledmm.first_use`), not by ``tiledmm tune``."""
+    return bool(e and isinstance(e.get("measured"), dict) and e["measured"].get("first_use"))
+
+
+def first_use_source(e: dict, device: DeviceSpec) -> str:
+    """A first-use entry's ``Plan.geometry_source``: what was timed, where and when."""
+    meas = e["measured"]
+    where = "on this device" if e.get("device") == device.name else f"for {_who(e)}"
+    shape = "x".join(str(d) for d in meas.get("shape", ())[1:]) or "?"
+    return (f"first use {where}, {meas['date'][:10]} (a short list timed on {shape}, "
+            f"{meas['gflops']:.4g} GFLOP/s; user tuning database; `tiledmm tune` searches "
+            "further)")  # fmt: skip
 
 
 def _who(e: dict) -> str:
