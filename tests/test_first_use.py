@@ -311,3 +311,28 @@ def test_settings_from_the_environment(monkeypatch):
 
 def test_the_test_suite_runs_without_first_use_tuning():
     assert os.environ.get(first_use.ENABLE) == "0"  # tests/conftest.py
+
+
+def test_info_plan_and_bench_rows_say_where_the_tiles_came_from(fake, capsys):
+    from tiledmm import cli, provenance
+    from tiledmm.bench import run_sweep
+
+    assert cli.main(["plan", "256", "256", "256", "--backend", fake.name, "--dtype",
+                     "float64"]) == 0  # fmt: skip
+    assert "tiles from: shipped default; matmul's first call" in capsys.readouterr().out
+    tiledmm.matmul(*_operands(256, 256, 256), backend=fake.name)
+    assert cli.main(["plan", "512", "512", "512", "--backend", fake.name, "--dtype",
+                     "float64"]) == 0  # fmt: skip
+    assert "tiles from: first use\n" in capsys.readouterr().out
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out.split(f"{fake.name} ", 1)[1]
+    assert "tiles: first use: tiled/float64/square; shipped: shipped defaults for cpu" in out
+    assert "calibration: " in out and "tuning: first use on" in out
+    res = run_sweep([fake], kernels=["tiled"], dtypes=["float64"], shapes=[(300, 300, 300)],
+                    quick=True, progress=False)  # fmt: skip
+    assert [b["extra_info"]["tuned_from"] for b in res.benchmarks] == ["first use"]
+    for src, want in [("tuned on this device, 2026-12-01 (...)", "tiledmm tune"),
+                      ("shipped table for NVIDIA H200: ...", "shipped table"),
+                      ("shipped default for gpu: ...", "shipped default"),
+                      ("model default", "model default"), ("requested", "requested")]:  # fmt: skip
+        assert provenance.origin(src) == want

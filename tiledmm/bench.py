@@ -21,6 +21,7 @@ import numpy as np
 from .accuracy import reference, rel_error
 from .backend import Backend
 from .planner import PlanError
+from .provenance import origin
 from .results import benchmark_entry
 from .tensorcore import roof
 from .tuning import shape_class
@@ -235,6 +236,7 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "thread_tile": list(plan.thread_tile),
         "padding_waste": plan.padding_waste,
         "geometry_source": plan.geometry_source,
+        "tuned_from": origin(plan.geometry_source),
         "peak_flops": peak_of(plan, inp.dtype),
         "bandwidth": dev.bandwidth,
         "ceilings_source": dev.ceilings_source,

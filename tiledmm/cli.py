@@ -38,13 +38,17 @@ def _tile(text: str) -> tuple[int, ...]:
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
+    from .provenance import describe, device_record
+
     rows = tiledmm.backends()
     if args.json:
         out = []
         for r in rows:
             d = dict(r.__dict__)
             if r.available:
-                d["devices"] = [dev.to_dict() for dev in tiledmm.get_backend(r.name).devices()]
+                be = tiledmm.get_backend(r.name)
+                d["devices"] = [dict(dev.to_dict(), tuning=device_record(be, dev))
+                                for dev in be.devices()]  # fmt: skip
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -79,6 +83,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 print(f"    FMA pipes: {fma} (sustained clock x{dev.sustained:g})")
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
+            for line in describe(tiledmm.get_backend(r.name), dev):  # calibrated? tuned how?
+                print(f"    {line}")
     return 0
 
 
@@ -102,7 +108,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         thread_tile=args.thread_tile,
         precision=args.precision,
     )
-    print(json.dumps(p.to_dict(), indent=2, default=str) if args.json else str(p))
+    from .provenance import origin
+
+    came = origin(p.geometry_source)
+    if args.json:
+        print(json.dumps(dict(p.to_dict(), tuned_from=came), indent=2, default=str))
+        return 0
+    print(p)
+    hint = ""
+    if came not in ("first use", "tiledmm tune", "requested"):
+        hint = ("; matmul's first call of this shape class times a short list on this device "
+                "(first use), `tiledmm tune --quick` does it now")  # fmt: skip
+    print(f"  tiles from: {came}{hint}")
     return 0
 
 
