@@ -330,7 +330,7 @@ def test_info_plan_and_bench_rows_say_where_the_tiles_came_from(fake, capsys):
     assert "calibration: " in out and "tuning: first use on" in out
     res = run_sweep([fake], kernels=["tiled"], dtypes=["float64"], shapes=[(300, 300, 300)],
                     quick=True, progress=False)  # fmt: skip
-    assert [b["extra_info"]["tuned_from"] for b in res.benchmarks] == ["first use"]
+    assert [b["extra_info"]["tiles_from"] for b in res.benchmarks] == ["first use"]
     for src, want in [("tuned on this device, 2026-12-01 (...)", "tiledmm tune"),
                       ("shipped table for NVIDIA H200: ...", "shipped table"),
                       ("shipped default for gpu: ...", "shipped default"),

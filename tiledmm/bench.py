@@ -236,7 +236,7 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "thread_tile": list(plan.thread_tile),
         "padding_waste": plan.padding_waste,
         "geometry_source": plan.geometry_source,
-        "tuned_from": origin(plan.geometry_source),
+        "tiles_from": origin(plan.geometry_source),  # (tuned_from marks tuner experiments)
         "peak_flops": peak_of(plan, inp.dtype),
         "bandwidth": dev.bandwidth,
         "ceilings_source": dev.ceilings_source,

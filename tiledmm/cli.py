@@ -112,7 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     came = origin(p.geometry_source)
     if args.json:
-        print(json.dumps(dict(p.to_dict(), tuned_from=came), indent=2, default=str))
+        print(json.dumps(dict(p.to_dict(), tiles_from=came), indent=2, default=str))
         return 0
     print(p)
     hint = ""

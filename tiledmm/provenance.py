@@ -1,5 +1,5 @@
 """Where tiles come from, said plainly (issue 37): a plan's origin in one phrase (for
-``tiledmm plan`` and the ``tuned_from`` of benchmark rows), and per backend and device what is
+``tiledmm plan`` and the ``tiles_from`` of benchmark rows), and per backend and device what is
 on record: measured ceilings (``tiledmm calibrate``), first-use and ``tiledmm tune`` entries in
 the user database, the shipped table, or the model alone (``tiledmm info``)."""
 
