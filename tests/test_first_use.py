@@ -96,7 +96,8 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv(first_use.ENABLE, "1")
     monkeypatch.delenv(first_use.BUDGET, raising=False)
     first_use.reset()
-    first_use.configure(shortlist=len(SPEED) + 2)  # every candidate: the test is about the rest
+    # every candidate, and a budget that only bounds (a loaded machine must not decide)
+    first_use.configure(shortlist=len(SPEED) + 2, budget=60.0)
     be = _registered()
     be.ran.clear()
     dispatch.clear_caches()
@@ -162,7 +163,7 @@ def test_off_switch_runs_and_writes_nothing(fake, tmp_path, monkeypatch):
     assert not (tmp_path / "tuning.json").exists()
     dispatch.clear_caches()
     assert tiledmm.plan(256, 256, 256, dtype="float64", backend=fake.name) == before
-    first_use.configure(enabled=True)  # Python's setting wins over the environment
+    first_use.configure(enabled=True, budget=60.0)  # Python's setting wins over the environment
     tiledmm.matmul(*_operands(256, 256, 200), backend=fake.name)
     assert (tmp_path / "tuning.json").exists()
 
@@ -287,6 +288,7 @@ def test_processes_meeting_one_class_leave_one_valid_entry(tmp_path):
     )
     env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path), **{first_use.ENABLE: "1"})
     env[first_use.SIZE] = str(len(SPEED) + 2)  # every candidate, whatever the model ranks
+    env[first_use.BUDGET] = "120"  # a bound only: on a loaded machine every candidate is timed
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT) for _ in range(3)]
     assert all(p.wait(timeout=300) == 0 for p in procs)
     [e] = _entries(tmp_path)

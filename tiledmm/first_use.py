@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import statistics
 import threading
 import time
 import warnings
@@ -322,11 +323,14 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
         task.operands()
         left = deadline - clock()
         rec = task.evaluate(first, REPEAT_SHARE * left, skip_edges=True, max_call=left / need)
+    spent: list[float] = []  # what each candidate took: one that would overrun is not begun
     for g in rest:
-        left = deadline - clock()
-        if left <= 0:
+        now = clock()
+        left = deadline - now
+        if left <= 0 or (spent and left < statistics.median(spent)):
             break
         rec = task.evaluate(g, REPEAT_SHARE * left, max_call=left / CALLS_PER_CANDIDATE)
+        spent.append(clock() - now)
         if rec["status"] != "ok":
             log.debug("first use: %s: %s: %s %s", what, rec["tiles"], rec["status"],
                       rec.get("error", ""))  # fmt: skip
