@@ -99,8 +99,8 @@ class Shortlist(Task):
 
     def ranked(self, deadline: float, clock) -> list[Geometry]:
         """The search space's tiles, fastest predicted first: one geometry per block and
-        thread tile (the current tiles' options where the space has them), planned until
-        :data:`RANK_SHARE` of the budget is spent."""
+        thread tile (the current tiles' options where the space has them), planned nearest
+        the current tiles first until :data:`RANK_SHARE` of the budget is spent."""
         stop = clock() + RANK_SHARE * max(0.0, deadline - clock())
         mine = dict(self.current.options)
         tiles: dict[tuple, Geometry] = {}
@@ -109,8 +109,14 @@ class Shortlist(Task):
             old = tiles.get(key)
             if old is None or _agree(g, mine) > _agree(old, mine):
                 tiles[key] = g
+        here = (*self.current.block_tile, *self.current.thread_tile)
+
+        def far(g: Geometry) -> float:  # tiles near the current ones are ranked first
+            return sum(abs(math.log2(a / b)) for a, b in zip((*g.block_tile, *g.thread_tile),
+                                                              here, strict=True))  # fmt: skip
+
         scored = []
-        for g in tiles.values():
+        for g in sorted(tiles.values(), key=far):
             if clock() > stop:
                 break
             plan = self.plan(g)
