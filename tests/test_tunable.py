@@ -4,6 +4,8 @@ candidate the planner keeps is one the kernels accept and compute right."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,38 @@ def test_tune_numpy_runs(tmp_path, monkeypatch, capsys):
     e = tuning.lookup("numpy", "float32", "naive", tiledmm.get_backend("numpy").device(), "square")
     assert e is not None and not tuning.is_first_use(e)
     dispatch.clear_caches()
+
+
+def test_shortlist_check_ranks_tuner_logs(tmp_path, capsys):
+    """The model-as-shortlister check: ranks, reach and rank correlation from a tuner log."""
+    from tiledmm import shortlist_check as sc
+    from tiledmm.tune_task import geo_key
+
+    assert sc.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert sc.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    be = tiledmm.get_backend("numpy")
+    dev = be.device()
+    recs = []
+    for bt in [(64, 64, 64), (128, 128, 128), (256, 256, 256), (64, 128, 64), (32, 32, 32)]:
+        g = tiledmm.Geometry(bt, (8, 8) if bt[0] >= 64 else (4, 4))
+        plan = make_plan(512, 512, 512, dtype="float32", kernel="register", device=dev,
+                         geometry=g, backend="numpy")  # fmt: skip
+        recs.append(dict(task="float32|register|1x512x512x512", geometry=geo_key(g),
+                         family="register", shape=[1, 512, 512, 512], status="ok",
+                         gflops=1.0 / plan.predicted_seconds))  # fmt: skip
+    res = sc.rank_task(recs, dev, "numpy", "float32")  # measured exactly as predicted
+    assert res["position"] == 1 and res["reach"][1] == pytest.approx(1.0)
+    assert res["spearman"] == pytest.approx(1.0) or res["distinct_predictions"] < 5
+    log = tmp_path / "epyc-tune-numpy.jsonl"
+    log.write_text("\n".join(map(json.dumps, recs)) + "\n{torn")
+    assert sc.main([str(log), "--device", str(_results_with(tmp_path, dev))]) == 0
+    out = capsys.readouterr().out
+    assert "best in model's top k (k=1..8): 1.00" in out and "all logs: 1 tasks" in out
+
+
+def _results_with(tmp_path, dev):
+    path = tmp_path / "machine.json"
+    path.write_text(
+        json.dumps({"machine_info": {"tiledmm": {"devices": {"numpy": dev.to_dict()}}}})
+    )
+    return path
