@@ -43,7 +43,6 @@ from . import dispatch, shapefit, tuning
 from .backend import Backend, Geometry
 from .planner import PlanError, default_geometry, make_plan
 from .shortlist import BATCH_CAP, Shortlist
-from .tune_search import TOL
 from .tune_task import geo_key, geo_text, geometry_of
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
@@ -315,7 +314,7 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
         rec["status"] == "ok" and rec["seconds"] * need > deadline - clock()
     ):
         smaller = _smaller(task.shape, cls)  # measured too slow for the list: a smaller shape
-        if smaller is None:
+        if smaller is None or clock() > deadline:
             log.info("first use: %s: %s is too large to time within %.3g s; untuned", what,
                      "x".join(map(str, task.shape)), conf.budget)  # fmt: skip
             return None, True
@@ -349,7 +348,12 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
     if len(racers) > 1 and deadline - clock() > cost:
         times.update(task.race(racers))
     win = min(times, key=lambda gk: (times[gk], gk != base))
-    entry = _entry(task, be, dtype, win, times, shape, conf, clock() - start)
+    entry = task.entry(
+        win,
+        times,
+        shape,
+        dict(first_use=True, budget=conf.budget, seconds_spent=round(clock() - start, 3)),
+    )
     try:
         path = tuning.save_entries([entry])
     except (OSError, ValueError) as exc:
@@ -358,33 +362,16 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
         return None, True
     dispatch.clear_caches()
     gain = times[base] / times[win] if base in times else math.nan
-    log.info("first use: %s: %s at %.4g GFLOP/s, %.2fx the tiles before (%s), of %d candidates "
+    log.info("first use: %s: %s at %s, %.2fx the tiles before (%s), of %d candidates "
              "(%d failed) timed on %s in %.2f s; saved to %s (%s=0 turns this off)", what,
-             geo_text(geometry_of(win)), task.flops / times[win] / 1e9, gain,
+             geo_text(geometry_of(win)), _rate(task.flops / times[win]), gain,
              geo_text(current), tried, tried - len(ok), "x".join(map(str, task.shape)),
              clock() - start, path, ENABLE)  # fmt: skip
     return entry, False
 
 
-def _entry(task: Shortlist, be: Backend, dtype: str, win: str, times: dict, call_shape,
-           conf: Settings, spent: float) -> dict:  # fmt: skip
-    """The database entry of the winner, in ``tiledmm tune``'s schema, marked first use."""
-    g, dev = geometry_of(win), task.tuner.device
-    base = times.get(geo_key(task.current))
-    date = task.tuner.run_id
-    meas = dict(gflops=float(f"{task.flops / times[win] / 1e9:.6g}"), seconds=times[win],
-                shape=list(task.shape), date=date, of_vendor=None,
-                default_gflops=float(f"{task.flops / base / 1e9:.6g}") if base else None,
-                default=geo_text(task.current), candidates=len(task.results), first_use=True,
-                call_shape=list(call_shape), budget=conf.budget, seconds_spent=round(spent, 3),
-                tolerance=TOL.get(dtype, 1e-4))  # fmt: skip
-    e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=be.name, dtype=dtype,
-             family=task.family, shape_class=task.cls, block_tile=list(g.block_tile),
-             thread_tile=list(g.thread_tile), options=dict(g.options), measured=meas,
-             source=f"first use on {dev.name}, {date[:10]}")  # fmt: skip
-    if tuning.device_arch(dev):
-        e["arch"] = tuning.device_arch(dev)
-    return e
+def _rate(flops: float) -> str:
+    return f"{flops / 1e12:.3g} TFLOP/s" if flops >= 1e12 else f"{flops / 1e9:.4g} GFLOP/s"
 
 
 def prewarm(be: Backend, dtype: str, families, tasks) -> int:

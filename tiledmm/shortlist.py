@@ -34,7 +34,7 @@ from .accuracy import rel_error
 from .backend import Backend, Geometry
 from .planner import default_geometry
 from .tune_search import TOL, Tuner
-from .tune_task import Task, geo_key, geo_text, runs_as
+from .tune_task import Task, geo_key, geo_text, geometry_of, runs_as
 
 __all__ = ["Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
 
@@ -203,6 +203,27 @@ class Shortlist(Task):
     def _keep(self, rec: dict) -> dict:
         self.results[rec["geometry"]] = rec
         return rec
+
+    def entry(self, win: str, times: dict[str, float], call_shape, extra: dict) -> dict:
+        """The database entry of geometry ``win`` in ``tiledmm tune``'s schema (its
+        ``measured.default``: the tiles that ran before), ``extra`` added to ``measured``."""
+        g, dev, dtype = geometry_of(win), self.tuner.device, self.tuner.dtype
+        base = times.get(geo_key(self.current))
+        date = self.tuner.run_id
+        meas = dict(gflops=float(f"{self.flops / times[win] / 1e9:.6g}"), seconds=times[win],
+                    shape=list(self.shape), date=date, of_vendor=None,
+                    default_gflops=float(f"{self.flops / base / 1e9:.6g}") if base else None,
+                    default=geo_text(self.current), candidates=len(self.results),
+                    call_shape=list(call_shape), tolerance=TOL.get(dtype, 1e-4),
+                    **extra)  # fmt: skip
+        e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=self.tuner.be.name,
+                 dtype=dtype, family=self.family, shape_class=self.cls,
+                 block_tile=list(g.block_tile), thread_tile=list(g.thread_tile),
+                 options=dict(g.options), measured=meas,
+                 source=f"first use on {dev.name}, {date[:10]}")  # fmt: skip
+        if tuning.device_arch(dev):
+            e["arch"] = tuning.device_arch(dev)
+        return e
 
     def race(self, keys: list[str]) -> dict[str, float]:
         """Seconds per call of ``keys``' geometries timed in alternating rounds."""
