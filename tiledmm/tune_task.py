@@ -18,7 +18,7 @@ from .planner import PlanError, default_geometry, make_plan
 if TYPE_CHECKING:
     from .tune_search import Tuner
 
-__all__ = ["Task", "geo_key", "geo_text", "geometry_of", "runs_as"]
+__all__ = ["Task", "geo_key", "geo_text", "geometry_of"]
 
 
 def geo_key(g: Geometry) -> str:
@@ -58,7 +58,7 @@ class Task:
             plan = self.plan(g)
             if plan is None or geo_key(g) in seen:
                 continue
-            runs = runs_as(plan)  # two stored geometries that run alike on this shape: one
+            runs = _runs_as(plan)  # two stored geometries that run alike on this shape: one
             if runs not in seen:
                 seen.update((geo_key(g), runs))
                 self.space.append(g)
@@ -92,9 +92,13 @@ class Task:
         return max(self.ok(), key=lambda r: r["gflops"], default=None)
 
 
-def runs_as(plan: Any) -> str:
+def _runs_as(plan: Any) -> str:
     """What a plan launches (tiles and options, ``split_k`` 1 as none): candidates that differ
     only before ``shapefit.for_product`` (``split_k="auto"`` resolving to 1, a tile halved to
     one already listed) are one candidate."""
     opts = sorted((k, v) for k, v in plan.options.items() if not (k == "split_k" and v in (1, "1")))
     return json.dumps([list(plan.block_tile), list(plan.thread_tile), opts], default=str)
+
+
+#: public for first use's short list (``tiledmm.shortlist``), which dedupes by it too
+runs_as = _runs_as
