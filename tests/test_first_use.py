@@ -338,3 +338,19 @@ def test_info_plan_and_bench_rows_say_where_the_tiles_came_from(fake, capsys):
                       ("shipped default for gpu: ...", "shipped default"),
                       ("model default", "model default"), ("requested", "requested")]:  # fmt: skip
         assert provenance.origin(src) == want
+
+
+def test_an_error_while_tuning_is_remembered_and_the_call_still_runs(fake, tmp_path, monkeypatch):
+    from tiledmm import shortlist
+
+    calls = []
+
+    def boom(self):
+        calls.append(self.shape)
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setattr(shortlist.Shortlist, "operands", boom)
+    for n in (256, 384, 512):  # one class (square)
+        a, b = _operands(n, n, n)
+        assert rel_error(tiledmm.matmul(a, b, backend=fake.name), a @ b) < 1e-12
+    assert len(calls) == 1 and not (tmp_path / "tuning.json").exists()

@@ -190,7 +190,11 @@ def tune_class(be: Backend, family: str, dtype: str, shape: tuple[int, int, int,
         if not _database_ok():
             _done[key] = math.inf
             return None
-        entry, remember = _run(be, family, dtype, cls, shape, conf)
+        try:
+            entry, remember = _run(be, family, dtype, cls, shape, conf)
+        except Exception:
+            _done[key] = math.inf  # out of memory, a device error: not again this process
+            raise
         if entry is not None:
             _done[key] = flops
         elif remember:
