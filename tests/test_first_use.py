@@ -354,3 +354,19 @@ def test_an_error_while_tuning_is_remembered_and_the_call_still_runs(fake, tmp_p
         a, b = _operands(n, n, n)
         assert rel_error(tiledmm.matmul(a, b, backend=fake.name), a @ b) < 1e-12
     assert len(calls) == 1 and not (tmp_path / "tuning.json").exists()
+
+
+def test_a_device_with_its_own_shipped_table_is_left_alone(fake, tmp_path, monkeypatch):
+    def geometry(self, kernel, dtype, device):  # a table for this device's name
+        own = device.name == "fake first-use device"
+        return Geometry((64, 64, 64) if own else (32, 32, 32), source="fake table")
+
+    monkeypatch.setattr(Fake, "geometry", geometry)
+    monkeypatch.delenv(tuning.IGNORE_SHIPPED, raising=False)
+    tiledmm.matmul(*_operands(256, 256, 256), backend=fake.name)
+    assert fake.tiles_run() == {(64, 64, 64)} and not (tmp_path / "tuning.json").exists()
+    monkeypatch.setenv(tuning.IGNORE_SHIPPED, "1")  # cold experiments hide it: then it tunes
+    first_use.reset()
+    dispatch.clear_caches()
+    tiledmm.matmul(*_operands(256, 256, 256), backend=fake.name)
+    assert _entries(tmp_path)[0]["block_tile"] == [16, 16, 16]

@@ -1,8 +1,9 @@
 """First-use tuning: the first call of a shape class on a device nobody tuned times a short
 list of tiles on the caller's shape and keeps the winner (issue 37).
 
-``tiledmm.matmul`` calls :func:`prepare` before it plans a product. Where the user tuning
-database holds no entry of this device, backend, dtype, family and shape class, the short list
+``tiledmm.matmul`` calls :func:`prepare` before it plans a product. Where the backend ships no
+table for this device and the user tuning database holds no entry of this device, backend,
+dtype, family and shape class, the short list
 (:mod:`tiledmm.shortlist`: the current tiles, the shipped default, what sibling backends tuned
 here, the planner's fastest predictions from ``Backend.search_space``) is checked and timed
 within a budget, and the winner goes into the user database as ``tiledmm tune`` writes it,
@@ -187,7 +188,7 @@ def tune_class(be: Backend, family: str, dtype: str, shape: tuple[int, int, int,
                 if flops < REFINE_FLOPS * tuned:
                     _done[key] = tuned
                     return None
-        if not _database_ok():
+        if (not force and _own_table(be, family, dtype, dev, cls)) or not _database_ok():
             _done[key] = math.inf
             return None
         try:
@@ -208,6 +209,13 @@ def _own_entry(be: Backend, family: str, dtype: str, dev: Any, cls: str) -> dict
     if e is None or e.get("device") != dev.name or e["shape_class"] != cls:
         return None
     return e
+
+
+def _own_table(be: Backend, family: str, dtype: str, dev: Any, cls: str) -> bool:
+    """Whether the backend ships tiles tuned on this very device (a device tiledmm has seen:
+    first use leaves its table alone; ``TILEDMM_IGNORE_SHIPPED_TUNING`` hides it)."""
+    geo = tuning.select(be, family, dtype, dev, cls, user=False)
+    return geo is not None and geo.source.startswith(f"shipped table for {dev.name}")
 
 
 def _database_ok() -> bool:
