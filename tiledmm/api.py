@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays, keyword_matmul, registry, torchpath
+from . import arrays, first_use, keyword_matmul, registry, torchpath
 from . import dask as dask_engine
 from .backend import Backend
 from .dispatch import (
@@ -266,6 +266,8 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
         res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
         return res if out is None else _store(be, out, res)
 
+    if precision is None:  # a shape class nobody tuned on this device: time a short list
+        first_use.prepare(be, m, n, k, rname, kernel, math.prod(batch))
     plan = plan_for(be, m, n, k, rname, kernel, batch=math.prod(batch), precision=precision)
     like = a
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)

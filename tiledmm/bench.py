@@ -24,6 +24,7 @@ from .backend import Backend
 from .busy import load_average, spread
 from .pace import Pace, time_fn
 from .planner import PlanError
+from .provenance import origin
 from .results import benchmark_entry
 from .tensorcore import roof
 from .tuning import shape_class
@@ -237,6 +238,7 @@ def extra_info(case: Case, plan: Any, err: float, seconds: float, vendor: dict) 
         "thread_tile": list(plan.thread_tile),
         "padding_waste": plan.padding_waste,
         "geometry_source": plan.geometry_source,
+        "tiles_from": origin(plan.geometry_source),  # (tuned_from marks tuner experiments)
         "peak_flops": peak_of(plan, inp.dtype),
         "bandwidth": dev.bandwidth,
         "ceilings_source": dev.ceilings_source,

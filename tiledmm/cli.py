@@ -40,6 +40,7 @@ def _tile(text: str) -> tuple[int, ...]:
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
+    from .provenance import describe, device_record
     from .registry import alias_target
 
     rows = tiledmm.backends()
@@ -49,7 +50,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             d = dict(r.__dict__)
             d["alias_targets"] = {a: alias_target(a) for a in r.aliases}  # what each one runs
             if r.available:
-                d["devices"] = [dev.to_dict() for dev in tiledmm.get_backend(r.name).devices()]
+                be = tiledmm.get_backend(r.name)
+                d["devices"] = [dict(dev.to_dict(), tuning=device_record(be, dev))
+                                for dev in be.devices()]  # fmt: skip
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -84,6 +87,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 print(f"    FMA pipes: {fma} (sustained clock x{dev.sustained:g})")
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
+            for line in describe(tiledmm.get_backend(r.name), dev):  # calibrated? tuned how?
+                print(f"    {line}")
     return 0
 
 
@@ -117,7 +122,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         thread_tile=args.thread_tile,
         precision=args.precision,
     )
-    print(json.dumps(p.to_dict(), indent=2, default=str) if args.json else str(p))
+    from .provenance import origin
+
+    came = origin(p.geometry_source)
+    if args.json:
+        print(json.dumps(dict(p.to_dict(), tiles_from=came), indent=2, default=str))
+        return 0
+    print(p)
+    hint = ""
+    if came not in ("first use", "tiledmm tune", "requested"):
+        hint = ("; matmul's first call of this shape class times a short list on this device "
+                "(first use), `tiledmm tune --quick` does it now")  # fmt: skip
+    print(f"  tiles from: {came}{hint}")
     return 0
 
 

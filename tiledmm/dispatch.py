@@ -85,7 +85,8 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
         return rungs[0]
     cls = tuning.shape_class(m, n, k, batch)
     measured = tuning.measured_families(be.name, dtype, be.device(), cls, be)
-    measured = {f: g for f, g in measured.items() if f in rungs}
+    measured = {f: g for f, g in measured.items() if f in rungs
+                and not _first_use_only(be, f, dtype, cls)}  # fmt: skip
     if len(measured) >= 2:  # measurements overrule the model and the ladder
         return max(measured, key=lambda f: (measured[f], -rungs.index(f)))
     if cls == "vector" and "naive" in rungs and _is_gemv(be, m, n, k, dtype):
@@ -100,6 +101,13 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
         return rungs[0]  # let plan_for raise the family's own PlanError
     best = min(times.values())
     return next(fam for fam in rungs if fam in times and times[fam] <= RUNG_MARGIN * best)
+
+
+def _first_use_only(be: Backend, family: str, dtype: str, cls: str) -> bool:
+    """Whether the family's measurement for this class is a first-use entry: timed on one
+    caller's shape, it ranks tiles within the family, not families against each other."""
+    e = tuning.lookup(be.name, dtype, family, be.device(), cls)
+    return bool(e and e["shape_class"] == cls and tuning.is_first_use(e))
 
 
 def _is_gemv(be: Backend, m: int, n: int, k: int, dtype: str) -> bool:
@@ -149,6 +157,9 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
     device = be.device()
     cls = tuning.shape_class(m, n, k, batch)
     geo = tuning.select(be, fam, dtype, device, cls)
+    used = tuning.lookup(be.name, dtype, fam, device, cls) if geo is not None else None
+    if tuning.is_first_use(used):
+        geo = replace(geo, source=tuning.first_use_source(used, device))
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
     if precision is not None:  # only ever from the caller, never from a table
         geo = replace(

@@ -118,6 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="start from the model default, not the shipped geometry (which is then "
         "only measured, for the closing table)",
     )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="time first use's short list per class now (seconds, not minutes): pre-warms a "
+        "machine for deployment (TILEDMM_FIRST_USE_BUDGET, TILEDMM_FIRST_USE_SHORTLIST)",
+    )
     p.add_argument("--no-save", action="store_true", help="do not write the tuning database")
     p.add_argument(
         "--export",
@@ -156,6 +162,10 @@ def main(args: argparse.Namespace) -> int:
     if be.search_space(fams[0], args.dtype, dev) is None:
         raise ValueError(f"backend {be.name!r} declares no search space (Backend.search_space)")
     size = args.size or (4096 if dev.is_gpu else 1024)
+    if getattr(args, "quick", False):  # the short list of first use, per class
+        from .first_use import prewarm
+
+        return prewarm(be, args.dtype, fams, tasks_for(args.shapes, size))
     tuner = Tuner(be, args.dtype, parse_budget(args.budget), args.strategy, args.seed,
                   resume=not args.fresh, cold=args.cold)  # fmt: skip
     todo = tasks_for(args.shapes, size)

@@ -98,3 +98,7 @@ def _runs_as(plan: Any) -> str:
     one already listed) are one candidate."""
     opts = sorted((k, v) for k, v in plan.options.items() if not (k == "split_k" and v in (1, "1")))
     return json.dumps([list(plan.block_tile), list(plan.thread_tile), opts], default=str)
+
+
+#: public for first use's short list (``tiledmm.shortlist``), which dedupes by it too
+runs_as = _runs_as

@@ -243,6 +243,22 @@ def to_geometry(e: dict, device: DeviceSpec) -> Geometry:
     return replace(Geometry.from_dict(e), source=src)
 
 
+def is_first_use(e: dict | None) -> bool:
+    """Whether a user entry was written by first-use tuning (``measured.first_use``;
+    :mod:`tiledmm.first_use`), not by ``tiledmm tune``."""
+    return bool(e and isinstance(e.get("measured"), dict) and e["measured"].get("first_use"))
+
+
+def first_use_source(e: dict, device: DeviceSpec) -> str:
+    """A first-use entry's ``Plan.geometry_source``: what was timed, where and when."""
+    meas = e["measured"]
+    where = "on this device" if e.get("device") == device.name else f"for {_who(e)}"
+    shape = "x".join(str(d) for d in meas.get("shape", ())[1:]) or "?"
+    return (f"first use {where}, {meas['date'][:10]} (a short list timed on {shape}, "
+            f"{meas['gflops']:.4g} GFLOP/s; user tuning database; `tiledmm tune` searches "
+            "further)")  # fmt: skip
+
+
 def _who(e: dict) -> str:
     return e.get("device") or e.get("arch") or e.get("vendor", "")
 

@@ -43,6 +43,20 @@ class NumpyBackend(Backend):
             t //= 2
         return Geometry((t, t, t), (8, 8), source="numpy reference: L2-sized tiles")
 
+    def search_space(self, kernel, dtype, device):
+        """What ``tiledmm tune`` and first-use tuning may try: the block tiles each family
+        walks (the thread tile only sizes the planner's work-items here). The planner drops
+        those over the device's limits (threads per block, tiles over the per-core L2)."""
+        src = "numpy reference search space"
+        if kernel == "naive":
+            return [Geometry((bm, bn, 1), source=src) for bm in (4, 8, 16, 32, 64)
+                    for bn in (16, 32, 64, 128, 256)]  # fmt: skip
+        if kernel == "tiled":
+            return [Geometry((bm, bn, bk), source=src) for bm in (16, 32, 64, 128)
+                    for bn in (16, 32, 64, 128) for bk in (32, 64, 128, 256)]  # fmt: skip
+        return [Geometry((bm, bn, bk), (8, 8), source=src) for bm in (64, 128, 256, 512)
+                for bn in (64, 128, 256, 512) for bk in (64, 128, 256, 512)]  # fmt: skip
+
     def run(self, plan, a, b, out):
         fam = plan.kernel
         if fam == "naive":
