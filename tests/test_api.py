@@ -322,7 +322,7 @@ class _Dev:
 
 
 def test_out_on_the_hot_path_for_device_arrays(rng):
-    from tiledmm import api, registry
+    from tiledmm import engine, registry
 
     class DevBackend(tiledmm.Backend):
         name, kernels = "devstandin", ("naive",)
@@ -350,8 +350,8 @@ def test_out_on_the_hot_path_for_device_arrays(rng):
         out = _Dev(np.full((9, 7), np.nan, np.float32))
         assert tiledmm.matmul(a, b, backend="devstandin", out=out) is out  # learns the key
         calls = []
-        real = api._matmul
-        api._matmul = lambda *args, **kw: (calls.append(1), real(*args, **kw))[1]
+        real = engine._matmul
+        engine._matmul = lambda *args, **kw: (calls.append(1), real(*args, **kw))[1]
         try:
             for _ in range(2):  # fresh operands and out of the same key: the hot path
                 a, b = _Dev(rand(rng, (9, 5))), _Dev(rand(rng, (5, 7)))
@@ -368,7 +368,7 @@ def test_out_on_the_hot_path_for_device_arrays(rng):
                 assert calls, bad
                 calls.clear()
         finally:
-            api._matmul = real
+            engine._matmul = real
     finally:
         registry.reload()
 
@@ -380,7 +380,7 @@ def test_out_on_the_hot_path_for_device_arrays(rng):
 )  # fmt: skip
 def test_hot_path_for_batched_and_1d_products(backend, sa, sb, monkeypatch):
     """A batched or 1-D product seen before takes the hot path, with fresh data each call."""
-    from tiledmm import api
+    from tiledmm import engine
 
     if tiledmm.get_backend(backend).unavailable_reason():
         pytest.skip(f"{backend} unavailable")
@@ -391,7 +391,7 @@ def test_hot_path_for_batched_and_1d_products(backend, sa, sb, monkeypatch):
             def full(*args, **kw):
                 raise AssertionError("the full path ran for a product seen before")
 
-            monkeypatch.setattr(api, "_matmul", full)
+            monkeypatch.setattr(engine, "_matmul", full)
         a, b = rng.random(sa, dtype=np.float32), rng.random(sb, dtype=np.float32)
         got = tiledmm.matmul(a, b, backend=backend)
         ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -405,7 +405,7 @@ def test_hot_path_1d_uses_the_bound_launch(sa, sb, takes, monkeypatch):
     """A 1-D product seen before goes through the backend's bound launch (as 2-D ones do):
     (k,) read as (1, k) or (k, 1), the result allocated in its final 1-D shape; a launch that
     declines (False) falls back to the shaped path."""
-    from tiledmm import api, torchpath
+    from tiledmm import engine
 
     calls = []
 
@@ -416,8 +416,8 @@ def test_hot_path_1d_uses_the_bound_launch(sa, sb, takes, monkeypatch):
                 c[...] = np.matmul(a.astype(np.float64), b).astype(c.dtype)
             return takes
 
-    monkeypatch.setattr(torchpath, "bound", lambda be, plan: Bound())
-    api._fast.clear()
+    monkeypatch.setattr(engine, "bound", lambda be, plan: Bound())
+    engine._fast.clear()
     rng = np.random.default_rng(8)
     for _ in range(3):
         a, b = rng.random(sa, dtype=np.float32), rng.random(sb, dtype=np.float32)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import arrays, halfprec, registry, semantics
+from tiledmm import arrays, halfprec, kinds, registry, semantics
 from tiledmm.backend import Backend
 from tiledmm.device import reference_h200
 from tiledmm.kinds import Kind
@@ -107,14 +107,14 @@ def test_bridge_asks_halfprec_before_delegating(rng, monkeypatch):
     a, b = tensor(rng, (3, 5), "float16"), tensor(rng, (5, 2), "float16")
     seen = []
     monkeypatch.setattr(halfprec, "matmul", lambda *args: seen.append(args) or "ran")
-    got = arrays.matmul_foreign(CUDA, a, b, None, tiledmm.matmul, backend="cupy", kernel="mma")
+    got = arrays.matmul_foreign(CUDA, a, b, None, backend="cupy", kernel="mma")
     assert got == "ran" and seen[0][:4] == (CUDA, a, b, None)
     assert seen[0][4] == {"backend": "cupy", "kernel": "mma"} and callable(seen[0][5])
     monkeypatch.setattr(halfprec, "matmul", lambda *args: None)  # not run: torch.matmul
-    got = arrays.matmul_foreign(CUDA, a, b, None, tiledmm.matmul, backend="numpy")
+    got = arrays.matmul_foreign(CUDA, a, b, None, backend="numpy")
     assert got.dtype == torch.float16 and torch.equal(got, torch.matmul(a, b))
     monkeypatch.undo()
-    got = arrays.matmul_foreign(arrays.foreign(a, b), a, b, None, tiledmm.matmul, backend="numpy")
+    got = arrays.matmul_foreign(kinds.route(a, b).kind, a, b, None, backend="numpy")
     assert torch.equal(got, torch.matmul(a, b))
 
 

@@ -21,7 +21,7 @@ import pytest
 import tiledmm
 from tests.conftest import backend_reason, requires_backend
 from tests.test_torchpath import Bridge
-from tiledmm import arrays, torchpath
+from tiledmm import arrays, kinds, torchpath
 from tiledmm.accuracy import matmul_error
 
 CPU_BACKENDS = [
@@ -74,8 +74,8 @@ NS = _Namespace()
 def test_native_operands_are_not_foreign():
     x = np.ones((2, 2))
     for a, b in [(x, x), ([[1.0]], x), (x, 2.0), (np.float32(1), x)]:
-        assert arrays.foreign(a, b) is None
-        assert arrays.foreign(a, b, out=x) is None
+        assert kinds.route(a, b).kind is None
+        assert kinds.route(a, b, out=x).kind is None
     assert not arrays.kind_of(x).foreign and arrays.kind_of(x).lib == "numpy"
     assert arrays.kind_of([1.0]).lib == "host"
     k = arrays.kind_of(StandIn(x))
@@ -89,13 +89,13 @@ def test_one_rule_for_mixed_kinds():
     assert arrays.result_kind(x, s).lib == "numpy"
     assert arrays.result_kind([[1.0, 1.0]], s).lib == "dlpack"  # a list defers to the other
     assert arrays.result_kind(s, s, out=x).lib == "numpy"  # out= decides
-    assert arrays.foreign(x, x, out=(s,)).lib == "dlpack"  # numpy's 1-tuple form of out=
+    assert kinds.route(x, x, out=(s,)).kind.lib == "dlpack"  # numpy's 1-tuple form of out=
 
 
 def test_kind_of_imports_no_array_library():
     code = (
-        "import sys, numpy as np; from tiledmm import arrays\n"
-        "x = np.ones(3); arrays.kind_of(x); arrays.foreign(x, [1.0])\n"
+        "import sys, numpy as np; from tiledmm import arrays, kinds\n"
+        "x = np.ones(3); arrays.kind_of(x); kinds.route(x, [1.0]).kind\n"
         "libs = arrays.array_libraries()\n"
         "assert ('numpy', np.__version__) in libs, libs\n"
         "bad = [m for m in ('torch', 'jax', 'cupy', 'numba', 'pyopencl') if m in sys.modules]\n"
@@ -144,10 +144,10 @@ def test_stand_in_unrun_dtype_goes_to_its_namespace(rng):
 
 
 def test_bridge_directly_without_api_wiring(rng):
-    """arrays.matmul_foreign with tiledmm.matmul as the native product (works before wiring)."""
+    """arrays.matmul_foreign on its own: the engine computes what the bridge converts."""
     a, b = rand(rng, (2, 3, 4)), rand(rng, (4, 5))
-    k = arrays.foreign(StandIn(a), b)
-    got = arrays.matmul_foreign(k, StandIn(a), b, None, tiledmm.matmul, backend="numpy")
+    k = kinds.route(StandIn(a), b).kind
+    got = arrays.matmul_foreign(k, StandIn(a), b, None, backend="numpy")
     assert type(got) is StandIn and matmul_error(np.from_dlpack(got), a, b) < TOL["float32"]
 
 
@@ -226,7 +226,7 @@ def test_torch_mixed_kinds_follow_the_first_operand(torch, rng):
 
 def test_torch_bridge_directly_without_api_wiring(torch, rng):
     a, b = torch.from_numpy(rand(rng, (3, 6, 4))), torch.from_numpy(rand(rng, (4, 5)))
-    got = arrays.matmul_foreign(arrays.foreign(a, b), a, b, None, tiledmm.matmul, backend="numpy")
+    got = arrays.matmul_foreign(kinds.route(a, b).kind, a, b, None, backend="numpy")
     assert type(got) is torch.Tensor and got.dtype == torch.float32
     assert matmul_error(got.numpy(), a.numpy(), b.numpy()) < TOL["float32"]
 

@@ -146,9 +146,9 @@ def test_ufunc_keywords_are_numpys(rng):
 
 
 def test_hot_path_cache_is_bounded(rng):
-    from tiledmm import api
+    from tiledmm import engine
 
     for n in range(1, 40):
         a = rng.standard_normal((n, 2)).astype(np.float32)
         tiledmm.matmul(a, a.T, backend="numpy")
-    assert api.hot_path_entries() <= api.HOT_PATH_MAX
+    assert engine.hot_path_entries() <= engine.HOT_PATH_MAX

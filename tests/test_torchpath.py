@@ -20,7 +20,7 @@ import pytest
 
 import tiledmm
 from tests.conftest import backend_reason, requires_backend
-from tiledmm import arrays, torchpath
+from tiledmm import arrays, engine, torchpath
 from tiledmm.accuracy import matmul_error
 
 CPU_BACKENDS = [
@@ -544,6 +544,6 @@ def test_bound_is_optional_and_never_fails_a_call():
         raise RuntimeError("no device")
 
     go = object()
-    assert torchpath.bound(SimpleNamespace(bind=lambda plan: go), "plan") is go
-    assert torchpath.bound(SimpleNamespace(bind=broken), "plan") is None  # the backend's run
-    assert torchpath.bound(SimpleNamespace(), "plan") is None  # no bind: the backend's run
+    assert engine.bound(SimpleNamespace(bind=lambda plan: go), "plan") is go
+    assert engine.bound(SimpleNamespace(bind=broken), "plan") is None  # the backend's run
+    assert engine.bound(SimpleNamespace(), "plan") is None  # no bind: the backend's run

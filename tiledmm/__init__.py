@@ -8,9 +8,10 @@ The core never imports a device library; backends do that lazily.
 """
 
 from .api import matmul
-from .backend import KERNEL_FAMILIES, Backend, Geometry
+from .backend import Backend
 from .device import CalibrationWarning, DeviceSpec, host_cpu
 from .dispatch import plan
+from .geometry import KERNEL_FAMILIES, Geometry
 from .hookspecs import hookimpl, hookspec
 from .planner import Occupancy, Plan, PlanError, make_plan
 from .registry import BackendEntry, PluginInfo, backends, get_backend, plugins, register_backend

@@ -27,25 +27,23 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from . import halfprec
+from . import engine, halfprec
+from .backend import Backend
 from .kinds import (
-    FOREIGN,
     RUN_DTYPES,
     Kind,
     kind_of,
-    lib_by_type,
     lib_of,
     optional_module,
     result_kind,
     torch_dtype,
-    unwrap_out,
 )
 from .kinds import array_libraries as array_libraries  # re-exported: these lived here
+from .semantics import unwrap_out
 from .torchpath import TorchStream, stream_for, view
 
 __all__ = [
@@ -53,7 +51,6 @@ __all__ = [
     "RUN_DTYPES",
     "kind_of",
     "result_kind",
-    "foreign",
     "to_native",
     "from_native",
     "delegate",
@@ -62,26 +59,6 @@ __all__ = [
     "TorchStream",
     "array_libraries",
 ]
-
-
-def foreign(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Kind | None:
-    """``None`` when every operand is one the backends take as it is (the usual, fast answer);
-    otherwise the kind of the result, by :func:`result_kind`. CuPy arrays are native, except
-    for a named backend that cannot read CUDA memory (OpenCL, NumPy): they then take the same
-    host route as foreign CUDA arrays, and the result comes back as CuPy."""
-    o = unwrap_out(out)
-    libs = [lib_by_type.get(type(x)) or lib_of(type(x)) for x in (a, b, o) if x is not None]
-    if backend != "auto":
-        own = _result_kinds(backend)  # kinds the named backend takes and returns itself
-        if own and not any(lib in FOREIGN and lib not in own for lib in libs):
-            return None
-    if not any(lib in FOREIGN for lib in libs):
-        if backend == "auto" or "cupy" not in libs:
-            return None
-        cuda = next(x for x in (a, b, o) if x is not None and lib_of(type(x)) == "cupy")
-        if _reads_cuda(backend, cuda):
-            return None
-    return result_kind(a, b, o)
 
 
 # ------------------------------------------------------------------------------- conversion
@@ -244,12 +221,12 @@ def delegate(a: Any, b: Any, kind: Kind, out: Any = None, like: Any = None) -> A
 # ------------------------------------------------------------------------------- the bridge
 
 
-def matmul_foreign(
-    kind: Kind, a: Any, b: Any, out: Any, native: Callable[..., Any], **kwargs: Any
-) -> Any:
-    """``native(a, b, out=..., **kwargs)`` for operands of any kind, with the result as ``kind``
-    (from :func:`foreign`). ``native`` is tiledmm's matmul WITHOUT this bridge in front (Numba
-    arrays stay Numba arrays, so a native that bridged again would recurse)."""
+def matmul_foreign(kind: Kind, a: Any, b: Any, out: Any, be: Backend | None = None,
+                   **kwargs: Any) -> Any:  # fmt: skip
+    """The engine's product (:func:`tiledmm.engine.matmul`, ``kwargs`` its keywords) for
+    operands of any kind, with the result as ``kind`` (:func:`tiledmm.kinds.route`'s). ``be`` is
+    the named backend the route resolved (None for "auto"): the bridge asks it whether it
+    reads CUDA memory, and the engine runs on it without resolving the name again."""
     out = unwrap_out(out)
     ka, kb = kind_of(a), kind_of(b)
     like = out if out is not None else (a if ka is kind else b)
@@ -268,67 +245,30 @@ def matmul_foreign(
             "one is copied across devices",
             stacklevel=3,
         )
+    run = dict(kwargs, backend=be) if be is not None else kwargs
     on_cuda = [x for x, k in ((A, ka), (B, kb), (C, kind)) if x is not None and k.device == "cuda"]
-    if on_cuda and not _reads_cuda(kwargs.get("backend", "auto"), on_cuda[0]):
-        r = _through_host(A, B, C, native, kwargs)
+    if on_cuda and be is not None and not be.accepts(on_cuda[0]):
+        r = _through_host(A, B, C, run, kwargs.get("backend"))
         return out if out is not None else from_native(r, kind, like)
     tk = next((k for k in (kind, ka, kb) if k.lib == "torch" and k.device == "cuda"), None)
     h = stream_for(tk) if tk is not None else None
     if h:
         with TorchStream(tk.index, h):
-            r = native(A, B, out=C, **kwargs)
+            r = engine.matmul(A, B, out=C, **run)
     else:
-        r = native(A, B, out=C, **kwargs)
+        r = engine.matmul(A, B, out=C, **run)
     return out if out is not None else from_native(r, kind, like)
 
 
-_reads: dict[tuple, bool] = {}
-
-
-_own: dict[tuple, tuple[str, ...]] = {}
-
-
-def _result_kinds(backend: str) -> tuple[str, ...]:
-    """``Backend.result_kinds`` of a named backend (cached per registry generation)."""
-    from .registry import generation, get_backend
-
-    key = (backend, generation())
-    hit = _own.get(key)
-    if hit is None:
-        if len(_own) > 256:
-            _own.clear()
-        try:
-            hit = tuple(get_backend(backend).result_kinds)
-        except (ValueError, RuntimeError):  # unknown or unavailable: the API says so later
-            hit = ()
-        _own[key] = hit
-    return hit
-
-
-def _reads_cuda(backend: str, x: Any) -> bool:
-    """Whether the named backend takes CUDA memory like ``x`` ("auto" picks one that does)."""
-    if backend == "auto":
-        return True
-    from .registry import generation, get_backend
-
-    key = (backend, type(x), generation())
-    hit = _reads.get(key)
-    if hit is None:
-        if len(_reads) > 256:
-            _reads.clear()
-        hit = _reads[key] = bool(get_backend(backend).accepts(x))
-    return hit
-
-
-def _through_host(A: Any, B: Any, C: Any, native: Callable[..., Any], kwargs: dict) -> Any:
+def _through_host(A: Any, B: Any, C: Any, run: dict, name: str | None) -> Any:
     """For a backend that cannot read CUDA memory (OpenCL): operands copied to the host, the
     result (and ``out``, when given) copied back by the caller's library."""
     warnings.warn(
-        f"backend {kwargs.get('backend')!r} cannot read CUDA memory: the operands and the "
+        f"backend {name!r} cannot read CUDA memory: the operands and the "
         "result are copied through the host",
         stacklevel=4,
     )
-    r = native(_host(A), _host(B), **kwargs)
+    r = engine.matmul(_host(A), _host(B), **run)
     if C is not None:
         cp = optional_module("cupy") if lib_of(type(C)) == "cupy" else None
         if cp is not None:

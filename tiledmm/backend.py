@@ -10,48 +10,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .device import DeviceSpec, host_cpu
+from .geometry import Geometry
 
 if TYPE_CHECKING:  # pragma: no cover
     from .planner import Plan
 
-__all__ = ["Backend", "Geometry", "KERNEL_FAMILIES"]
-
-KERNEL_FAMILIES = ("naive", "tiled", "register", "mma")
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """A backend's choice of tiles for one kernel family (the planner validates it).
-
-    ``options`` carries backend-specific compile-time knobs (vector width, warp tile, ...);
-    they reach the kernel through ``plan.options``. ``registers`` is the per-thread register
-    count when known (from a compile report); otherwise the planner estimates it.
-    """
-
-    block_tile: tuple[int, int, int]
-    thread_tile: tuple[int, int] = (1, 1)
-    options: tuple[tuple[str, Any], ...] = field(default=())
-    registers: int | None = None
-    source: str = "default"  # where these numbers come from ("tuned on NVIDIA H200", ...)
-
-    @classmethod
-    def from_dict(cls, entry: dict, source: str = "default") -> Geometry:
-        """A Geometry from a JSON table entry: ``{"block_tile": [...], "thread_tile": [...],
-        "options": {...}, "registers": n, "source": "..."}`` (all but block_tile optional)."""
-        return cls(
-            tuple(entry["block_tile"]),
-            tuple(entry.get("thread_tile", (1, 1))),
-            tuple(sorted(entry.get("options", {}).items())),
-            entry.get("registers"),
-            entry.get("source", source),
-        )
-
+__all__ = ["Backend"]
 
 class Backend:
     """Base class of every backend. Subclass it and register an instance from a plugin hook."""
@@ -65,6 +34,9 @@ class Backend:
     aliases: tuple[str, ...] = ()
     #: dtypes the kernels run; others are delegated to the array library (documented).
     dtypes: tuple[str, ...] = ("float32", "float64")
+    #: Input dtypes the ``mma`` family takes beyond ``dtypes`` (float16, bfloat16); the API
+    #: routes them to tensor cores. Empty: none.
+    mma_dtypes: tuple[str, ...] = ()
     #: Preference among backends sharing an alias, and for ``backend="auto"``.
     priority: int = 0
     #: Array libraries (``tiledmm.kinds`` names, e.g. ``"numba"``) whose arrays this backend
@@ -97,6 +69,17 @@ class Backend:
     def devices(self) -> list[DeviceSpec]:
         """Every device the backend can see (for ``tiledmm info``)."""
         return [self.device()]
+
+    def bind(self, plan: Plan) -> Any:
+        """A pre-bound launch of ``plan`` for the hot path (an object whose ``arrays(a, b, out)``
+        launches and returns True, or False to decline), or None: :meth:`run` every call."""
+        return None
+
+    def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
+                        shape_class: str) -> float | None:  # fmt: skip
+        """The backend's shipped measurement of ``kernel`` on ``device`` for ``shape_class``
+        (GFLOP/s), or None where it ships none."""
+        return None
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
         """Preferred tiles for a family on ``device``; ``None`` lets the planner choose."""

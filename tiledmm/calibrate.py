@@ -252,7 +252,7 @@ def calibrate(
     dev = backend.device()
     cls = (dev.kind if dev.kind in ("cpu", "gpu") else "cpu", bool(quick))
     dtypes = [d for d in ("float32", "float64") if d in backend.dtypes]
-    if dev.kind == "gpu" and "float16" in getattr(backend, "mma_dtypes", ()):
+    if dev.kind == "gpu" and "float16" in backend.mma_dtypes:
         dtypes.append("float16")  # the tensor cores' 16-bit roof (tensorcore.roof)
     samples, peaks = {}, {}
     for dtype in dtypes:

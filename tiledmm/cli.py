@@ -264,7 +264,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .backend import KERNEL_FAMILIES
+    from .geometry import KERNEL_FAMILIES
 
     p = _Parser(prog="tiledmm", description=__doc__)
     p.add_argument("--version", action="version", version=f"tiledmm {__version__}")

@@ -68,9 +68,9 @@ def cluster_plan(
     if cluster_fields:
         cl = replace(cl, **{k_: v for k_, v in cluster_fields.items() if v is not None})
     if backend == "auto" or kernel == "auto":  # resolve once, so every chunk uses one backend
-        import tiledmm
+        from .dispatch import plan
 
-        probe = tiledmm.plan(1024, 1024, 1024, dtype=_modelled(dt), backend=backend, kernel=kernel)
+        probe = plan(1024, 1024, 1024, dtype=_modelled(dt), backend=backend, kernel=kernel)
         backend = probe.backend if backend == "auto" else backend
     m, n, k, batch = int(m), int(n), int(k), max(1, int(batch))
 

@@ -141,15 +141,15 @@ MODELLED = {1: "float16", 2: "float16", 4: "float32", 8: "float64", 16: "float64
 @lru_cache(maxsize=8192)
 def _chunk_seconds(m: int, n: int, k: int, dtype: str, backend: str, kernel: str) -> float:
     """The planner's predicted time for one chunk product on one worker's device."""
-    import tiledmm
+    from .dispatch import plan
 
-    return tiledmm.plan(m, n, k, dtype=dtype, backend=backend, kernel=kernel).predicted_seconds
+    return plan(m, n, k, dtype=dtype, backend=backend, kernel=kernel).predicted_seconds
 
 
 def _device_bandwidth(dtype: str, backend: str, kernel: str) -> float:
-    import tiledmm
+    from .dispatch import plan
 
-    return tiledmm.plan(256, 256, 256, dtype=dtype, backend=backend, kernel=kernel).device.bandwidth
+    return plan(256, 256, 256, dtype=dtype, backend=backend, kernel=kernel).device.bandwidth
 
 
 def _worker_grid(workers: int, gm: int, gn: int, m: int, n: int) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import engine
 from .cluster import Cluster, ClusterPlan, cluster_plan, k_bounds, local_cluster
 from .dask_host import RUN_LOCK, from_host, host_source, release, staged_matmul
 from .semantics import check_like_numpy
@@ -61,11 +62,10 @@ def is_dask_array(x: Any) -> bool:
 
 
 def _chunk_product(a: Any, b: Any, backend: str, kernel: str) -> Any:
-    """On the worker: one (A chunk, B chunk) product through tiledmm, K axis kept (size 1)."""
-    import tiledmm
-
+    """On the worker: one (A chunk, B chunk) product through tiledmm's engine (chunks are the
+    backends' own arrays: NumPy or CuPy), K axis kept (size 1)."""
     with RUN_LOCK:
-        c = tiledmm.matmul(a, b, backend=backend, kernel=kernel)
+        c = engine.matmul(a, b, backend=backend, kernel=kernel)
     return c[..., None, :, :]
 
 

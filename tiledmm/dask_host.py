@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from . import engine
 from .cluster import k_bounds
 
 __all__ = [
@@ -237,8 +238,6 @@ def _staged_block(
 ):  # fmt: skip
     """One output block on the worker: stream its A row panel and B column panel from the files
     K chunk by K chunk (loading k+1 while k multiplies) and sum the products on the device."""
-    import tiledmm
-
     start, t_start = time.time(), time.perf_counter()
     (r0, r1), (c0, c1) = block_info[None]["array-location"]
     fa, fb, gpu = mapped(a.path), mapped(b.path), a.gpu
@@ -263,7 +262,7 @@ def _staged_block(
             nxt = _loader().submit(load, bounds[i + 1])
         with RUN_LOCK:
             t2 = time.perf_counter()
-            p = tiledmm.matmul(x, y, backend=backend, kernel=kernel)
+            p = engine.matmul(x, y, backend=backend, kernel=kernel)
             _sync(gpu)
             t3 = time.perf_counter()
             if acc is None:

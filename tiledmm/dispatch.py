@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from . import registry, shapefit, tuning
-from .backend import KERNEL_FAMILIES, Backend, Geometry
+from .backend import Backend
 from .cache import LRUCache
+from .geometry import KERNEL_FAMILIES, Geometry
 from .planner import Plan, PlanError, default_geometry, make_plan
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "auto_kernel",
     "clear_caches",
     "check_kernel_name",
+    "check_precision",
     "run_batch",
     "tensor_core_family",
 ]
@@ -218,8 +220,12 @@ def resolve_backend(
     return min(enumerate(found), key=cost)[1]
 
 
-def choose_backend(name: str, a: Any, b: Any, m: int, n: int, k: int, dtype: str, kernel: str):
-    """:func:`resolve_backend` for one call's operands, cached per kinds and problem."""
+def choose_backend(name: str | Backend, a: Any, b: Any, m: int, n: int, k: int, dtype: str,
+                   kernel: str):  # fmt: skip
+    """:func:`resolve_backend` for one call's operands, cached per kinds and problem; a Backend
+    the caller already resolved (the array bridge's) is taken as it is."""
+    if isinstance(name, Backend):
+        return name
     key = (registry.generation(), name, kernel, type(a), type(b))
     if name == "auto":
         key += (m, n, k, dtype)
@@ -293,12 +299,18 @@ def check_kernel_name(kernel: str) -> None:
         raise PlanError(f"kernel must be 'auto' or one of {fams}, not {kernel!r}")
 
 
+def check_precision(precision: str | None) -> None:
+    """``matmul``'s ``precision``: None (IEEE) or "tf32"."""
+    if precision not in (None, "tf32"):
+        raise ValueError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
+
+
 def tensor_core_family(be: Backend, dtype: str, kernel: str) -> str:
     """The family for ``dtype`` on ``be`` when the backend runs that dtype only on tensor cores
     (float16/bfloat16 listed in its ``mma_dtypes``, not its ``dtypes``): ``mma``, and a clear
     error for another family asked by name; any other dtype keeps ``kernel``. (TF32 is
     ``precision``'s business: :func:`plan_for`.)"""
-    if dtype in be.dtypes or dtype not in getattr(be, "mma_dtypes", ()):
+    if dtype in be.dtypes or dtype not in be.mma_dtypes:
         return kernel
     if kernel not in ("auto", "mma"):
         raise ValueError(f"{dtype} runs on tensor cores only (kernel 'mma' or 'auto'); backend "

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import dispatch, shapefit, tuning
-from .backend import Backend, Geometry
+from .backend import Backend
+from .geometry import Geometry
 from .planner import PlanError, default_geometry, make_plan
 from .shortlist import BATCH_CAP, Shortlist
 from .tune_task import geo_key, geo_text, geometry_of

@@ -131,7 +131,7 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(-1) if b1 else b  # NumPy's 1-D promotion
     A, B = view(a2), view(b2)
     be = choose_backend(backend, A, B, m, n, k, name, kernel)
-    if name not in getattr(be, "mma_dtypes", ()) and name not in be.dtypes:
+    if name not in be.mma_dtypes and name not in be.dtypes:
         return None
     if not be.accepts(A):
         return None

@@ -3,8 +3,10 @@ converts between them).
 
 :func:`kind_of` names the caller's array library and device, cached per type; nothing here
 imports torch, jax or cupy unless an operand's type module says it is theirs (:func:`lib_of`).
-:func:`result_kind` is the one rule for mixed kinds; :func:`optional_module` imports a library
-only when asked; :func:`array_libraries` lists the installed ones without importing them.
+:func:`result_kind` is the one rule for mixed kinds; :func:`route` decides, once per call, where
+:func:`tiledmm.matmul` sends its operands (the engine, the array bridge or Dask);
+:func:`optional_module` imports a library only when asked; :func:`array_libraries` lists the
+installed ones without importing them.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from __future__ import annotations
 import importlib.metadata as md
 import importlib.util
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from .backend import Backend
+from .registry import get_backend
+from .semantics import unwrap_out
 
 __all__ = [
     "Kind",
@@ -24,7 +30,8 @@ __all__ = [
     "lib_of",
     "lib_by_type",
     "result_kind",
-    "unwrap_out",
+    "Route",
+    "route",
     "optional_module",
     "torch_dtype",
     "array_libraries",
@@ -111,10 +118,6 @@ def kind_of(x: Any) -> Kind:
     return _kind(lib)
 
 
-def unwrap_out(out: Any) -> Any:
-    return out[0] if type(out) is tuple and len(out) == 1 else out
-
-
 def result_kind(a: Any, b: Any, out: Any = None) -> Kind:
     """The one rule for mixed kinds: ``out``'s kind when given, else the first operand that is
     an array (a list or scalar first operand defers to the second)."""
@@ -123,6 +126,59 @@ def result_kind(a: Any, b: Any, out: Any = None) -> Kind:
         return kind_of(out)
     ka = kind_of(a)
     return kb if ka.lib == "host" and (kb := kind_of(b)).lib != "host" else ka
+
+
+class Route(NamedTuple):
+    """Where one call goes: ``way`` is "native" (the engine), "foreign" (the array bridge, the
+    result as ``kind``) or "dask"; ``backend`` is the named backend, resolved once here where
+    the operands' kinds needed it (else None: the engine resolves the name)."""
+
+    way: str
+    kind: Kind | None = None
+    backend: Backend | None = None
+
+
+NATIVE = Route("native")
+
+
+def route(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Route:
+    """The one decision on the operands' kinds. Native: every operand is one the backends take
+    as it is (NumPy, CuPy, lists; the usual, fast answer). CuPy arrays are native, except for a
+    named backend that cannot read CUDA memory (OpenCL, NumPy): they then take the same host
+    route as foreign CUDA arrays, and the result comes back as CuPy. Foreign kinds a named
+    backend takes and returns itself (``result_kinds``) stay native too."""
+    o = unwrap_out(out)
+    libs = [lib_by_type.get(type(x)) or lib_of(type(x)) for x in (a, b, o) if x is not None]
+    foreign = any(lib in FOREIGN for lib in libs)
+    if not foreign and "cupy" not in libs:
+        return DASK if "dask" in libs and _dask(a, b) else NATIVE
+    be = None
+    if backend != "auto":
+        try:
+            be = get_backend(backend)
+        except (ValueError, RuntimeError):  # unknown or unavailable: the engine says so
+            return DASK if "dask" in libs and _dask(a, b) else NATIVE
+        own = be.result_kinds
+        if own and not any(lib in FOREIGN and lib not in own for lib in libs):
+            return NATIVE
+    if not foreign:
+        if be is None:
+            return NATIVE
+        cuda = next(x for x in (a, b, o) if x is not None and lib_of(type(x)) == "cupy")
+        if be.accepts(cuda):
+            return NATIVE
+    return Route("foreign", result_kind(a, b, o), be)
+
+
+DASK = Route("dask")
+
+
+def _dask(a: Any, b: Any) -> bool:
+    """Whether an operand is a ``dask.array.Array`` (dask is imported only when a type of
+    dask's is seen)."""
+    import dask.array as da
+
+    return isinstance(a, da.Array) or isinstance(b, da.Array)
 
 
 # ------------------------------------------------------------------------------- libraries

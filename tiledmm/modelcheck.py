@@ -15,7 +15,6 @@ import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from .backend import Geometry
 from .device import (
     CPU_DRAM_LATENCY,
     DeviceSpec,
@@ -24,6 +23,7 @@ from .device import (
     read_calibration,
     reference_h200,
 )
+from .geometry import Geometry
 from .planner import Plan, batch_plan, make_plan
 
 __all__ = [

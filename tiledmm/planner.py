@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
-from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
+from .geometry import KERNEL_FAMILIES, Geometry
 from .hierarchy import Level, cpu_levels, engine_of, gpu_levels
 from .planner_mma import default_mma_geometry, plan_mma
 from .plans import ITEMSIZE, NAIVE_REGISTERS, Occupancy, Plan, PlanError, kib, occupancy

@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from . import tensorcore as tc
-from .backend import Geometry
 from .device import DeviceSpec
+from .geometry import Geometry
 from .plans import Plan, PlanError, kib, occupancy
 
 __all__ = ["default_mma_geometry", "plan_mma"]

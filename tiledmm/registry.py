@@ -33,7 +33,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .backend import KERNEL_FAMILIES, Backend
+from .backend import Backend
+from .geometry import KERNEL_FAMILIES
 
 __all__ = [
     "PluginInfo",

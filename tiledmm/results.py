@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import KERNEL_FAMILIES, Backend
+from .backend import Backend
+from .geometry import KERNEL_FAMILIES
 from .machine import commit_info, machine_info  # re-exported: these lived here
 from .machine import cpu_info as cpu_info
 from .machine import gpu_info as gpu_info

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["accepted_by_numpy", "check_like_numpy", "matmul_shapes", "result_shape_of",
-           "result_shape"]  # fmt: skip
+           "result_shape", "unwrap_out"]  # fmt: skip
 
 
 @lru_cache(maxsize=1024)
@@ -88,3 +88,12 @@ def accepted_by_numpy(a: Any, b: Any, out: Any = None) -> bool:
     rows = (a.shape[-2],) if a.ndim > 1 else ()
     cols = (b.shape[-1],) if b.ndim > 1 else ()
     return tuple(out.shape) == batch + rows + cols and np.can_cast(rdt, out.dtype, "same_kind")
+
+
+def unwrap_out(out: Any) -> Any:
+    """numpy's ``out=`` forms: an array, or a tuple with exactly one entry (which may be None)."""
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise ValueError("The 'out' tuple must have exactly one entry per ufunc output")
+        return out[0]
+    return out

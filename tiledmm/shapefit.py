@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .backend import Geometry
+from .geometry import Geometry
 
 __all__ = ["MIN_SLICE", "MAX_SPLIT", "MIN_TILE", "FIT_MARGIN", "MAX_FIT_WAVES",
            "SMALL_GRID_BLOCKS_PER_SM",

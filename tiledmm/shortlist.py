@@ -31,7 +31,8 @@ import numpy as np
 
 from . import tuning
 from .accuracy import rel_error
-from .backend import Backend, Geometry
+from .backend import Backend
+from .geometry import Geometry
 from .planner import default_geometry
 from .tune_search import TOL, Tuner
 from .tune_task import Task, geo_key, geo_text, geometry_of, runs_as

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from .dispatch import cache_token, choose_backend, plan_for
+from .engine import bound
 from .kinds import RUN_DTYPES, Kind, optional_module, torch_dtype
 
 __all__ = ["TYPES", "matmul", "learn", "enable", "entries", "entry", "stream_for", "TorchStream"]
@@ -151,16 +152,6 @@ def view(cp: Any, ptr: int, shape: tuple[int, ...], dt: Any, nbytes: int, index:
     return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0))
 
 
-def bound(be: Any, plan: Any) -> Any:
-    """The backend's pre-bound launch of ``plan`` (its optional ``bind``), or None (also when
-    binding fails). The CuPy-input hot path of :mod:`tiledmm.api` holds its launch from here too."""
-    bind = getattr(be, "bind", None)
-    try:
-        return bind(plan) if bind is not None else None
-    except Exception:  # noqa: BLE001 - an optional shortcut must not fail a correct call
-        return None
-
-
 def cuda_entry(torch: Any, a: Any, b: Any, dt: Any, backend: str, kernel: str) -> Any:
     """The entry for CUDA tensors ``a``, ``b`` of NumPy dtype ``dt`` (None: not handled): the
     backend and plan the general path chooses for CuPy views of them (tests use stand-ins)."""
@@ -197,7 +188,7 @@ class CudaEntry:
         self.grad = torch.is_grad_enabled
         self.current = cp.cuda.get_current_stream
         self.on_cupy = getattr(be, "launch_stream", "") == "cupy"
-        self.go = bound(be, plan)  # the pre-bound launch, as api's hot path holds it
+        self.go = bound(be, plan)  # the pre-bound launch, as the engine's hot path holds it
         self.ptr = getattr(self.go, "pointer", None)  # its kernel argument over an address
         self.shape = shapes[2][0]
         self.strides = (self.shape[1], 1)

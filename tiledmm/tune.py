@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from . import dispatch, tuning
-from .backend import KERNEL_FAMILIES
+from .geometry import KERNEL_FAMILIES
 from .tune_search import EXHAUSTIVE_MAX, Task, Tuner, geo_text, geometry_of, log_path
 from .tune_search import ODD_CHECK as ODD_CHECK  # re-exported: these lived here
 from .tune_search import TOL as TOL

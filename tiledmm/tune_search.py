@@ -20,7 +20,8 @@ import numpy as np
 
 from . import tuning
 from .accuracy import reference, rel_error
-from .backend import Backend, Geometry
+from .backend import Backend
+from .geometry import Geometry
 from .tune_task import Task, geo_key, geo_text, geometry_of
 
 __all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]

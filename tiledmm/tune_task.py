@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import shapefit, tuning
-from .backend import Geometry
+from .geometry import Geometry
 from .planner import PlanError, default_geometry, make_plan
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backend import KERNEL_FAMILIES, Geometry
 from .device import DeviceSpec
+from .geometry import KERNEL_FAMILIES, Geometry
 from .store import CachedFile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -329,7 +329,7 @@ def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str,
         if old is None or r < old[0] or (r == old[0] and _newer(e, old[1])):
             best[e["family"]] = (r, e)
     out = {f: e["measured"]["gflops"] for f, (_, e) in best.items()}
-    ask = getattr(be, "measured_gflops", None) if be is not None else None
+    ask = be.measured_gflops if be is not None else None
     if ask is None or ignore_shipped():
         return out
     for fam in be.kernels:
