@@ -403,8 +403,9 @@ def test_engine_choice_and_mlir_source():
     """numba-cuda where it works (and always under the simulator), numba-cuda-mlir where
     numba-cuda cannot compile with this NumPy and mlir is installed; the env var wins."""
     pytest.importorskip("numba")
+    from tiledmm_backends.numba_cuda.codegen import KernelSpec
     from tiledmm_backends.numba_cuda.engine import choose_engine
-    from tiledmm_backends.numba_cuda.kernels import KernelSpec, source
+    from tiledmm_backends.numba_cuda.kernels import source
 
     assert choose_engine("", False, True, True) == "numba-cuda"
     assert choose_engine("", False, False, True) == "numba-cuda-mlir"

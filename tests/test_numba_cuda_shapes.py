@@ -9,8 +9,10 @@ import json
 
 import pytest
 from tiledmm_backends import kernels as K
+from tiledmm_backends.kernels import tables
 from tiledmm_backends.numba_cuda import NumbaCudaBackend
-from tiledmm_backends.numba_cuda.kernels import KernelSpec, source
+from tiledmm_backends.numba_cuda.codegen import KernelSpec
+from tiledmm_backends.numba_cuda.kernels import source
 
 from tiledmm import Geometry, dispatch, shapefit
 from tiledmm.device import reference_h200
@@ -102,7 +104,7 @@ def test_measurement_overrules_the_ladder(tmp_path, monkeypatch):
                 if w != ("numba", "vector")]  # fmt: skip
         data = dict(rows, entries=base + [entry("naive", naive), entry("tiled", tiled)])
         db.write_text(json.dumps(data))
-        monkeypatch.setattr(K, "DATABASE", db)
+        monkeypatch.setattr(tables, "DATABASE", db)  # read at call time
         dispatch.clear_caches()
         be = _h200_backend()
         assert be.measured_gflops("naive", "float32", be.device(), "vector") == naive

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Backend"]
 
+
 class Backend:
     """Base class of every backend. Subclass it and register an instance from a plugin hook."""
 

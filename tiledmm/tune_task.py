@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import shapefit, tuning
 from .geometry import Geometry
 from .planner import PlanError, default_geometry, make_plan
-
-if TYPE_CHECKING:
-    from .tune_search import Tuner
 
 __all__ = ["Task", "geo_key", "geo_text", "geometry_of"]
 
@@ -37,9 +34,10 @@ def geometry_of(key: str) -> Geometry:
 
 
 class Task:
-    """One family on one shape: the operands, the reference, the candidates and results."""
+    """One family on one shape: the operands, the reference, the candidates and results
+    (``tuner``: the :class:`tiledmm.tune_search.Tuner` running it, above this module)."""
 
-    def __init__(self, tuner: Tuner, family: str, cls: str, shape: tuple[int, int, int, int]):
+    def __init__(self, tuner: Any, family: str, cls: str, shape: tuple[int, int, int, int]):
         self.tuner, self.family, self.cls, self.shape = tuner, family, cls, shape
         b, m, n, k = shape
         self.flops = 2 * b * m * n * k

@@ -23,6 +23,7 @@ from .. import kernels as K
 from .. import nvidia
 from ..kernels import launch
 from ..kernels.probe import probe_source
+from .arrays import ARRAYS, compile_kernel, cupy_module
 
 __all__ = ["CupyBackend", "register_backends"]
 
@@ -33,34 +34,18 @@ _ATTR = dict(
     shared_optin=97, blocks_per_sm=106,
 )  # fmt: skip
 
-_CP: Any = None
-
 #: how long the spin kernel ahead of each timed call keeps the GPU busy (ns): longer than the
 #: host side of any call timed here (the slowest, 1-D operands through cupy.matmul: ~45 us)
 SPIN_NS = 200_000
 
 
-def _cupy():
-    """The cupy module, imported on first use (never at tiledmm import time)."""
-    global _CP
-    if _CP is None:
-        import cupy
-
-        _CP = cupy
-    return _CP
-
-
 def _spec(dev_id: int) -> DeviceSpec:
-    rt = _cupy().cuda.runtime
+    rt = cupy_module().cuda.runtime
     a = {k: rt.deviceGetAttribute(v, dev_id) for k, v in _ATTR.items()}
     name = rt.getDeviceProperties(dev_id)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
     cc = (a["cc_major"], a["cc_minor"])
     return nvidia.device_spec(name, cc, a, launch_overhead=5e-6).with_calibration()
-
-
-def _compile(src: str, name: str = "gemm"):
-    return _cupy().RawModule(code=src).get_function(name)
 
 
 class CupyBackend(K.SharedSourceTables, Backend):
@@ -77,7 +62,7 @@ class CupyBackend(K.SharedSourceTables, Backend):
 
     def unavailable_reason(self) -> str | None:
         try:
-            cp = _cupy()
+            cp = cupy_module()
         except ImportError:
             return "cupy is not installed (pip install 'tiledmm[cupy]')"
         except Exception as exc:  # noqa: BLE001 - a broken CUDA install raises all sorts
@@ -90,7 +75,7 @@ class CupyBackend(K.SharedSourceTables, Backend):
         return None
 
     def device(self) -> DeviceSpec:
-        dev = _cupy().cuda.runtime.getDevice()
+        dev = cupy_module().cuda.runtime.getDevice()
         spec = self._specs.get(dev)
         if spec is None:
             spec = self._specs[dev] = _spec(dev)
@@ -98,10 +83,10 @@ class CupyBackend(K.SharedSourceTables, Backend):
 
     def device_key(self) -> int:
         """CuPy's current device (plans and launches are per device)."""
-        return _cupy().cuda.runtime.getDevice()
+        return cupy_module().cuda.runtime.getDevice()
 
     def devices(self) -> list[DeviceSpec]:
-        n = _cupy().cuda.runtime.getDeviceCount()
+        n = cupy_module().cuda.runtime.getDeviceCount()
         return [self._specs.get(i) or self._specs.setdefault(i, _spec(i)) for i in range(n)]
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
@@ -115,8 +100,8 @@ class CupyBackend(K.SharedSourceTables, Backend):
         device; its ``launch(groups, args)`` runs grid ``(groups,)``, block ``(THREADS,)`` on
         the current stream."""
         src = probe_source(source, defines)
-        key = (src, kernel, _cupy().cuda.runtime.getDevice())
-        fn = self._modules.get_or_make(key, lambda: _compile(src, kernel))
+        key = (src, kernel, cupy_module().cuda.runtime.getDevice())
+        fn = self._modules.get_or_make(key, lambda: compile_kernel(src, kernel))
         block = (int(defines["THREADS"]),)
 
         def launch(groups: int, args: tuple) -> None:
@@ -130,29 +115,29 @@ class CupyBackend(K.SharedSourceTables, Backend):
         return hasattr(x, "__cuda_array_interface__")
 
     def asarray(self, x: Any, dtype: np.dtype) -> Any:
-        cp = _cupy()
+        cp = cupy_module()
         if type(x) is cp.ndarray and x.dtype == dtype:  # the hot path: already native
             return x
         return cp.asarray(x, dtype=dtype)
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
-        return _cupy().empty(shape, dtype=dtype)
+        return cupy_module().empty(shape, dtype=dtype)
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        return _cupy().asnumpy(x)
+        return cupy_module().asnumpy(x)
 
     def vendor_matmul(self, a: Any, b: Any) -> Any:
-        return _cupy().matmul(a, b)  # cuBLAS; FP32 stays FP32 unless CUPY_TF32=1
+        return cupy_module().matmul(a, b)  # cuBLAS; FP32 stays FP32 unless CUPY_TF32=1
 
     def synchronize(self) -> None:
-        _cupy().cuda.get_current_stream().synchronize()
+        cupy_module().cuda.get_current_stream().synchronize()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Device seconds per call from CUDA events on the current stream. Each timed call is
         queued behind a 200 us spin kernel, so the host has enqueued all of ``fn``'s work before
         the start event fires: the events time the device work, not Python's launch latency
         (as OpenCL's profiling events do; per-call host cost is benches/interop_overhead.py's)."""
-        cp = _cupy()
+        cp = cupy_module()
         for _ in range(warmup):
             fn()
         start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -169,16 +154,16 @@ class CupyBackend(K.SharedSourceTables, Backend):
 
     def _spin(self):
         """A one-thread kernel that busy-waits ``ns`` nanoseconds of the GPU's global timer."""
-        key = ("spin", _cupy().cuda.runtime.getDevice())
-        return self._modules.get_or_make(key, lambda: _compile(K.spin_source(), "spin"))
+        key = ("spin", cupy_module().cuda.runtime.getDevice())
+        return self._modules.get_or_make(key, lambda: compile_kernel(K.spin_source(), "spin"))
 
     # ------------------------------------------------------------------ compile and launch
 
     def function(self, plan, aligned: bool = True, single: bool = False):
         """The compiled ``gemm`` for ``plan`` (cached per source and device)."""
         src = K.source(plan.kernel, K.defines(plan, aligned, single))
-        key = (src, _cupy().cuda.runtime.getDevice())
-        return self._modules.get_or_make(key, lambda: _compile(src))
+        key = (src, cupy_module().cuda.runtime.getDevice())
+        return self._modules.get_or_make(key, lambda: compile_kernel(src))
 
     def _build(self, plan, aligned: bool, single: bool = False):
         grid, block = K.launch_shape(plan)
@@ -207,73 +192,6 @@ class CupyBackend(K.SharedSourceTables, Backend):
         # an operand at an odd address: run() copies it where that pays
         pads = K.pad_pays(plan, True, False) or K.pad_pays(plan, False, True)
         return Bound(self.launches, plan, ARRAYS.device_id(), ld_ok, pads)
-
-
-class CupyArrays:
-    """CuPy's array model for the shared launch path: a kernel takes the array itself (its
-    pointer: offset 0), whose address gives the alignment."""
-
-    def __init__(self) -> None:
-        self.reducers: dict[tuple, Any] = {}
-        self.counts: dict[tuple[int, int], Any] = {}  # (device, stream) -> zeroed counters
-
-    def layout(self, x) -> launch.Layout:
-        s0, s1 = x.strides[-2:]  # an N-D array: its first matrix (launch.run_batched)
-        return (x, 0, x.data.ptr, s0, s1, 0)  # type: ignore[return-value]  # a plain tuple: hot
-
-    def contiguous(self, x):
-        return _cupy().ascontiguousarray(x)
-
-    def empty(self, shape, dtype):
-        return _cupy().empty(shape, dtype)
-
-    def aligned_copy(self, x, ld: int, role: str):
-        rows, cols = x.shape
-        y = _cupy().empty((rows, ld), x.dtype)[:, :cols]
-        y[...] = x
-        return y
-
-    def copy(self, src, dst) -> None:
-        dst[...] = src
-
-    def device_id(self) -> int:
-        return _cupy().cuda.runtime.getDevice()
-
-    def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH,
-                tail=()):  # fmt: skip
-        fn, grid, block = call
-        i32, z = np.int32, _ZERO  # offsets: 0 for one matrix (the pointers carry them)
-        if bt is launch.NOBATCH and not tail:
-            fn(grid, block, (i32(m), i32(n), i32(k), a, z, i32(lda), b, z, i32(ldb), c, z,
-                             i32(ldc)) + _NOBATCH)  # fmt: skip
-            return
-        fn((grid[0], grid[1], bt[0]), block,
-           (i32(m), i32(n), i32(k), a, i32(oa), i32(lda), b, i32(ob), i32(ldb), c, i32(oc),
-            i32(ldc)) + tuple(i32(v) for v in bt[1:])
-           + tuple(i32(v) if isinstance(v, int) else v for v in tail))  # fmt: skip
-
-    def counters(self, size: int):
-        """Zeroed uint32 counters for the one-pass gemv on the current device and stream
-        (grown when a launch needs more; the kernels leave them zero)."""
-        cp = _cupy()
-        key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
-        buf = self.counts.get(key)
-        if buf is None or buf.size < size:
-            buf = self.counts[key] = cp.zeros(max(size, 1024), np.uint32)
-        return buf
-
-    def reduce(self, m, n, s, w, sw, c, oc, ldc, z, nb1, sc0, sc1) -> None:
-        """The split-K reduction (``reduce.cl``) of workspace ``w`` into ``c``."""
-        dt = str(w.dtype)
-        key = (dt, self.device_id())
-        fn = self.reducers.get(key)
-        if fn is None:
-            fn = self.reducers[key] = _compile(K.reduce_source(dt), "splitk_reduce")
-        t = K.REDUCE_THREADS
-        i32 = np.int32
-        fn((-(-m * n // t), 1, z), (t, 1, 1),
-           (i32(m), i32(n), i32(s), w, i32(sw), c, i32(oc), i32(ldc), i32(nb1), i32(sc0),
-            i32(sc1)))  # fmt: skip
 
 
 class Bound:
@@ -346,11 +264,6 @@ def _pointer_arg() -> Any:
     except ImportError:  # an older CuPy: a Python int goes as int64 (the same 8 bytes)
         return int
     return CIntptr
-
-
-ARRAYS = CupyArrays()
-_ZERO = np.int32(0)
-_NOBATCH = tuple(np.int32(v) for v in launch.NOBATCH[1:])
 
 
 # the tensor-core family (issue 14): kernels/mma.cl through backends/cupy_cuda/mma.py

@@ -22,6 +22,7 @@ from tiledmm.cache import LRUCache
 from .. import kernels as K
 from ..kernels import launch
 from . import wgmma
+from .arrays import ARRAYS
 
 __all__ = ["MMA_DTYPES", "build", "run", "run_batched", "install", "search_space"]
 
@@ -161,12 +162,12 @@ def install(cls: type) -> type:
 
     def run_(self, plan, a, b, out) -> None:
         if plan.kernel == K.MMA:
-            return run(_cupy(self), _arrays(), self.launches, plan, a, b, out)
+            return run(_cupy(self), ARRAYS, self.launches, plan, a, b, out)
         return base_run(self, plan, a, b, out)
 
     def run_batched_(self, plan, a, b, out) -> bool:
         if plan.kernel == K.MMA:
-            return run_batched(_arrays(), self.launches, plan, a, b, out)
+            return run_batched(ARRAYS, self.launches, plan, a, b, out)
         return base_batched(self, plan, a, b, out)
 
     def search_space_(self, kernel: str, dtype: str, device: Any):
@@ -185,9 +186,3 @@ def _cupy(backend: Any) -> Any:
     import cupy
 
     return cupy
-
-
-def _arrays() -> Any:
-    from . import ARRAYS
-
-    return ARRAYS

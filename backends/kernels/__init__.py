@@ -12,7 +12,6 @@ for numba-cuda's). ``launch`` runs the sources: the launch steps CuPy and OpenCL
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -21,7 +20,9 @@ from typing import Any
 from tiledmm import DeviceSpec, Geometry
 from tiledmm.hierarchy import pad_pays as pad_pays_for
 
-from . import mma_spec
+from . import mma_spec, tables
+from .shapes import shipped_gflops
+from .tables import DATABASE, geometry_entries, write_geometry
 
 __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
@@ -32,7 +33,6 @@ __all__ = [
 ]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
-DATABASE = HERE / "geometry.json"
 #: the families every C-dialect backend runs (CuPy, OpenCL); ``mma`` is CUDA's alone (PTX)
 FAMILIES = ("naive", "tiled", "register")
 MMA = "mma"
@@ -242,27 +242,6 @@ def reduce_source(dtype: str) -> str:
     return source("reduce", dict(REAL_BYTES=itemsize(dtype), THREADS=REDUCE_THREADS, BK=1))
 
 
-@cache
-def _entries(path: str) -> tuple[dict, ...]:
-    return tuple(json.loads(Path(path).read_text())["entries"])
-
-
-def geometry_entries(path: Path | None = None) -> list[dict]:
-    """Copies of the geometry database's entries (``path``: another database file)."""
-    return [dict(e) for e in _entries(str(path or DATABASE))]
-
-
-def write_geometry(path: Path, entries: list[dict]) -> None:
-    """Rewrite the geometry database at ``path`` with ``entries`` (its format and ``about``
-    kept), one entry per line as the shipped file is written, so a change reads as a diff of
-    the entries it touches."""
-    db = json.loads(Path(path).read_text())
-    head = f' "format": {json.dumps(db["format"])},\n "about": {json.dumps(db["about"])},\n'
-    body = ",\n".join("  " + json.dumps(e) for e in entries)
-    Path(path).write_text("{\n" + head + ' "entries": [\n' + body + "\n ]\n}\n")
-    _entries.cache_clear()
-
-
 def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str = "gemm-c",
                   backend: str | None = None, shape_class: str | None = None,
                   path: Path | None = None) -> Geometry | None:  # fmt: skip
@@ -276,7 +255,7 @@ def load_geometry(kernel: str, dtype: str, device: DeviceSpec, *, kernels: str =
     ``geometry.json``'s ``about``.
     """
     best, rank = None, None
-    for e in _entries(str(path or DATABASE)):
+    for e in tables.read_entries(str(path or tables.DATABASE)):
         if e["kernels"] != kernels or e["family"] != kernel or e.get("dtype", dtype) != dtype:
             continue
         if e.get("backend", backend) != backend or e.get("shape_class", shape_class) != shape_class:
@@ -314,8 +293,6 @@ class SharedSourceTables:
                         shape_class: str) -> float | None:  # fmt: skip
         """The geometry database's measured GFLOP/s for ``kernel`` on ``device`` for exactly
         ``shape_class`` through this backend."""
-        from .shapes import shipped_gflops
-
         return shipped_gflops(kernel, dtype, device, self.name, shape_class)
 
 

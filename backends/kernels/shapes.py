@@ -17,7 +17,7 @@ from pathlib import Path
 from tiledmm import DeviceSpec, Geometry
 from tiledmm.shapefit import auto_split, resolve_split
 
-from .. import kernels as K
+from . import tables
 
 __all__ = ["CANDIDATES", "candidates", "shipped_gflops", "auto_split", "resolve_split"]
 
@@ -172,7 +172,7 @@ def shipped_gflops(kernel: str, dtype: str, device: DeviceSpec, backend: str, sh
     backend) or a list of them with ``backend`` each; a backend's own entry before a shared one.
     ``kernel="auto"`` compares these between families (``tiledmm.tuning.measured_families``)."""
     best = None
-    for e in K._entries(str(path or K.DATABASE)):
+    for e in tables.read_entries(str(path or tables.DATABASE)):
         if e.get("kernels") != kernels or e["family"] != kernel or e.get("dtype", dtype) != dtype:
             continue
         if e.get("device") != device.name or e.get("shape_class") != shape_class:

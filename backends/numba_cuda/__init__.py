@@ -30,31 +30,11 @@ from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
 from tiledmm.cache import LRUCache
 
 from .. import kernels as K
+from .compat import numpy_incompatibility
 from .device import SIM_NAME as SIM_NAME  # re-exported: these lived here
 from .device import current_spec, device_spec_from
 
 __all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]
-
-
-def _version(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
-
-
-def numpy_incompatibility(numpy_version: str, numba_cuda_version: str | None) -> str | None:
-    """The known numba-cuda/NumPy clash, as a sentence naming the fix, or None."""
-    if numba_cuda_version is None or _version(numpy_version) < (2, 5):
-        return None
-    if _version(numba_cuda_version) <= (0, 30, 4):
-        return (
-            f"numba-cuda {numba_cuda_version} cannot compile kernels with numpy "
-            f"{numpy_version} (np.row_stack was removed; NVIDIA/numba-cuda#907, not fixed "
-            "upstream): pip install 'numpy<2.5'"
-        )
-    return None
 
 
 def _dist_version(name: str) -> str | None:
@@ -265,7 +245,7 @@ class NumbaCudaBackend(Backend):
 
     def _make_launcher(self, plan, single: bool) -> Any:
         from . import engine as nb
-        from .kernels import KernelSpec
+        from .codegen import KernelSpec
 
         bm, bn, bk = plan.block_tile
         tm, tn = plan.thread_tile
@@ -289,7 +269,7 @@ class NumbaCudaBackend(Backend):
         if launch.spec.split_k == 1:
             launch(a, b, c, m, n, k, bt)
         else:
-            from .skinny import launch_split
+            from .splitk import launch_split
 
             launch_split(self.launches, launch, a, b, c, m, n, k, bt, cupy_ws)
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .kernels import KernelSpec, source
+from .codegen import KernelSpec
+from .kernels import source
 
 ENGINE_ENV = "TILEDMM_NUMBA_ENGINE"
 ENGINES = ("numba-cuda", "numba-cuda-mlir")
@@ -44,7 +45,7 @@ def choose_engine(env: str, simulating: bool, numba_cuda_ok: bool, mlir_installe
 def _numba_cuda_ok() -> bool:
     import importlib.metadata as md
 
-    from . import numpy_incompatibility
+    from .compat import numpy_incompatibility
 
     try:
         nc = md.version("numba-cuda")
