@@ -35,6 +35,17 @@ def _tile(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected sizes like 128x128x8, got {text!r}") from None
 
 
+def _devices(name: str) -> tuple[list, str]:
+    """(devices, "") of an available backend, or ([], why) when its ``devices()`` raises: one
+    backend's failing query never hides the others (issue 40)."""
+    import tiledmm
+
+    try:
+        return list(tiledmm.get_backend(name).devices()), ""
+    except Exception as exc:  # noqa: BLE001 - a plugin's query: reported on its row
+        return [], f"its devices() failed: {type(exc).__name__}: {exc}"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
@@ -44,7 +55,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         for r in rows:
             d = dict(r.__dict__)
             if r.available:
-                d["devices"] = [dev.to_dict() for dev in tiledmm.get_backend(r.name).devices()]
+                devs, why = _devices(r.name)
+                d["devices"] = [dev.to_dict() for dev in devs]
+                if why:
+                    d["devices_error"] = why
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -60,7 +74,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  unavailable, because {r.reason}")
             continue
         print(f"  kernels: {', '.join(r.kernels)}; dtypes: {', '.join(r.dtypes)}")
-        for dev in tiledmm.get_backend(r.name).devices():
+        devs, why = _devices(r.name)
+        if why:
+            print(f"  devices: unknown, because {why}")
+        for dev in devs:
             print(f"  device: {dev.name} ({dev.kind}{', ' + dev.vendor if dev.vendor else ''})")
             print(
                 f"    {dev.compute_units} compute units, warp {dev.warp_size}, "
