@@ -4,12 +4,13 @@ third-party backend's failing ``run`` is made to name the backend and its plugin
 Every exception a plugin raises while it loads, registers, reports its availability or
 describes its device is isolated (the plugin is broken, or the backend unavailable, with the
 reason), ``SystemExit`` and other ``BaseException``s included; only ``KeyboardInterrupt`` goes
-through: the user asked to stop. A third-party backend's ``run``/``run_batched`` keeps the
-exception type its plugin raised (numpy's ``ValueError`` for a read-only ``out=`` stays a
-``ValueError``), with ``backend 'name' (plugin 'ep', dist)`` in front of the message; an
-exception whose type cannot be rebuilt from a message gets that as a note, and a
-``SystemExit`` from a kernel becomes a ``RuntimeError`` (a library call must not end the
-caller's program). A leaf of the core: it imports nothing of tiledmm.
+through: the user asked to stop. What a third-party backend's ``run``/``run_batched`` raises
+keeps its type, and names the backend: ``backend 'name' (plugin 'ep', dist) failed in run:``
+goes in front of the message, except for ``ValueError`` and ``TypeError``, numpy's errors for
+the caller's arguments (``output array is read-only``), whose words stay numpy's and which get
+that line as a note (shown under the traceback), as does an exception whose type cannot be
+rebuilt from a message. A ``SystemExit`` from a kernel becomes a ``RuntimeError`` (a library
+call must not end the caller's program). A leaf of the core: it imports nothing of tiledmm.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def describe(exc: BaseException) -> str:
 
 def _renamed(exc: Exception, prefix: str) -> Exception:
     """``exc`` as the same type with ``prefix`` in front of its message, else ``exc`` with
-    the prefix as a note (a type that needs more than a message)."""
+    the prefix as a note (ValueError and TypeError; a type that needs more than a message)."""
     text = str(exc)
-    try:
-        new = type(exc)(f"{prefix}: {text}" if text else prefix)
-    except Exception:  # noqa: BLE001 - a constructor of its own: keep the original
-        new = None
+    new = None
+    if not isinstance(exc, ValueError | TypeError):  # numpy's words for the caller's mistakes
+        try:
+            new = type(exc)(f"{prefix}: {text}" if text else prefix)
+        except Exception:  # noqa: BLE001 - a constructor of its own: keep the original
+            new = None
     if new is None or prefix not in str(new):
         exc.add_note(prefix)
         return exc
@@ -62,7 +65,7 @@ def name_errors(backend: Any, who: str) -> None:
             try:
                 return _bound(*args, **kwargs)
             except Exception as exc:
-                if prefix in str(exc):
+                if prefix in str(exc) or prefix in " ".join(getattr(exc, "__notes__", ())):
                     raise
                 new = _renamed(exc, f"{prefix} failed in {_meth}")
                 if new is exc:
