@@ -13,6 +13,7 @@ import random
 import re
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from . import tuning
 from .accuracy import reference, rel_error
+from .atomicfile import append_line
 from .backend import Backend, Geometry
 from .tune_task import Task, geo_key, geo_text, geometry_of
 
@@ -67,23 +69,40 @@ class Tuner:
     # ------------------------------------------------------------------ log
 
     def _read_log(self) -> dict[tuple[str, str], dict]:
-        out = {}
+        """The log's records by (task, geometry), read line by line: a line that is not
+        UTF-8, not JSON (a torn last line of an interrupted run) or not a record is skipped,
+        and counted in one :class:`~tiledmm.tuning.TuningWarning` naming the file."""
+        out: dict[tuple[str, str], dict] = {}
+        bad = 0
         try:
-            lines = self.log.read_text().splitlines()
-        except OSError:
+            f = self.log.open("rb")
+        except FileNotFoundError:
             return out
-        for line in lines:
-            try:
-                r = json.loads(line)
-                out[(r["task"], r["geometry"])] = r
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line of an interrupted run
+        except OSError as exc:
+            warnings.warn(f"tune log {self.log} cannot be read ({exc.strerror or exc}); "
+                          "starting without it", tuning.TuningWarning, stacklevel=3)  # fmt: skip
+            return out
+        with f:
+            for raw in f:
+                if not raw.strip():
+                    continue
+                try:
+                    r = json.loads(raw.decode("utf-8"))
+                    if r["status"] == "ok" and not all(
+                        isinstance(r[x], int | float) and r[x] > 0 for x in ("gflops", "seconds")
+                    ):
+                        raise ValueError("an ok record without its times")
+                    out[(str(r["task"]), str(r["geometry"]))] = r
+                except (ValueError, KeyError, TypeError, RecursionError):
+                    bad += 1
+        if bad:
+            warnings.warn(f"tune log {self.log}: {bad} unreadable line(s) skipped (not UTF-8, "
+                          "torn or not a record); their candidates are measured again",
+                          tuning.TuningWarning, stacklevel=3)  # fmt: skip
         return out
 
     def _write(self, rec: dict) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("a") as f:
-            f.write(json.dumps(rec, allow_nan=False, default=str) + "\n")
+        append_line(self.log, json.dumps(rec, allow_nan=False, default=str))
 
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.t0)

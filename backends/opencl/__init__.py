@@ -128,6 +128,14 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
 
         return space(kernel, dtype, device, stages=not self.state().pocl)
 
+    def plan_problem(self, plan) -> str | None:
+        """The sources' constraints (``kernels.defines``), and PoCL's miscompiled stages=2."""
+        why = super().plan_problem(plan)
+        if why is None and self.state().pocl and int(plan.options.get("stages", 1)) > 1:
+            if plan.kernel == "register" and int(plan.options.get("use_local", 1)):
+                return "stages=2 is miscompiled by PoCL (docs/kernels.md): use stages=1"
+        return why
+
     def compile_probe(self, source: str, kernel: str, defines: dict[str, int]):
         """A calibration probe (``kernels/probes.cl``) built once for this device; its
         ``launch(groups, args)`` enqueues ``groups`` groups of ``THREADS`` work-items on the
