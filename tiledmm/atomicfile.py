@@ -33,6 +33,14 @@ LOCK_TIMEOUT = 60.0
 _THREADS = threading.RLock()
 
 
+def _after_fork_in_child() -> None:
+    global _THREADS
+    _THREADS = threading.RLock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def lock_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.lock")
 

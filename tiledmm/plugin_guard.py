@@ -10,15 +10,19 @@ goes in front of the message, except for ``ValueError`` and ``TypeError``, numpy
 the caller's arguments (``output array is read-only``), whose words stay numpy's and which get
 that line as a note (shown under the traceback), as does an exception whose type cannot be
 rebuilt from a message. A ``SystemExit`` from a kernel becomes a ``RuntimeError`` (a library
-call must not end the caller's program). A leaf of the core: it imports nothing of tiledmm.
+call must not end the caller's program). :func:`validate` refuses what no backend may be. It
+imports the Backend contract only.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
-__all__ = ["PluginFailure", "isolated", "describe", "name_errors"]
+from .backend import KERNEL_FAMILIES, Backend
+
+__all__ = ["PluginFailure", "isolated", "describe", "name_errors", "validate"]
 
 
 class PluginFailure(RuntimeError):
@@ -77,3 +81,32 @@ def name_errors(backend: Any, who: str) -> None:
                 raise PluginFailure(f"{prefix} raised {describe(exc)} in {_meth}") from exc
 
         setattr(backend, meth, guarded)
+
+
+def validate(backend: Any, plugin: str) -> None:
+    """Refuse (raise) what no backend may be: not a Backend, no name, unknown kernels, no
+    ``run``; adapt an old plugin's ``empty`` (no ``like=``)."""
+    where = f"plugin {plugin!r} registered {backend!r}"
+    if not isinstance(backend, Backend):
+        raise TypeError(f"{where}, which is not a tiledmm.Backend instance (subclass it)")
+    if not isinstance(backend.name, str) or not backend.name:
+        raise ValueError(f"{where} without a name; set the class attribute `name`")
+    bad = [k for k in backend.kernels if k not in KERNEL_FAMILIES]
+    if not backend.kernels or bad:
+        raise ValueError(
+            f"{where} with kernels {tuple(backend.kernels)}; use a non-empty subset of "
+            f"{KERNEL_FAMILIES}"
+        )
+    if type(backend).run is Backend.run:
+        raise TypeError(f"{where}, which does not implement run(plan, a, b, out)")
+    _adapt_empty(backend)
+
+
+def _adapt_empty(backend: Any) -> None:
+    """A plugin written before ``empty`` took ``like=`` keeps working: its method is wrapped
+    once, here, so the API can always pass ``like``."""
+    own = type(backend).empty
+    if own is Backend.empty or "like" in inspect.signature(own).parameters:
+        return
+    bound = backend.empty
+    backend.empty = lambda shape, dtype, like=None: bound(shape, dtype)  # type: ignore[method-assign]

@@ -4,10 +4,11 @@ Built-in backends register through the same group as third-party plugins. A plug
 to import, to validate or to register is recorded as broken and skipped with a warning, whatever
 it raises (``SystemExit`` included; ``KeyboardInterrupt`` goes through); a backend whose
 ``unavailable_reason()`` or ``device()`` raises is listed as unavailable, because of that; a
-third-party backend's failing ``run`` names the backend and its plugin (``plugin_guard``). The
-registry is a leaf of the core: it imports the Backend contract, the hook specs and the
-plugin guard, nothing else. Caches elsewhere key on :func:`generation`, which changes whenever
-the set of backends does (load, reload, ``register_backend``).
+third-party backend's failing ``run`` names the backend and its plugin (``plugin_guard``,
+which also validates what a plugin registers). The registry is a leaf of the core: it imports
+the Backend contract, the hook specs and the plugin guard, nothing else. Caches elsewhere key
+on :func:`generation`, which changes whenever the set of backends does (load, reload,
+``register_backend``).
 
 Trust policy: the built-in backends' names and aliases, and ``"auto"``, are reserved. A
 third-party backend may not take a reserved name (it is refused, with a warning, and listed as
@@ -25,7 +26,6 @@ Environment variables (booleans: 1/true/yes/on or 0/false/no/off):
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import warnings
@@ -36,8 +36,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .backend import KERNEL_FAMILIES, Backend
-from .plugin_guard import describe, isolated, name_errors
+from .backend import Backend
+from .plugin_guard import describe, isolated, name_errors, validate
 
 __all__ = ["PluginInfo", "BackendEntry", "PluginWarning", "get_backend", "candidates", "backends",
            "plugins", "reload", "register_backend", "generation", "is_trusted"]  # fmt: skip
@@ -185,7 +185,7 @@ class _Registry:
     def add(self, backend: Any, info: PluginInfo | None = None, trusted: bool = True) -> None:
         plugin = info.name if info else "(registered in code)"
         builtin = info is not None and info.distribution == BUILTIN_DIST
-        _validate(backend, plugin)
+        validate(backend, plugin)
         if backend.name in self.backends:
             raise ValueError(
                 f"backend name {backend.name!r} from plugin {plugin!r} is already registered by "
@@ -232,33 +232,6 @@ class _Registry:
         return (be.name not in self.trusted, -be.priority)
 
 
-def _validate(backend: Any, plugin: str) -> None:
-    where = f"plugin {plugin!r} registered {backend!r}"
-    if not isinstance(backend, Backend):
-        raise TypeError(f"{where}, which is not a tiledmm.Backend instance (subclass it)")
-    if not isinstance(backend.name, str) or not backend.name:
-        raise ValueError(f"{where} without a name; set the class attribute `name`")
-    bad = [k for k in backend.kernels if k not in KERNEL_FAMILIES]
-    if not backend.kernels or bad:
-        raise ValueError(
-            f"{where} with kernels {tuple(backend.kernels)}; use a non-empty subset of "
-            f"{KERNEL_FAMILIES}"
-        )
-    if type(backend).run is Backend.run:
-        raise TypeError(f"{where}, which does not implement run(plan, a, b, out)")
-    _adapt_empty(backend)
-
-
-def _adapt_empty(backend: Backend) -> None:
-    """A plugin written before ``empty`` took ``like=`` keeps working: its method is wrapped
-    once, here, so the API can always pass ``like``."""
-    own = type(backend).empty
-    if own is Backend.empty or "like" in inspect.signature(own).parameters:
-        return
-    bound = backend.empty
-    backend.empty = lambda shape, dtype, like=None: bound(shape, dtype)  # type: ignore[method-assign]
-
-
 _LOCK = threading.RLock()
 _CURRENT: _Registry | None = None
 _GENERATION = 0
@@ -281,6 +254,18 @@ def _publish(reg: _Registry | None) -> None:
     global _CURRENT, _GENERATION
     _CURRENT = reg
     _GENERATION += 1
+
+
+def _after_fork_in_child() -> None:
+    """A forked child re-asks each backend whether it is available (OpenCL cannot run in a
+    child forked after it started: the backend then says why), and has a lock of its own."""
+    global _LOCK
+    _LOCK = threading.RLock()
+    if _CURRENT is not None:
+        _CURRENT.reasons.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def generation() -> int:

@@ -39,10 +39,39 @@ __all__ = ["OpenCLBackend", "OpenCLState", "register_backends"]
 
 ENV = "TILEDMM_OPENCL_DEVICE"
 
+#: whether this process has queried OpenCL ("started"), and whether it is a child forked after
+#: its parent did ("forked"): OpenCL cannot run there (see FORKED)
+_runtime = {"started": False, "forked": False}
+FORKED = (
+    "OpenCL cannot run in this process: it was forked (os.fork, or multiprocessing's default "
+    "'fork' start method on Linux) after OpenCL started in its parent, and the runtime's "
+    "threads (PoCL's, a driver's) do not exist in a forked child, so its first call would "
+    "hang (a fresh context hangs too); start the workers with the 'spawn' or 'forkserver' "
+    "start method (multiprocessing.get_context('spawn')), or use OpenCL in the parent only "
+    "after the fork"
+)
+
+
+def _after_fork_in_child() -> None:
+    """A child of a process that queried OpenCL: every OpenCL call raises FORKED at once."""
+    if _runtime["started"]:
+        _runtime["forked"] = True
+        _all_devices.cache_clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _check_fork() -> None:
+    if _runtime["forked"]:
+        raise RuntimeError(FORKED)
+
 
 @cache
 def _all_devices() -> tuple:
+    _check_fork()
     cl, _ = cl_modules()
+    _runtime["started"] = True  # from the first platform query on, a forked child cannot run
     return tuple(d for p in cl.get_platforms() for d in p.get_devices())
 
 
@@ -84,7 +113,9 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
     # ------------------------------------------------------------------ device
 
     def state(self) -> OpenCLState:
-        """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs."""
+        """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs (a
+        RuntimeError saying why in a child forked after OpenCL started: FORKED)."""
+        _check_fork()
         choice = os.environ.get(ENV, "")
         st = self._states.get(choice)
         if st is None:
@@ -96,6 +127,8 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
             import pyopencl  # noqa: F401
         except ImportError:
             return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
+        if _runtime["forked"]:
+            return FORKED
         try:
             self.state()
         except Exception as exc:  # noqa: BLE001 - no platform, bad selection, ICD trouble

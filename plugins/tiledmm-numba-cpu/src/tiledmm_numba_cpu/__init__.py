@@ -2,7 +2,9 @@
 
 A third-party plugin: it uses only tiledmm's public contract (``Backend``, ``Geometry``,
 ``hookimpl``, the plan's fields, ``host_cpu``). Numba is imported on the first ``run``, never
-when tiledmm loads plugins.
+when tiledmm loads plugins; an interrupted first import leaves nothing half imported, the
+threading layer is a fork-safe one unless the user chose another, and launches go one at a
+time where that layer is not thread-safe (``runtime.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
+
+from . import runtime
 
 __all__ = ["NumbaCpuBackend", "register_backends", "MICRO_ROWS"]
 __version__ = "0.1.0"
@@ -33,7 +37,7 @@ class NumbaCpuBackend(Backend):
     def unavailable_reason(self) -> str | None:
         if importlib.util.find_spec("numba") is None:
             return "numba is not installed (pip install numba)"
-        return None
+        return runtime.fork_problem()
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
         """Tiles from the per-core caches: L1 for the tiled family, L2 for the register one."""
@@ -94,9 +98,12 @@ class NumbaCpuBackend(Backend):
         why = self.plan_problem(plan)
         if why:
             raise ValueError(why)
-        from .kernels import kernel
-
-        kernel(plan.kernel, out.dtype)(a, b, out, bm, bn, bk, plan.thread_tile[1])
+        why = runtime.fork_problem()
+        if why:
+            raise RuntimeError(why)
+        fn = runtime.kernels().kernel(plan.kernel, out.dtype)  # numba: imported on first use
+        with runtime.launch_lock():
+            fn(a, b, out, bm, bn, bk, plan.thread_tile[1])
 
 
 def _pow2_at_most(limit: int, lo: int, hi: int) -> int:
