@@ -141,6 +141,22 @@ def test_a_refused_device_entry_falls_back_to_a_usable_arch_entry(cache):
     assert p.block_tile == (32, 32, 32) and "user tuning database" in p.geometry_source
 
 
+def test_an_entry_that_fails_to_plan_one_product_falls_back_for_it(cache, monkeypatch):
+    """The check plans an entry on one product of its class; should another product of the
+    class still fail to plan, dispatch uses the next source for it, with one warning."""
+    from tiledmm import tuning_check
+
+    dev = tiledmm.get_backend("numpy").device()
+    shipped = tiledmm.plan(1024, 1024, 1024, backend="numpy", kernel="register")
+    tuning.save_entries([_entry(dev, tt=(7, 5))])
+    monkeypatch.setattr(tuning, "unusable", lambda e, be, device: None)  # as if it passed
+    assert tuning_check.unusable is not tuning.unusable
+    with pytest.warns(TuningWarning, match="does not plan 1024x1024x1024 .*7x5"):
+        dispatch.clear_caches()
+        p = tiledmm.plan(1024, 1024, 1024, backend="numpy", kernel="register")
+    assert p.block_tile == shipped.block_tile and "tuned" not in p.geometry_source
+
+
 @requires_backend("numba-cpu")
 def test_an_entry_the_backend_refuses_is_dropped(cache):
     be = tiledmm.get_backend("numba-cpu")
