@@ -238,6 +238,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import cli_args as A  # every numeric and list argument is checked when parsed
     from .backend import KERNEL_FAMILIES
 
     p = _Parser(prog="tiledmm", description=__doc__)
@@ -256,18 +257,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_info)
 
     s = command("plan", help="explain the plan for one M x N x K product")
-    s.add_argument("m", type=int)
-    s.add_argument("n", type=int)
-    s.add_argument("k", type=int)
+    s.add_argument("m", type=A.non_negative_int)
+    s.add_argument("n", type=A.non_negative_int)
+    s.add_argument("k", type=A.non_negative_int)
     s.add_argument("--dtype", default="float32")
     s.add_argument("--backend", default="auto")
     s.add_argument("--kernel", default="auto", choices=["auto", *KERNEL_FAMILIES])
     s.add_argument("--block-tile", type=_tile, help="BMxBNxBK, e.g. 128x128x8")
     s.add_argument("--thread-tile", type=_tile, help="TMxTN, e.g. 8x8 (mma: the warp tile)")
     s.add_argument("--precision", choices=["tf32"], help="float32 on tensor cores (mma)")
-    s.add_argument("--workers", type=int, help="plan chunks for a Dask cluster of W workers")
-    s.add_argument("--worker-memory", help="per worker, e.g. 80GiB (default: this host's RAM)")
-    s.add_argument("--link-bandwidth", help="into one worker, e.g. 25GB/s (default 10GB/s)")
+    s.add_argument("--workers", type=A.positive_int,
+                   help="plan chunks for a Dask cluster of W workers")  # fmt: skip
+    s.add_argument("--worker-memory", type=A.size_text,
+                   help="per worker, e.g. 80GiB (default: this host's RAM)")  # fmt: skip
+    s.add_argument("--link-bandwidth", type=A.size_text,
+                   help="into one worker, e.g. 25GB/s (default 10GB/s)")  # fmt: skip
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_plan)
 
@@ -285,19 +289,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", action="append", help="backend name (repeatable); default: all available"
     )
     s.add_argument("--kernel", action="append", help="kernel family (repeatable); default: all")
-    s.add_argument("--sizes", help="comma list of N (square) or MxNxK shapes")
+    s.add_argument("--sizes", type=A.size_list, help="comma list of N (square) or MxNxK shapes")
     s.add_argument("--dtype", default="float32", help="float32, float64 or both (comma list)")
     s.add_argument("--quick", action="store_true", help="small sizes, few repeats (< 1 minute)")
     s.add_argument("-o", "--output", default="tiledmm-results", help="output folder")
-    s.add_argument("--name", help="results file name (NAME.json, all devices in one file)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument("--name", type=A.results_name,
+                   help="results file name in the output folder (NAME.json, all devices in one "
+                   "file)")  # fmt: skip
+    s.add_argument("--seed", type=A.non_negative_int, default=0, help="seed of the random inputs")
     s.add_argument("--calibrate", action="store_true", help="measure the ceilings first")
     s.add_argument("--no-figures", action="store_true", help="skip the plots")
     s.add_argument("--dask", action="store_true", help="tiledmm on a Dask cluster vs one device")
-    s.add_argument("--workers", type=int, help="with --dask: workers (default: all local GPUs)")
-    s.add_argument("--reps", type=int, default=2, help="with --dask: timed runs per case")
-    s.add_argument("--link-bandwidth", type=float, help="with --dask: bytes/s into one worker")
-    s.add_argument("--worker-memory", type=float, help="with --dask: bytes per worker")
+    s.add_argument("--workers", type=A.positive_int,
+                   help="with --dask: workers (default: all local GPUs)")  # fmt: skip
+    s.add_argument("--reps", type=A.positive_int, default=2,
+                   help="with --dask: timed runs per case")  # fmt: skip
+    s.add_argument("--link-bandwidth", type=A.positive_float,
+                   help="with --dask: bytes/s into one worker")  # fmt: skip
+    s.add_argument("--worker-memory", type=A.positive_float,
+                   help="with --dask: bytes per worker")  # fmt: skip
     s.set_defaults(func=cmd_bench)
 
     s = command("tune", help="autotune tiles on this device; keep them in the tuning database")

@@ -69,6 +69,8 @@ class Task:
                          tuning.sibling_entries(tuner.be.name, dt, family, dev, cls)]  # fmt: skip
         self.choice: dict | None = None
         self.default_gflops: float | None = None
+        #: what the closing table says beside the winner (a class geometry slower here)
+        self.note = ""
         self.host: Any = None
 
     def plan(self, g: Geometry, shape: tuple[int, int, int] | None = None):
