@@ -56,7 +56,7 @@ def good(tmp_path: Path) -> Path:
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:
     fails(capsys, [], "required: command", code=2)
     fails(capsys, ["plan", "5", "5"], "required: k", code=2)
-    fails(capsys, ["plan", "5", "5", "x"], "invalid int value", code=2)
+    fails(capsys, ["plan", "5", "5", "x"], "argument k: must be an integer", code=2)
     fails(capsys, ["plan", "5", "5", "5", "--kernel", "bogus"], "invalid choice", code=2)
     fails(capsys, ["plan", "5", "5", "5", "--block-tile", "ax"], "expected sizes", code=2)
     fails(capsys, ["nosuchcommand"], "invalid choice", code=2)

@@ -277,7 +277,7 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
     entries = [entry("sibling", (64, 64, 64), cls="odd"), entry("sibling", (8, 8, 8)),
                entry("other-device", (16, 16, 16), device="another device"),
                entry("sibling", (24, 24, 24), dtype="float64"),
-               entry("sibling", (48, 48, 48)),  # not in Fake's space
+               entry("sibling", (48, 48, 48), cls="skinny_k"),  # not in Fake's space
                entry(be.name, (40, 8, 8))]  # its own entry: not a sibling  # fmt: skip
     tuning.save_entries(entries)
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)

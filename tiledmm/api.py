@@ -43,6 +43,8 @@ def _host_like(x: Any) -> bool:
     t = type(x)
     if t is np.ndarray or not (hasattr(x, "shape") and hasattr(x, "dtype")):
         return False
+    if dask.is_dask_array(x):  # lazy arrays take the Dask route
+        return False
     key = (t, registry.generation())
     hit = _host_types.get(key)
     if hit is None:

@@ -94,6 +94,12 @@ class Backend:
         (the default): no such table."""
         return []
 
+    def plan_problem(self, plan: Plan) -> str | None:
+        """Why this backend's kernels cannot run ``plan`` (constraints beyond the planner's:
+        vector widths, micro-tile shapes), ``None`` when they can. The tuner prunes its
+        candidates and the tuning database its entries with it; the default accepts all."""
+        return None
+
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry] | None:
         """Candidate tiles ``tiledmm tune`` may try for a family on ``device`` (the planner's
         limits prune them before anything runs); ``None``: this backend is not tunable."""

@@ -1,8 +1,11 @@
-"""A small bounded, thread-safe LRU mapping for the caches on hot paths (plans, launches)."""
+"""A small bounded, thread-safe LRU mapping for the caches on hot paths (plans, launches); fork
+safe (a forked child gets fresh locks)."""
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -25,6 +28,7 @@ class LRUCache(Generic[V]):
         self.maxsize = maxsize
         self._data: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
+        _ALL.add(self)
 
     def get(self, key: Hashable, default: V | None = None) -> V | None:
         with self._lock:
@@ -61,3 +65,16 @@ class LRUCache(Generic[V]):
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._data
+
+
+_ALL: weakref.WeakSet[LRUCache] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child gets fresh locks: a thread of the parent may have held one at the fork
+    (the child has no such thread to release it)."""
+    for c in list(_ALL):
+        c._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from .atomicfile import atomic_write, locked
 from .store import CachedFile
 
 __all__ = [
@@ -94,6 +94,8 @@ def read_calibration(path: Path) -> tuple[dict, list[str]]:
         return {}, [f"it cannot be read ({getattr(exc, 'strerror', None) or exc})"]
     try:
         data = json.loads(text)
+    except RecursionError:
+        return {}, ["it is not valid JSON (nested too deeply to parse)"]
     except ValueError as exc:
         return {}, [f"it is not valid JSON ({exc})"]
     if not isinstance(data, dict):
@@ -134,10 +136,8 @@ def save_calibration(device_name: str, record: dict) -> Path:
     if why:
         raise ValueError(f"calibration record for {device_name!r} not saved: {why}")
     path = calibration_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data, _ = read_calibration(path)
-    data[device_name] = record
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
-    os.replace(tmp, path)
+    with locked(path):  # another process's records, saved meanwhile, stay (atomicfile)
+        data, _ = read_calibration(path)
+        data[device_name] = record
+        atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
     return path

@@ -37,6 +37,17 @@ def _tile(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected sizes like 128x128x8, got {text!r}") from None
 
 
+def _devices(name: str) -> tuple[list, str]:
+    """(devices, "") of an available backend, or ([], why) when its ``devices()`` raises: one
+    backend's failing query never hides the others (issue 40)."""
+    import tiledmm
+
+    try:
+        return list(tiledmm.get_backend(name).devices()), ""
+    except Exception as exc:  # noqa: BLE001 - a plugin's query: reported on its row
+        return [], f"its devices() failed: {type(exc).__name__}: {exc}"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
@@ -51,8 +62,11 @@ def cmd_info(args: argparse.Namespace) -> int:
             d["alias_targets"] = {a: alias_target(a) for a in r.aliases}  # what each one runs
             if r.available:
                 be = tiledmm.get_backend(r.name)
+                devs, why = _devices(r.name)
                 d["devices"] = [dict(dev.to_dict(), tuning=device_record(be, dev))
-                                for dev in be.devices()]  # fmt: skip
+                                for dev in devs]  # fmt: skip
+                if why:
+                    d["devices_error"] = why
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -68,7 +82,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  unavailable, because {r.reason}")
             continue
         print(f"  kernels: {', '.join(r.kernels)}; dtypes: {', '.join(r.dtypes)}")
-        for dev in tiledmm.get_backend(r.name).devices():
+        devs, why = _devices(r.name)
+        if why:
+            print(f"  devices: unknown, because {why}")
+        for dev in devs:
             print(f"  device: {dev.name} ({dev.kind}{', ' + dev.vendor if dev.vendor else ''})")
             print(
                 f"    {dev.compute_units} compute units, warp {dev.warp_size}, "
@@ -264,6 +281,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from . import cli_args as A  # every numeric and list argument is checked when parsed
     from .geometry import KERNEL_FAMILIES
 
     p = _Parser(prog="tiledmm", description=__doc__)
@@ -283,18 +301,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_info)
 
     s = command("plan", help="explain the plan for one M x N x K product")
-    s.add_argument("m", type=int)
-    s.add_argument("n", type=int)
-    s.add_argument("k", type=int)
+    s.add_argument("m", type=A.non_negative_int)
+    s.add_argument("n", type=A.non_negative_int)
+    s.add_argument("k", type=A.non_negative_int)
     s.add_argument("--dtype", default="float32")
     s.add_argument("--backend", default="auto")
     s.add_argument("--kernel", default="auto", choices=["auto", *KERNEL_FAMILIES])
     s.add_argument("--block-tile", type=_tile, help="BMxBNxBK, e.g. 128x128x8")
     s.add_argument("--thread-tile", type=_tile, help="TMxTN, e.g. 8x8 (mma: the warp tile)")
     s.add_argument("--precision", choices=["tf32"], help="float32 on tensor cores (mma)")
-    s.add_argument("--workers", type=int, help="plan chunks for a Dask cluster of W workers")
-    s.add_argument("--worker-memory", help="per worker, e.g. 80GiB (default: this host's RAM)")
-    s.add_argument("--link-bandwidth", help="into one worker, e.g. 25GB/s (default 10GB/s)")
+    s.add_argument("--workers", type=A.positive_int,
+                   help="plan chunks for a Dask cluster of W workers")  # fmt: skip
+    s.add_argument("--worker-memory", type=A.size_text,
+                   help="per worker, e.g. 80GiB (default: this host's RAM)")  # fmt: skip
+    s.add_argument("--link-bandwidth", type=A.size_text,
+                   help="into one worker, e.g. 25GB/s (default 10GB/s)")  # fmt: skip
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_plan)
 
@@ -320,19 +341,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", action="append", help="backend name (repeatable); default: all available"
     )
     s.add_argument("--kernel", action="append", help="kernel family (repeatable); default: all")
-    s.add_argument("--sizes", help="comma list of N (square) or MxNxK shapes")
+    s.add_argument("--sizes", type=A.size_list, help="comma list of N (square) or MxNxK shapes")
     s.add_argument("--dtype", default="float32", help="float32, float64 or both (comma list)")
     s.add_argument("--quick", action="store_true", help="small sizes, few repeats (< 1 minute)")
     s.add_argument("-o", "--output", default="tiledmm-results", help="output folder")
-    s.add_argument("--name", help="results file name (NAME.json, all devices in one file)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument("--name", type=A.results_name,
+                   help="results file name in the output folder (NAME.json, all devices in one "
+                   "file)")  # fmt: skip
+    s.add_argument("--seed", type=A.non_negative_int, default=0, help="seed of the random inputs")
     s.add_argument("--calibrate", action="store_true", help="measure the ceilings first")
     s.add_argument("--no-figures", action="store_true", help="skip the plots")
     s.add_argument("--dask", action="store_true", help="tiledmm on a Dask cluster vs one device")
-    s.add_argument("--workers", type=int, help="with --dask: workers (default: all local GPUs)")
-    s.add_argument("--reps", type=int, default=2, help="with --dask: timed runs per case")
-    s.add_argument("--link-bandwidth", type=float, help="with --dask: bytes/s into one worker")
-    s.add_argument("--worker-memory", type=float, help="with --dask: bytes per worker")
+    s.add_argument("--workers", type=A.positive_int,
+                   help="with --dask: workers (default: all local GPUs)")  # fmt: skip
+    s.add_argument("--reps", type=A.positive_int, default=2,
+                   help="with --dask: timed runs per case")  # fmt: skip
+    s.add_argument("--link-bandwidth", type=A.positive_float,
+                   help="with --dask: bytes/s into one worker")  # fmt: skip
+    s.add_argument("--worker-memory", type=A.positive_float,
+                   help="with --dask: bytes per worker")  # fmt: skip
     s.set_defaults(func=cmd_bench)
 
     s = command("tune", help="autotune tiles on this device; keep them in the tuning database")

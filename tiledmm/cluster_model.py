@@ -153,10 +153,23 @@ def _device_bandwidth(dtype: str, backend: str, kernel: str) -> float:
 
 
 def _worker_grid(workers: int, gm: int, gn: int, m: int, n: int) -> tuple[int, int]:
-    """The pm x pn split of the output blocks over workers that moves the fewest bytes."""
+    """The pm x pn split of the output blocks over workers that moves the fewest bytes: pm
+    divides the worker count, and neither side has more parts than blocks (an empty side
+    counts as one block). Only divisors up to the larger side of the block grid are visited
+    (and at most the square root of the worker count): a split with more parts than blocks
+    on both sides is the whole grid, one block per worker, which a cluster of at least
+    gm x gn workers always has. The search is bounded by the grid, never by the cluster."""
+    gm, gn = max(1, gm), max(1, gn)
+    workers = max(1, workers)
+    pairs = {(gm, gn)} if workers >= gm * gn else set()
+    d = 1
+    while d <= max(gm, gn) and d * d <= workers:
+        if workers % d == 0:
+            pairs.update(((d, workers // d), (workers // d, d)))
+        d += 1
     options = []
-    for pm in (d for d in range(1, workers + 1) if workers % d == 0):
-        pm_, pn_ = min(pm, gm), min(workers // pm, gn)  # no more parts than blocks on a side
+    for pm, pn in pairs:
+        pm_, pn_ = min(pm, gm), min(pn, gn)  # no more parts than blocks on a side
         per_worker = math.ceil(gm / pm_) * m / gm + math.ceil(gn / pn_) * n / gn
         options.append((per_worker, -(pm_ * pn_), (pm_, pn_)))  # fewest bytes, most busy
     return min(options)[2]
@@ -176,7 +189,7 @@ def evaluate(
     per_batch_workers = max(1, w // batch)
     batches_per_worker = math.ceil(batch / w)
     if place == "staged":  # one task per output block; dask spreads the blocks over workers
-        busy = min(w, batch * gm * gn)
+        busy = max(1, min(w, batch * gm * gn))  # an empty product: one idle task
         pm, pn = (busy, 1) if gn == 1 else (1, busy) if gm == 1 else (0, 0)
         blocks_per_worker = math.ceil(batch * gm * gn / busy)
     else:

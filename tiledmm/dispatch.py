@@ -148,7 +148,8 @@ def plan_for(
     return hit
 
 
-def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precision=None) -> Plan:
+def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precision=None,
+          user=True) -> Plan:  # fmt: skip
     if precision not in (None, "tf32"):
         raise PlanError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
     if precision is not None and kernel not in ("auto", "mma"):
@@ -158,8 +159,8 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
     _check_kernel(be, fam)
     device = be.device()
     cls = tuning.shape_class(m, n, k, batch)
-    geo = tuning.select(be, fam, dtype, device, cls)
-    used = tuning.lookup(be.name, dtype, fam, device, cls) if geo is not None else None
+    geo = tuning.select(be, fam, dtype, device, cls, user=user)
+    used = tuning.lookup(be.name, dtype, fam, device, cls) if user and geo is not None else None
     if tuning.is_first_use(used):
         geo = replace(geo, source=tuning.first_use_source(used, device))
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
@@ -174,7 +175,14 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
         bt = block_tile or base.block_tile
         tt = thread_tile or (base.thread_tile if fam in ("register", "mma") else (1, 1))
         geo = Geometry(tuple(bt), tuple(tt), base.options, None, "requested")
-    return make_plan(m, n, k, dtype=dtype, kernel=fam, device=device, geometry=geo, backend=be.name)
+    try:
+        return make_plan(m, n, k, dtype=dtype, kernel=fam, device=device, geometry=geo,
+                         backend=be.name)  # fmt: skip
+    except PlanError as exc:  # a user entry that does not fit this product: the next source
+        if not (user and block_tile is None and thread_tile is None and tuning.is_user(geo)):
+            raise
+        tuning.warn_unplannable(geo, (m, n, k), exc)
+        return _make(be, m, n, k, dtype, fam, None, None, batch, precision, user=False)
 
 
 def _check_kernel(be: Backend, kernel: str) -> None:

@@ -1,10 +1,14 @@
 """Backend registry: pluggy plugins found through the ``tiledmm`` entry-point group.
 
 Built-in backends register through the same group as third-party plugins. A plugin that fails
-to import, to validate or to register is recorded as broken and skipped with a warning. The
-registry is a leaf of the core: it imports the Backend contract and the hook specs, nothing
-else. Caches elsewhere key on :func:`generation`, which changes whenever the set of backends
-does (load, reload, ``register_backend``).
+to import, to validate or to register is recorded as broken and skipped with a warning, whatever
+it raises (``SystemExit`` included; ``KeyboardInterrupt`` goes through); a backend whose
+``unavailable_reason()`` or ``device()`` raises is listed as unavailable, because of that; a
+third-party backend's failing ``run`` names the backend and its plugin (``plugin_guard``,
+which also validates what a plugin registers). The registry is a leaf of the core: it imports
+the Backend contract, the hook specs and the plugin guard, nothing else. Caches elsewhere key
+on :func:`generation`, which changes whenever the set of backends does (load, reload,
+``register_backend``).
 
 Trust policy: the built-in backends' names and aliases, and ``"auto"``, are reserved. A
 third-party backend may not take a reserved name (it is refused, with a warning, and listed as
@@ -22,7 +26,6 @@ Environment variables (booleans: 1/true/yes/on or 0/false/no/off):
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import warnings
@@ -34,7 +37,7 @@ import pluggy
 
 from . import hookspecs
 from .backend import Backend
-from .geometry import KERNEL_FAMILIES
+from .plugin_guard import describe, isolated, name_errors, validate
 
 __all__ = [
     "PluginInfo",
@@ -167,17 +170,20 @@ class _Registry:
             impls = self.pm.hook.register_backends.get_hookimpls()
             for impl in [i for i in impls if i.plugin is module]:
                 impl.function(register=lambda backend: self.add(backend, info, trusted))
-        except Exception as exc:  # noqa: BLE001 - any plugin failure is isolated
+        except BaseException as exc:  # any plugin failure is isolated, SystemExit included
+            if not isolated(exc):
+                raise
             self._mark_broken(info, module, exc, strict)
 
-    def _mark_broken(self, info: PluginInfo, module: Any, exc: Exception, strict: bool) -> None:
+    def _mark_broken(self, info: PluginInfo, module: Any, exc: BaseException,
+                     strict: bool) -> None:  # fmt: skip
         if module is not None and self.pm.is_registered(module):
             self.pm.unregister(module)
         for name in info.backends:
             self.backends.pop(name, None)
             self.owner.pop(name, None)
             self.trusted.discard(name)
-        info.status, info.error, info.backends = "broken", f"{type(exc).__name__}: {exc}", []
+        info.status, info.error, info.backends = "broken", describe(exc), []
         if strict:
             raise RuntimeError(
                 f"tiledmm plugin {info.name!r} ({info.value}, from {info.distribution}) "
@@ -192,7 +198,7 @@ class _Registry:
     def add(self, backend: Any, info: PluginInfo | None = None, trusted: bool = True) -> None:
         plugin = info.name if info else "(registered in code)"
         builtin = info is not None and info.distribution == BUILTIN_DIST
-        _validate(backend, plugin)
+        validate(backend, plugin)
         if backend.name in self.backends:
             raise ValueError(
                 f"backend name {backend.name!r} from plugin {plugin!r} is already registered by "
@@ -205,6 +211,8 @@ class _Registry:
             )
         if "auto" in backend.aliases:
             raise ValueError(f"plugin {plugin!r} declares the alias 'auto', which is reserved")
+        if info is not None and not builtin:  # its errors name it (plugin_guard)
+            name_errors(backend, f"plugin {plugin!r}, {info.distribution}")
         self.backends[backend.name] = backend
         self.owner[backend.name] = plugin
         if trusted:
@@ -213,43 +221,28 @@ class _Registry:
             info.backends.append(backend.name)
 
     def reason(self, name: str) -> str | None:
+        """Why backend ``name`` is unavailable (None: it is): its own answer, or what its
+        ``unavailable_reason()`` or ``device()`` raised (a backend that cannot describe its
+        device cannot be planned for)."""
         if name not in self.reasons:
+            be, step = self.backends[name], "availability check"
             try:
-                self.reasons[name] = self.backends[name].unavailable_reason()
-            except Exception as exc:  # noqa: BLE001 - a probe that crashes means unavailable
-                self.reasons[name] = f"availability check failed: {type(exc).__name__}: {exc}"
+                why = be.unavailable_reason()
+                if why is None:
+                    step = "device()"
+                    be.device()
+            except BaseException as exc:  # a probe that crashes means unavailable
+                if not isolated(exc):
+                    raise
+                owner = self.owner.get(name, "")
+                by = f" (plugin {owner!r})" if owner and not owner.startswith("(") else ""
+                why = f"its {step} failed{by}: {describe(exc)}"
+            self.reasons[name] = why
         return self.reasons[name]
 
     def rank(self, be: Backend) -> tuple[int, int]:
         """Sort key: trusted (built-in) backends first, then by descending priority."""
         return (be.name not in self.trusted, -be.priority)
-
-
-def _validate(backend: Any, plugin: str) -> None:
-    where = f"plugin {plugin!r} registered {backend!r}"
-    if not isinstance(backend, Backend):
-        raise TypeError(f"{where}, which is not a tiledmm.Backend instance (subclass it)")
-    if not isinstance(backend.name, str) or not backend.name:
-        raise ValueError(f"{where} without a name; set the class attribute `name`")
-    bad = [k for k in backend.kernels if k not in KERNEL_FAMILIES]
-    if not backend.kernels or bad:
-        raise ValueError(
-            f"{where} with kernels {tuple(backend.kernels)}; use a non-empty subset of "
-            f"{KERNEL_FAMILIES}"
-        )
-    if type(backend).run is Backend.run:
-        raise TypeError(f"{where}, which does not implement run(plan, a, b, out)")
-    _adapt_empty(backend)
-
-
-def _adapt_empty(backend: Backend) -> None:
-    """A plugin written before ``empty`` took ``like=`` keeps working: its method is wrapped
-    once, here, so the API can always pass ``like``."""
-    own = type(backend).empty
-    if own is Backend.empty or "like" in inspect.signature(own).parameters:
-        return
-    bound = backend.empty
-    backend.empty = lambda shape, dtype, like=None: bound(shape, dtype)  # type: ignore[method-assign]
 
 
 _LOCK = threading.RLock()
@@ -274,6 +267,18 @@ def _publish(reg: _Registry | None) -> None:
     global _CURRENT, _GENERATION
     _CURRENT = reg
     _GENERATION += 1
+
+
+def _after_fork_in_child() -> None:
+    """A forked child re-asks each backend whether it is available (OpenCL cannot run in a
+    child forked after it started: the backend then says why), and has a lock of its own."""
+    global _LOCK
+    _LOCK = threading.RLock()
+    if _CURRENT is not None:
+        _CURRENT.reasons.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def generation() -> int:
@@ -375,7 +380,9 @@ def candidates(sample: Any, kernel: str | None = None) -> list[Backend]:
 def _accepts(be: Backend, sample: Any) -> bool:
     try:
         return bool(be.accepts(sample))
-    except Exception:  # noqa: BLE001 - a plugin's accepts() that raises takes nothing
+    except BaseException as exc:  # a plugin's accepts() that raises takes nothing
+        if not isolated(exc):
+            raise
         return False
 
 
@@ -387,8 +394,10 @@ def backends() -> list[BackendEntry]:
         why = reg.reason(name)
         try:
             dev = be.device().name if why is None else ""
-        except Exception as exc:  # noqa: BLE001
-            dev = f"(device query failed: {exc})"
+        except BaseException as exc:  # reason() probed it; a device that fails only now
+            if not isolated(exc):
+                raise
+            dev = f"(device query failed: {describe(exc)})"
         rows.append(
             BackendEntry(
                 name,

@@ -125,7 +125,10 @@ def write_document(path: Path, benchmarks: list[dict], backends: Iterable[Backen
 
 
 def write_results(res: Any, outdir: Path, name: str | None = None, command: str = "") -> list[Path]:
-    """One pytest-benchmark JSON per device (or one file ``NAME.json`` when a name is given)."""
+    """One pytest-benchmark JSON per device (or one file ``NAME.json`` when a name is given,
+    a file name inside ``outdir``: a name with a folder part is refused)."""
+    if name is not None and (Path(f"{name}.json").name != f"{name}.json" or name in ("", "..")):
+        raise ValueError(f"results name {name!r} is not a file name inside {outdir}")
     outdir.mkdir(parents=True, exist_ok=True)
     groups: dict[str, list[dict]] = {}
     for b in res.benchmarks:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 from pathlib import Path
 
 from . import dispatch, tuning
+from .cli_args import checked, non_negative_int, positive_int
 from .geometry import KERNEL_FAMILIES
-from .tune_search import EXHAUSTIVE_MAX, Task, Tuner, geo_text, geometry_of, log_path
+from .tune_report import closing, entry, verdict
+from .tune_search import EXHAUSTIVE_MAX, Task, Tuner, log_path
 from .tune_search import ODD_CHECK as ODD_CHECK  # re-exported: these lived here
 from .tune_search import TOL as TOL
 from .tune_search import geo_key as geo_key
@@ -36,12 +37,14 @@ DEFAULT_SHAPES = "squares,odd,skinny,batched"
 
 
 def parse_budget(text: str) -> float:
-    """'10m', '90s', '1h', '2m30s' or plain seconds -> seconds."""
+    """'10m', '90s', '1h', '2m30s' or plain seconds -> seconds (more than 0)."""
     t = str(text).strip().lower()
     parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", t)
     if not t or not parts or not any(parts.groups()):
         raise ValueError(f"budget {text!r}: use seconds or a duration such as 10m, 90s, 1h")
     h, m, s = (float(x) if x else 0.0 for x in parts.groups())
+    if h * 3600 + m * 60 + s <= 0:
+        raise ValueError(f"budget {text!r}: give more than 0 s (10m, 90s, 1h)")
     return h * 3600 + m * 60 + s
 
 
@@ -74,6 +77,8 @@ def tasks_for(spec: str, n: int) -> list[tuple[str, tuple[int, int, int, int]]]:
     for item in (x.strip() for x in spec.split(",") if x.strip()):
         if re.fullmatch(r"\d+(x\d+){2,3}", item):
             dims = tuple(int(x) for x in item.split("x"))
+            if min(dims) < 1:
+                raise ValueError(f"--shapes: {item!r} has a zero size; sizes are positive")
             b, m, nn, k = dims if len(dims) == 4 else (1, *dims)
             out.append((tuning.shape_class(m, nn, k, b), (b, m, nn, k)))
             continue
@@ -82,7 +87,22 @@ def tasks_for(spec: str, n: int) -> list[tuple[str, tuple[int, int, int, int]]]:
                 names = ", ".join((*tuning.SHAPE_CLASSES, *CLASS_ALIASES))
                 raise ValueError(f"--shapes: {item!r} is no shape class ({names}) or MxNxK")
             out += [(cls, shape) for shape in class_shapes(cls, n)]
+    if not out:
+        raise ValueError(f"--shapes {spec!r} names no shape: give shape classes or MxNxK")
     return out
+
+
+def _shapes_arg(text: str) -> str:
+    tasks_for(text, 1024)  # the classes and sizes are checked here; --size scales them later
+    return text
+
+
+def _kernels_arg(text: str) -> str:
+    names = [x.strip() for x in text.split(",")]
+    if text != "all" and (not all(names) or set(names) - set(KERNEL_FAMILIES)):
+        raise ValueError(f"{text!r}: give 'all' or families of {', '.join(KERNEL_FAMILIES)}, "
+                         "comma-separated")  # fmt: skip
+    return text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,25 +112,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kernel",
         default="register",
+        type=checked(_kernels_arg),
         help="family to tune, a comma list, or 'all' (default: register)",
     )
     p.add_argument(
         "--shapes",
         default=DEFAULT_SHAPES,
+        type=checked(_shapes_arg),
         help="shape classes (squares, odd, skinny, batched, skinny_k, skinny_mn, "
         f"vector) or MxNxK shapes, comma-separated (default: {DEFAULT_SHAPES})",
     )
     p.add_argument(
-        "--size", type=int, help="scale of the class shapes (default: 4096 on a GPU, 1024 on a CPU)"
+        "--size",
+        type=positive_int,
+        help="scale of the class shapes (default: 4096 on a GPU, 1024 on a CPU)",
     )
-    p.add_argument("--budget", default="10m", help="time for the whole run: 10m, 90s, 1h")
+    p.add_argument(
+        "--budget",
+        default="10m",
+        type=checked(parse_budget),
+        help="time for the whole run: 10m, 90s, 1h (running out is not an error)",
+    )
     p.add_argument(
         "--strategy",
         default="auto",
         choices=["auto", "exhaustive", "random+local"],
         help=f"auto: exhaustive up to {EXHAUSTIVE_MAX} candidates, else random+local",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--fresh", action="store_true", help="ignore the log of earlier runs")
     p.add_argument(
         "--cold",
@@ -140,7 +169,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``tiledmm tune``; returns the exit status (1 when a class found nothing valid)."""
+    """Run ``tiledmm tune``; returns the exit status (``tiledmm.tune_report``: 0 when every
+    task is done or only the budget stopped some, 1 when a task found no usable geometry)."""
     be = dispatch.resolve_backend(args.backend, dtype=args.dtype)
     if args.export:
         n = tuning.export(Path(args.export), be.device(),
@@ -179,7 +209,8 @@ def main(args: argparse.Namespace) -> int:
     bar = _bar(total, args.progress)
     try:
         for i, t in enumerate(tasks):
-            tuner.search(t, max(0.0, tuner.left()) / (len(tasks) - i), bar)
+            if tuner.left() > 0:  # else: not measured, the budget ran out (tune_report)
+                tuner.search(t, tuner.left() / (len(tasks) - i), bar)
     finally:
         if bar is not None:
             bar.close()
@@ -188,15 +219,14 @@ def main(args: argparse.Namespace) -> int:
         if t.host is not None:
             tuner.vendor_gflops(t, t.host)
     rows = closing(tuner, tasks)
-    if not args.no_save:
-        entries = [entry(tuner, t) for t in tasks if t.choice]
-        if entries:
-            path = tuning.save_entries(entries)
-            dispatch.clear_caches()
-            print(f"saved {len(entries)} entries to {path}")
+    entries = [entry(tuner, t) for t in tasks if t.choice] if not args.no_save else []
+    if entries:
+        path = tuning.save_entries(entries)
+        dispatch.clear_caches()
+        print(f"saved {len(entries)} entries to {path}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
-    return 0 if all(t.choice for t in tasks) else 1
+    return verdict(tuner, tasks, len(entries))
 
 
 def _bar(total: int, enabled: bool | None):
@@ -208,59 +238,3 @@ def _bar(total: int, enabled: bool | None):
 
     on = sys.stderr.isatty() if enabled is None else enabled
     return tqdm(total=total, unit="cand", disable=not on, file=sys.stderr, leave=False)
-
-
-def entry(tuner: Tuner, t: Task) -> dict:
-    """The tuning-database entry of a task's winner."""
-    g, dev, c = geometry_of(t.choice["geometry"]), tuner.device, t.choice
-    vendor = tuner.vendor.get(t.key)
-    meas = dict(gflops=float(f"{c['gflops']:.6g}"), seconds=c["seconds"], shape=list(t.shape),
-                date=tuner.run_id, of_vendor=round(c["gflops"] / vendor, 4) if vendor else None,
-                default_gflops=float(f"{t.default_gflops:.6g}") if t.default_gflops else None,
-                default=geo_text(t.default), candidates=len(t.results))  # fmt: skip
-    e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=tuner.be.name,
-             dtype=tuner.dtype, family=t.family, shape_class=t.cls, block_tile=list(g.block_tile),
-             thread_tile=list(g.thread_tile), options=dict(g.options), measured=meas,
-             source=f"tiledmm tune on {dev.name}, {tuner.run_id[:10]}")  # fmt: skip
-    if tuning.device_arch(dev):
-        e["arch"] = tuning.device_arch(dev)
-    return e
-
-
-def closing(tuner: Tuner, tasks: list[Task]) -> list[dict]:
-    """Print and return the closing table: per task, the winner and the shipped default, as
-    GFLOP/s and fractions of the vendor library measured in this run."""
-    rows = []
-    for t in tasks:
-        v = tuner.vendor.get(t.key)
-        fails: dict[str, int] = {}
-        for r in t.results.values():
-            if r["status"] != "ok":
-                fails[r["status"]] = fails.get(r["status"], 0) + 1
-        c = t.choice
-        rows.append(dict(shape_class=t.cls, shape=t.shape, family=t.family,
-                         best=c["tiles"] if c else None, gflops=c["gflops"] if c else None,
-                         default=geo_text(t.default), default_gflops=t.default_gflops,
-                         vendor_gflops=v, tried=len(t.results), space=len(t.space),
-                         failures=fails))  # fmt: skip
-    print(
-        f"\n{'class':10} {'shape':>20} {'family':8} {'best geometry':44} {'GFLOP/s':>9} "
-        f"{'of vendor':>9} {'default':>9} {'of vendor':>9}  tried/space  failures"
-    )
-    for r in rows:
-        b, m, n, k = r["shape"]
-        shape = (f"{b}x" if b > 1 else "") + f"{m}x{n}x{k}"
-        v = r["vendor_gflops"] or math.nan
-        g, d = r["gflops"] or math.nan, r["default_gflops"] or math.nan
-        fails = ", ".join(f"{n} {s}" for s, n in r["failures"].items()) or "-"
-        print(
-            f"{r['shape_class']:10} {shape:>20} {r['family']:8} {str(r['best'])[:44]:44} "
-            f"{g:9.4g} {g / v:9.3f} {d:9.4g} {d / v:9.3f}  {r['tried']:>5}/{r['space']:<5}  "
-            f"{fails}"
-        )
-    vb = tuner.be.vendor_backend()
-    print(
-        f"vendor: {vb.name}'s vendor_matmul, timed in this run; default: the shipped table's "
-        f"geometry ({tuning.IGNORE_SHIPPED}={'1' if tuning.ignore_shipped() else '0'})"
-    )
-    return rows

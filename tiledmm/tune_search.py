@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from . import tuning
 from .accuracy import reference, rel_error
+from .atomicfile import append_line
 from .backend import Backend
 from .geometry import Geometry
+from .tune_log import log_path, read_log
 from .tune_task import Task, geo_key, geo_text, geometry_of
 
 __all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
@@ -39,12 +40,6 @@ MODEL_FIRST, MODEL_GAIN = 3, 1.25
 TIMEOUT_MIN = 2.0
 TOL = {"float16": 5e-3, "float32": 1e-4, "float64": 1e-10}
 ODD_CHECK = (97, 131, 67)  # the winner's extra correctness check: edges in every dimension
-
-
-def log_path(device_name: str, backend: str) -> Path:
-    """The resumable log of one device and backend, beside the user tuning database."""
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{device_name}--{backend}").strip("-").lower()
-    return tuning.database_path().parent / "tune" / f"{slug}.jsonl"
 
 
 class Tuner:
@@ -68,23 +63,10 @@ class Tuner:
     # ------------------------------------------------------------------ log
 
     def _read_log(self) -> dict[tuple[str, str], dict]:
-        out = {}
-        try:
-            lines = self.log.read_text().splitlines()
-        except OSError:
-            return out
-        for line in lines:
-            try:
-                r = json.loads(line)
-                out[(r["task"], r["geometry"])] = r
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line of an interrupted run
-        return out
+        return read_log(self.log)
 
     def _write(self, rec: dict) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("a") as f:
-            f.write(json.dumps(rec, allow_nan=False, default=str) + "\n")
+        append_line(self.log, json.dumps(rec, allow_nan=False, default=str))
 
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.t0)
@@ -322,22 +304,42 @@ class Tuner:
 
     def unify(self, tasks: list[Task]) -> None:
         """Tasks of one family and shape class (4096^3 and 8192^3 are both ``square``) share
-        one database entry: of their winners, the one with the best geometric mean over all of
-        them (each measured on every such task; mostly from the log) becomes each one's choice."""
+        one database entry: of their winners and the shipped default, the one with the best
+        geometric mean over all of them (each measured on every such task, as the search
+        measured it: mostly from the log) becomes each one's choice, so a class entry is never
+        slower than the default over the class's shapes (``--cold``: the default competes only
+        where the search reached it). Each task's default GFLOP/s is then the search's too
+        (one way of measuring for both columns of the closing table); a task where the class's
+        geometry is slower than the default on its own shape gets ``note`` saying so."""
         groups: dict[tuple[str, str], list[Task]] = {}
         for t in tasks:
             if t.choice:
                 groups.setdefault((t.family, t.cls), []).append(t)
         for group in (g for g in groups.values() if len(g) > 1):
-            best, score = None, -math.inf
-            for gk in dict.fromkeys(t.choice["geometry"] for t in group):
+            dk = geo_key(group[0].default)
+            keys = [t.choice["geometry"] for t in group]
+            if not self.cold or all(dk in t.results for t in group):
+                keys.append(dk)
+            best, score, base = None, -math.inf, None
+            for gk in dict.fromkeys(keys):
                 recs = [self._measured(t, gk) for t in group]
                 if all(r is not None for r in recs):
                     s = statistics.fmean(math.log(r["gflops"]) for r in recs)
-                    if s > score:
+                    base = (recs, s) if gk == dk else base
+                    if s > score or (s == score and gk == dk):
                         best, score = recs, s
             for t, r in zip(group, best or [], strict=False):
                 t.choice = dict(r)
+            if base is None or best is None:
+                continue
+            gain = math.exp(score - base[1])
+            for t, r, d in zip(group, best, base[0], strict=True):
+                t.default_gflops = d["gflops"]
+                if r["gflops"] < d["gflops"]:
+                    t.note = (
+                        f"slower than the default on this shape ({r['gflops'] / d['gflops']:.2f}"
+                        f"); {gain:.2f}x it over the class's {len(group)} shapes"
+                    )
 
     def _measured(self, task: Task, gk: str) -> dict | None:
         """``task``'s ok record of geometry ``gk``, measuring it if the search did not."""

@@ -1,8 +1,8 @@
 """A tuning task of `tiledmm tune`: one family on one shape, its candidate geometries (the
-shipped default, the model's, the backend's search space, pruned to those that plan and run
-differently on the shape; what other backends tuned on this device, to try first) and their
-results; and the geometry keys the tuner's log stores.
-:mod:`tiledmm.tune_search` runs the tasks.
+shipped default, the model's, the backend's search space, pruned to those that plan, that the
+backend's kernels accept (``Backend.plan_problem``) and that run differently on the shape;
+what other backends tuned on this device, to try first) and their results; and the geometry
+keys the tuner's log stores. :mod:`tiledmm.tune_search` runs the tasks.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class Task:
                          tuning.sibling_entries(tuner.be.name, dt, family, dev, cls)]  # fmt: skip
         self.choice: dict | None = None
         self.default_gflops: float | None = None
+        #: what the closing table says beside the winner (a class geometry slower here)
+        self.note = ""
         self.host: Any = None
 
     def plan(self, g: Geometry, shape: tuple[int, int, int] | None = None):
@@ -78,16 +80,26 @@ class Task:
         g = shapefit.for_product(g, self.family, m, n, k, t.device,
                                  tuning.shape_class(m, n, k, b), b, t.dtype, t.be.name)  # fmt: skip
         try:
-            return make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
+            plan = make_plan(m, n, k, dtype=t.dtype, kernel=self.family, device=t.device,
                              geometry=g, backend=t.be.name)  # fmt: skip
         except PlanError:
             return None
+        return None if _refused(t.be, plan) else plan
 
     def ok(self) -> list[dict]:
         return [r for r in self.results.values() if r["status"] == "ok"]
 
     def best(self) -> dict | None:
         return max(self.ok(), key=lambda r: r["gflops"], default=None)
+
+
+def _refused(be: Any, plan: Any) -> bool:
+    """Whether ``be``'s kernels refuse ``plan`` (``Backend.plan_problem``): such a candidate
+    is pruned before anything runs (numba-cpu's register kernel and an 8x8 thread tile)."""
+    try:
+        return be.plan_problem(plan) is not None
+    except Exception:  # noqa: BLE001 - a plugin's check that crashes refuses the candidate
+        return True
 
 
 def _runs_as(plan: Any) -> str:

@@ -14,7 +14,12 @@ for the device's name before one for its architecture before one for its vendor 
 the product's shape class before ``"square"`` (the general class). ``kernel="auto"`` compares
 families by their measured GFLOP/s for the product's class (:func:`measured_families`: this
 layer, then the backend's shipped measurements). A file that cannot be read
-or parsed, or an entry that breaks the schema, is ignored with one :class:`TuningWarning`.
+or parsed (however deeply nested), or an entry that breaks the schema, is ignored with one
+:class:`TuningWarning`; so is an entry the planner or its backend refuses (checked when
+:func:`select` first meets it, :mod:`tiledmm.tuning_check`), and the next source answers. Of
+two entries with one key, the newest ``measured.date`` wins (then the later in the file).
+Writers hold a lock across processes and replace the file atomically
+(:mod:`tiledmm.atomicfile`), merging what another process saved meanwhile.
 """
 
 from __future__ import annotations
@@ -23,13 +28,17 @@ import inspect
 import json
 import math
 import os
+import threading
+import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .atomicfile import atomic_write, locked
 from .device import DeviceSpec
-from .geometry import KERNEL_FAMILIES, Geometry
+from .geometry import Geometry
 from .store import CachedFile
+from .tuning_check import SHAPE_CLASSES, describe, entry_problem, key_of, read_database, unusable
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import Backend
@@ -40,8 +49,6 @@ __all__ = [
     "device_arch", "select", "measured_families", "export",
 ]  # fmt: skip
 
-#: The shape classes, most specific first (issue 11's per-class geometry uses the same names).
-SHAPE_CLASSES = ("vector", "batched", "skinny_mn", "skinny_k", "odd", "square")
 SKINNY_MN = 64  # M or N at most this: a thin output (skinny_mn)
 SKINNY_K = 256  # K at most this: a short reduction (skinny_k)
 ODD_MULTIPLE = 32  # a dimension that is not a multiple of this makes a product "odd"
@@ -90,72 +97,6 @@ def device_arch(device: DeviceSpec) -> str:
     if not device.is_gpu and "simd" in extra:
         return f"cpu {extra['simd']}"
     return ""
-
-
-# --------------------------------------------------------------------------- schema
-
-
-def _ints(v: Any, n: int) -> bool:
-    if not isinstance(v, list | tuple) or len(v) != n:
-        return False
-    return all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)
-
-
-def entry_problem(e: Any) -> str | None:
-    """Why ``e`` is not a valid database entry (None when it is)."""
-    if not isinstance(e, dict):
-        return f"it is a {type(e).__name__}, not an object"
-    if not any(isinstance(e.get(k), str) and e[k] for k in ("device", "arch", "vendor")):
-        return "it names no device, arch or vendor"
-    for key in ("backend", "dtype"):
-        if not isinstance(e.get(key), str) or not e[key]:
-            return f"{key} is {e.get(key)!r}, not a name"
-    if e.get("family") not in KERNEL_FAMILIES:
-        return f"family is {e.get('family')!r}, not one of {', '.join(KERNEL_FAMILIES)}"
-    if e.get("shape_class") not in SHAPE_CLASSES:
-        return f"shape_class is {e.get('shape_class')!r}, not one of {', '.join(SHAPE_CLASSES)}"
-    if not _ints(e.get("block_tile"), 3):
-        return f"block_tile is {e.get('block_tile')!r}, not 3 positive integers"
-    if "thread_tile" in e and not _ints(e["thread_tile"], 2):
-        return f"thread_tile is {e['thread_tile']!r}, not 2 positive integers"
-    opts = e.get("options", {})
-    if not isinstance(opts, dict) or not all(
-        isinstance(v, int | float | str | bool) for v in opts.values()
-    ):
-        return "options is not an object of numbers, strings and booleans"
-    meas = e.get("measured")
-    if not isinstance(meas, dict):
-        return "measured is missing (an object with gflops and date)"
-    g = meas.get("gflops")
-    if not isinstance(g, int | float) or isinstance(g, bool) or not math.isfinite(g) or g <= 0:
-        return f"measured.gflops is {g!r}, not a positive finite number"
-    if not isinstance(meas.get("date"), str):
-        return f"measured.date is {meas.get('date')!r}, not a string"
-    return None
-
-
-def read_database(path: Path) -> tuple[list[dict], list[str]]:
-    """(valid entries, problems) of one database file; a missing file is empty, not a problem."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return [], []
-    except (OSError, UnicodeDecodeError) as exc:
-        return [], [f"it cannot be read ({getattr(exc, 'strerror', None) or exc})"]
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return [], [f"it is not valid JSON ({exc})"]
-    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-        return [], ["it is not an object with an 'entries' list"]
-    good, problems = [], []
-    for i, e in enumerate(data["entries"]):
-        why = entry_problem(e)
-        if why:
-            problems.append(f"entry {i} is ignored: {why}")
-        else:
-            good.append(e)
-    return good, problems
 
 
 def user_entries() -> list[dict]:
@@ -234,12 +175,15 @@ def _newer(a: dict, b: dict) -> bool:
     return a["measured"]["date"] >= b["measured"]["date"]
 
 
+USER_LAYER = "user tuning database"  # in the source of every geometry from that layer
+
+
 def to_geometry(e: dict, device: DeviceSpec) -> Geometry:
     """An entry as a Geometry whose source says where it came from."""
     meas = e["measured"]
     where = "on this device" if e.get("device") == device.name else f"for {_who(e)}"
     src = (f"tuned {where}, {meas['date'][:10]} ({e['shape_class']} shapes, "
-           f"{meas['gflops']:.4g} GFLOP/s measured; user tuning database)")  # fmt: skip
+           f"{meas['gflops']:.4g} GFLOP/s measured; {USER_LAYER})")  # fmt: skip
     return replace(Geometry.from_dict(e), source=src)
 
 
@@ -259,6 +203,28 @@ def first_use_source(e: dict, device: DeviceSpec) -> str:
             "further)")  # fmt: skip
 
 
+def is_user(geo: Geometry) -> bool:
+    """Whether ``geo`` (or what shapefit made of it) came from the user layer."""
+    return USER_LAYER in geo.source
+
+
+def warn_unplannable(geo: Geometry, shape: tuple[int, int, int], exc: Exception) -> None:
+    """One :class:`TuningWarning` per geometry: a user entry that passed its check does not
+    plan this product (dispatch then uses the next source)."""
+    token = ("plan", str(database_path()), geo.block_tile, geo.thread_tile, geo.options)
+    with _warned_lock:
+        fresh = token not in _warned
+        _warned.add(token)
+    if fresh:
+        m, n, k = shape
+        warnings.warn(
+            f"tuning database {database_path()}: the entry of {geo.source} does not plan "
+            f"{m}x{n}x{k} ({exc}); the next source (shipped table or model default) is used",
+            TuningWarning,
+            stacklevel=5,
+        )
+
+
 def _who(e: dict) -> str:
     return e.get("device") or e.get("arch") or e.get("vendor", "")
 
@@ -269,7 +235,7 @@ def select(be: Backend, family: str, dtype: str, device: DeviceSpec, cls: str, *
     shipped table (with ``TILEDMM_IGNORE_SHIPPED_TUNING``: its kind defaults only), else None
     (the model default). The source says which: "tuned on this device, <date>", "shipped table
     for <name>", "shipped default for <kind>"."""
-    e = lookup(be.name, dtype, family, device, cls) if user else None
+    e = _usable_lookup(be, dtype, family, device, cls) if user else None
     if e is not None:
         return to_geometry(e, device)
     cold = _shipped(be, family, dtype, cold_device(device), cls)
@@ -281,6 +247,38 @@ def select(be: Backend, family: str, dtype: str, device: DeviceSpec, cls: str, *
     if cold is None or _tiles(cold) != _tiles(geo):
         return _label(geo, f"shipped table for {device.name}", device)
     return _label(geo, f"shipped default for {device.kind}", device)
+
+
+_warned: set[tuple] = set()
+_warned_lock = threading.Lock()
+
+
+def _usable_lookup(be: Backend, dtype: str, family: str, device: DeviceSpec,
+                   cls: str) -> dict | None:  # fmt: skip
+    """:func:`lookup` among the user entries ``be`` can run on ``device``: an entry the
+    planner or the backend refuses is dropped with one :class:`TuningWarning` naming the file
+    and the entry, and the next one answers."""
+    entries = user_entries()
+    while True:
+        e = lookup(be.name, dtype, family, device, cls, entries)
+        if e is None:
+            return None
+        why = unusable(e, be, device)
+        if why is None:
+            return e
+        entries = [x for x in entries if x is not e]
+        token = (str(database_path()), json.dumps(e, sort_keys=True, default=str), device.name)
+        with _warned_lock:
+            fresh = token not in _warned
+            _warned.add(token)
+        if fresh:
+            warnings.warn(
+                f"tuning database {database_path()}: entry {describe(e)} is ignored: {why}; "
+                "the next source (shipped table or model default) is used; `tiledmm tune` "
+                "rewrites it",
+                TuningWarning,
+                stacklevel=4,
+            )
 
 
 _takes_class: dict[type, bool] = {}
@@ -349,31 +347,26 @@ def measured_families(backend: str, dtype: str, device: DeviceSpec, cls: str,
 
 def save_entries(new: list[dict], path: Path | None = None) -> Path:
     """Add ``new`` to the user layer, replacing entries with the same key (device, backend,
-    dtype, family, shape class); a corrupt file is overwritten. Invalid entries raise."""
+    dtype, family, shape class; of duplicates in ``new`` the last); invalid entries of a
+    corrupt file are dropped. Invalid new entries raise. The file is read, merged and replaced
+    under a lock across processes (what another process saved meanwhile stays), atomically."""
     for e in new:
         why = entry_problem(e)
         if why:
             raise ValueError(f"tuning entry not saved: {why}")
     path = path or database_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old, _ = read_database(path)
-    keys = {_key(e) for e in new}
-    entries = [e for e in old if _key(e) not in keys] + list(new)
-    write(path, entries)
+    mine = list({key_of(e): e for e in new}.values())
+    with locked(path):
+        old, _ = read_database(path)
+        keys = {key_of(e) for e in mine}
+        write(path, [e for e in old if key_of(e) not in keys] + mine)
     return path
 
 
 def write(path: Path, entries: list[dict], about: str = "") -> None:
-    """Write a database file atomically."""
+    """Write a database file atomically (temporary file, fsync, rename)."""
     data = {"format": FORMAT, "about": about or __doc__.splitlines()[0], "entries": entries}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-
-
-def _key(e: dict) -> tuple:
-    return (e.get("device"), e.get("arch"), e.get("vendor"), e["backend"], e["dtype"],
-            e["family"], e["shape_class"])  # fmt: skip
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
 def export(path: Path, device: DeviceSpec | None = None, backend: str | None = None) -> int:

@@ -28,7 +28,7 @@ __all__ = [
     "FAMILIES", "source", "defines", "load_geometry", "fit", "vector_width", "launch_shape", "HERE",
     "aligned_ld", "pad_pays", "DATABASE", "INT_MAX", "itemsize", "reduce_source", "split_k",
     "onepass",
-    "REDUCE_THREADS", "MMA", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
+    "REDUCE_THREADS", "MMA", "CPU_VECS", "mma_defines", "mma_smem_bytes", "SharedSourceTables",
     "geometry_entries", "write_geometry", "spin_source",
 ]  # fmt: skip
 
@@ -37,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 FAMILIES = ("naive", "tiled", "register")
 MMA = "mma"
 INT_MAX = 2**31 - 1  # the kernels index with 32-bit ints
+#: the CPU kernels' vector widths (``cpu_vec``): OpenCL's vector types of those sizes
+CPU_VECS = (2, 4, 8, 16)
 
 
 @cache
@@ -169,6 +171,8 @@ def defines(plan: Any, aligned: bool = False, single: bool = False) -> dict[str,
                 raise ValueError(f"register tiles {tiles}: " + "; ".join(bad))
         else:
             cv = int(opt.get("cpu_vec", 8))
+            if cv not in CPU_VECS:  # realN: OpenCL's vector types (3 has 4's size)
+                raise ValueError(f"register (CPU) cpu_vec must be one of {CPU_VECS}, got {cv}")
             if tn % cv:
                 raise ValueError(f"register (CPU) needs TN % cpu_vec == 0, got TN={tn}, {cv}")
             d["CPU_VEC"] = cv
@@ -204,7 +208,10 @@ def onepass(plan: Any) -> bool:
 def _cpu_gemv_vectors(opts: dict) -> tuple[int, int]:
     """``gemv_cpu.cl``'s vector width (``cpu_vec`` elements) and the vectors of B's columns an
     x @ B item owns (``nv``)."""
-    return int(opts.get("cpu_vec", 8)), int(opts.get("nv", 8))
+    cv, nv = int(opts.get("cpu_vec", 8)), int(opts.get("nv", 8))
+    if cv not in CPU_VECS or nv < 1:
+        raise ValueError(f"gemv (CPU) needs cpu_vec in {CPU_VECS} and nv >= 1, got {cv}, {nv}")
+    return cv, nv
 
 
 def launch_shape(plan: Any) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -288,6 +295,15 @@ class SharedSourceTables:
         """The geometry database's entries for these sources (``"kernels": "gemm-c"``), in
         file order (``tiledmm.modelcheck`` reads them through this method)."""
         return [e for e in geometry_entries() if e.get("kernels") == "gemm-c"]
+
+    def plan_problem(self, plan: Any) -> str | None:
+        """What :func:`defines` (or :func:`mma_defines`) refuses in ``plan``: the sources'
+        constraints (vector widths, multiples) beyond the planner's; None when it runs."""
+        try:
+            defines(plan)
+        except ValueError as exc:
+            return str(exc)
+        return None
 
     def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,
                         shape_class: str) -> float | None:  # fmt: skip

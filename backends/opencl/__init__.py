@@ -50,12 +50,41 @@ platforms.prepare_once()  # before anything in this process enumerates OpenCL pl
 class NoUsableDevice(RuntimeError):
     """OpenCL devices exist, but none builds a kernel (the message says why and the fix)."""
 
+#: whether this process has queried OpenCL ("started"), and whether it is a child forked after
+#: its parent did ("forked"): OpenCL cannot run there (see FORKED)
+_runtime = {"started": False, "forked": False}
+FORKED = (
+    "OpenCL cannot run in this process: it was forked (os.fork, or multiprocessing's default "
+    "'fork' start method on Linux) after OpenCL started in its parent, and the runtime's "
+    "threads (PoCL's, a driver's) do not exist in a forked child, so its first call would "
+    "hang (a fresh context hangs too); start the workers with the 'spawn' or 'forkserver' "
+    "start method (multiprocessing.get_context('spawn')), or use OpenCL in the parent only "
+    "after the fork"
+)
+
+
+def _after_fork_in_child() -> None:
+    """A child of a process that queried OpenCL: every OpenCL call raises FORKED at once."""
+    if _runtime["started"]:
+        _runtime["forked"] = True
+        _all_devices.cache_clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _check_fork() -> None:
+    if _runtime["forked"]:
+        raise RuntimeError(FORKED)
+
 
 @cache
 def _all_devices() -> tuple:
     """Every device of every platform, in the loader's order (a platform whose devices cannot
     be listed contributes none)."""
+    _check_fork()
     cl, _ = cl_modules()
+    _runtime["started"] = True  # from the first platform query on, a forked child cannot run
     out = []
     for p in cl.get_platforms():
         try:
@@ -132,7 +161,9 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
     # ------------------------------------------------------------------ device
 
     def state(self) -> OpenCLState:
-        """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs."""
+        """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs (a
+        RuntimeError saying why in a child forked after OpenCL started: FORKED)."""
+        _check_fork()
         choice = os.environ.get(ENV, "")
         st = self._states.get(choice)
         if st is None:
@@ -144,6 +175,8 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
             import pyopencl  # noqa: F401
         except ImportError:
             return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
+        if _runtime["forked"]:
+            return FORKED
         try:
             self.state()
         except NoUsableDevice as exc:  # devices, none of whose compilers builds: say why
@@ -179,6 +212,14 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
         from ..kernels.space import space
 
         return space(kernel, dtype, device, stages=not self.state().pocl)
+
+    def plan_problem(self, plan) -> str | None:
+        """The sources' constraints (``kernels.defines``), and PoCL's miscompiled stages=2."""
+        why = super().plan_problem(plan)
+        if why is None and self.state().pocl and int(plan.options.get("stages", 1)) > 1:
+            if plan.kernel == "register" and int(plan.options.get("use_local", 1)):
+                return "stages=2 is miscompiled by PoCL (docs/kernels.md): use stages=1"
+        return why
 
     def compile_probe(self, source: str, kernel: str, defines: dict[str, int]):
         """A calibration probe (``kernels/probes.cl``) built once for this device; its

@@ -2,7 +2,9 @@
 
 A third-party plugin: it uses only tiledmm's public contract (``Backend``, ``Geometry``,
 ``hookimpl``, the plan's fields, ``host_cpu``). Numba is imported on the first ``run``, never
-when tiledmm loads plugins.
+when tiledmm loads plugins; an interrupted first import leaves nothing half imported, the
+threading layer is a fork-safe one unless the user chose another, and launches go one at a
+time where that layer is not thread-safe (``runtime.py``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import numpy as np
 
 from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
 
-__all__ = ["NumbaCpuBackend", "register_backends"]
+from . import runtime
+
+__all__ = ["NumbaCpuBackend", "register_backends", "MICRO_ROWS"]
 __version__ = "0.1.0"
+MICRO_ROWS = 4  # TM of the register family: the unrolled micro-tile height (kernels.py)
 
 
 class NumbaCpuBackend(Backend):
@@ -32,7 +37,7 @@ class NumbaCpuBackend(Backend):
     def unavailable_reason(self) -> str | None:
         if importlib.util.find_spec("numba") is None:
             return "numba is not installed (pip install numba)"
-        return None
+        return runtime.fork_problem()
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec) -> Geometry | None:
         """Tiles from the per-core caches: L1 for the tiled family, L2 for the register one."""
@@ -55,7 +60,8 @@ class NumbaCpuBackend(Backend):
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """What ``tiledmm tune`` may try: block tiles around the cache-sized defaults; for the
-        register family, micro-tiles of 4 rows (``MICRO_ROWS``) by TN dividing BN."""
+        register family, micro-tiles of 4 rows (``MICRO_ROWS``) by TN dividing BN: only
+        tiles :meth:`plan_problem` accepts (a test holds it)."""
         src = "numba-cpu search space"
         if kernel == "naive":
             return [Geometry((bm, bn, 1), source=src) for bm in (4, 8, 16, 32)
@@ -64,7 +70,7 @@ class NumbaCpuBackend(Backend):
             return [Geometry((bm, bn, bk), source=src) for bm in (16, 32, 64)
                     for bn in (64, 128, 256) for bk in (8, 16, 32, 64)]  # fmt: skip
         return [
-            Geometry((bm, bn, bk), (4, tn), source=src)
+            Geometry((bm, bn, bk), (MICRO_ROWS, tn), source=src)
             for bm in (32, 64, 128, 256)
             for bn in (128, 256, 512)
             for bk in (32, 64, 128, 256)
@@ -72,20 +78,32 @@ class NumbaCpuBackend(Backend):
             if bn % tn == 0 and (tn != bn or tn not in (32, 64))
         ]
 
+    def plan_problem(self, plan: Any) -> str | None:
+        """The register kernel computes 4 x TN micro-tiles (``MICRO_ROWS``): thread_tile must
+        be (4, TN), TN dividing BN, BM a multiple of 4. The other families take any tiles."""
+        bm, bn, _ = plan.block_tile
+        tm, tn = plan.thread_tile
+        if plan.kernel == "register" and (tm != MICRO_ROWS or bn % tn or bm % MICRO_ROWS):
+            return (
+                f"numba-cpu's register kernel computes {MICRO_ROWS} x TN micro-tiles: "
+                f"thread_tile must be ({MICRO_ROWS}, TN) with TN dividing BN and BM a multiple "
+                f"of {MICRO_ROWS}; got block {plan.block_tile}, thread {plan.thread_tile}"
+            )
+        return None
+
     def run(self, plan: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.writeable:
             raise ValueError("output array is read-only")  # numpy.matmul's words
         bm, bn, bk = plan.block_tile
-        tm, tn = plan.thread_tile
-        if plan.kernel == "register" and (tm != 4 or bn % tn or bm % 4):
-            raise ValueError(
-                f"numba-cpu's register kernel computes 4 x TN micro-tiles: thread_tile must be "
-                f"(4, TN) with TN dividing BN and BM a multiple of 4; got block {plan.block_tile}"
-                f", thread {plan.thread_tile}"
-            )
-        from .kernels import kernel
-
-        kernel(plan.kernel, out.dtype)(a, b, out, bm, bn, bk, tn)
+        why = self.plan_problem(plan)
+        if why:
+            raise ValueError(why)
+        why = runtime.fork_problem()
+        if why:
+            raise RuntimeError(why)
+        fn = runtime.kernels().kernel(plan.kernel, out.dtype)  # numba: imported on first use
+        with runtime.launch_lock():
+            fn(a, b, out, bm, bn, bk, plan.thread_tile[1])
 
 
 def _pow2_at_most(limit: int, lo: int, hi: int) -> int:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
+from . import MICRO_ROWS  # TM of the register family (the unrolled micro-tile height)
+
 __all__ = ["kernel", "MICRO_ROWS"]
 
-MICRO_ROWS = 4  # TM of the register family (the unrolled micro-tile height)
 _OPTS = dict(parallel=True, fastmath=False, cache=True, nogil=True)
 
 
