@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 import pytest
 
 import tiledmm
-from tiledmm.bench import Settings, default_shapes, parse_shapes
+from tiledmm.bench import Settings, default_shapes
 from tiledmm.busy import busy_reasons, cpus, load_average, load_text
+from tiledmm.cli_args import parse_shapes
 from tiledmm.pace import Pace
 from tiledmm.results import bench_name, tiledmm_machine_info
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import bench, calibrate, cli
+from tiledmm import bench, calibrate, cli, cli_args
 from tiledmm.results import stats_dict, write_results
 
 REQUIRED = {
@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_parse_shapes() -> None:
-    assert bench.parse_shapes("64, 3x5x7") == [(64, 64, 64), (3, 5, 7)]
+    assert cli_args.parse_shapes("64, 3x5x7") == [(64, 64, 64), (3, 5, 7)]
     with pytest.raises(ValueError):
-        bench.parse_shapes("3x4")
+        cli_args.parse_shapes("3x4")
 
 
 def test_stats_follow_pytest_benchmark() -> None:

@@ -287,7 +287,8 @@ def test_worker_dies_mid_computation(client, tmp_path):
 def test_plan_from_cli_arguments():
     from argparse import Namespace
 
-    from tiledmm.cluster import parse_size, plan_from_args
+    from tiledmm.cli_args import parse_size
+    from tiledmm.cluster import plan_from_args
 
     assert parse_size("80GiB") == 80 * 2**30 and parse_size("25GB/s") == 25e9
     with pytest.raises(ValueError, match="expected a size"):

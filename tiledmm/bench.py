@@ -33,7 +33,6 @@ __all__ = [
     "Settings",
     "Inputs",
     "Case",
-    "parse_shapes",
     "default_shapes",
     "tolerance",
     "rel_error",
@@ -67,24 +66,6 @@ class Settings:
         if quick:
             return cls(budget=0.1, min_rounds=3, max_rounds=10, warmup=1, max_call_seconds=0.5)
         return cls(max_rounds=100 if gpu else 30)
-
-
-def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    """``"1024,4095,1000x3000x777"`` -> [(1024,)*3, (4095,)*3, (1000, 3000, 777)]."""
-    shapes = []
-    for item in filter(None, (s.strip().lower() for s in text.split(","))):
-        try:
-            parts = [int(p) for p in item.split("x")]
-        except ValueError:
-            parts = []
-        if len(parts) == 1:
-            parts *= 3
-        if len(parts) != 3 or min(parts) < 1:
-            raise ValueError(f"a size is N or MxNxK with positive integers, not {item!r}")
-        shapes.append(tuple(parts))
-    if not shapes:
-        raise ValueError(f"no sizes in {text!r}: give N or MxNxK, comma separated")
-    return shapes
 
 
 def default_shapes(quick: bool, gpu: bool) -> list[tuple[int, int, int]]:

@@ -215,8 +215,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .dask_bench import bench_dask
 
         return bench_dask(args)
-    from .bench import check_request, parse_shapes, run_sweep
+    from .bench import check_request, run_sweep
     from .busy import BusyMachineWarning, busy_reasons, cpus, load_average, load_text
+    from .cli_args import parse_shapes
     from .results import write_results
 
     start = load_average()  # before any work of ours: the load of other work

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "size_list", "size_text",
-           "results_name", "checked"]  # fmt: skip
+           "results_name", "checked", "parse_shapes", "parse_size"]  # fmt: skip
 
 
 def _int(text: str) -> int:
@@ -52,17 +52,13 @@ def positive_float(text: str) -> float:
 
 def size_list(text: str) -> str:
     """``--sizes``: a non-empty comma list of N or MxNxK with positive integers (kept as text;
-    ``bench.parse_shapes`` reads it the same way)."""
-    from .bench import parse_shapes
-
+    ``parse_shapes`` below reads it the same way)."""
     return checked(parse_shapes)(text) and text
 
 
 def size_text(text: str) -> str:
     """``--worker-memory 80GiB``, ``--link-bandwidth 25GB/s``: a positive size (kept as text;
-    ``cluster_text.parse_size`` reads it the same way)."""
-    from .cluster_text import parse_size
-
+    ``parse_size`` below reads it the same way)."""
     v = checked(parse_size)(text)
     if not (isinstance(v, float) and math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"must be a positive size (80GiB, 25GB/s), not {text!r}")
@@ -93,3 +89,38 @@ def checked(parse: Callable[[str], object]) -> Callable[[str], object]:
 
     run.__name__ = getattr(parse, "__name__", "value")
     return run
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``"1024,4095,1000x3000x777"`` -> [(1024,)*3, (4095,)*3, (1000, 3000, 777)]."""
+    shapes = []
+    for item in filter(None, (s.strip().lower() for s in text.split(","))):
+        try:
+            parts = [int(p) for p in item.split("x")]
+        except ValueError:
+            parts = []
+        if len(parts) == 1:
+            parts *= 3
+        if len(parts) != 3 or min(parts) < 1:
+            raise ValueError(f"a size is N or MxNxK with positive integers, not {item!r}")
+        shapes.append(tuple(parts))
+    if not shapes:
+        raise ValueError(f"no sizes in {text!r}: give N or MxNxK, comma separated")
+    return shapes
+
+
+_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30,
+          "TI": 2**40}  # fmt: skip
+
+
+def parse_size(text: str | float | None) -> float | None:
+    """``"80GiB"``, ``"25GB/s"``, ``"1.5e9"`` -> a number (bytes or bytes/s); None stays None."""
+    if text is None or isinstance(text, int | float):
+        return text
+    t = str(text).strip().upper().replace(" ", "").removesuffix("/S").removesuffix("B")
+    num = t.rstrip("KMGTI")
+    unit = t[len(num) :]
+    try:
+        return float(num) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}") from None

@@ -19,10 +19,10 @@ from typing import Any
 from .cluster_model import MIN_CHUNK, MODELLED, Cluster, ClusterPlan, evaluate, local_cluster
 from .cluster_model import PLACEMENTS as PLACEMENTS  # re-exported: these lived here
 from .cluster_model import k_bounds as k_bounds
-from .cluster_text import cli_cluster_fields, cli_plan_fields, parse_size
+from .cluster_text import cli_cluster_fields, cli_plan_fields
 
 __all__ = ["Cluster", "ClusterPlan", "cluster_plan", "k_bounds", "local_cluster",
-           "plan_from_args", "parse_size"]  # fmt: skip
+           "plan_from_args"]  # fmt: skip
 
 _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
 _GRID_K = (1, 2, 4, 8, 16, 32)

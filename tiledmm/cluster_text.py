@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["as_dict", "cli_cluster_fields", "cli_plan_fields", "describe", "parse_size"]
+from .cli_args import parse_size
+
+__all__ = ["as_dict", "cli_cluster_fields", "cli_plan_fields", "describe"]
 
 
 def _bytes(x: float) -> str:
@@ -89,23 +91,6 @@ def describe(plan: Any) -> str:
     if p.rechunked:
         lines.append(f"  rechunked: {p.rechunked}")
     return "\n".join(lines)
-
-
-_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30,
-          "TI": 2**40}  # fmt: skip
-
-
-def parse_size(text: str | float | None) -> float | None:
-    """``"80GiB"``, ``"25GB/s"``, ``"1.5e9"`` -> a number (bytes or bytes/s); None stays None."""
-    if text is None or isinstance(text, int | float):
-        return text
-    t = str(text).strip().upper().replace(" ", "").removesuffix("/S").removesuffix("B")
-    num = t.rstrip("KMGTI")
-    unit = t[len(num) :]
-    try:
-        return float(num) * _UNITS[unit]
-    except (KeyError, ValueError):
-        raise ValueError(f"expected a size like 80GiB, 25GB/s or 1.5e9, not {text!r}") from None
 
 
 def cli_cluster_fields(args: Any, host_memory: float, host_name: str) -> dict:
