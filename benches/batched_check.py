@@ -25,7 +25,8 @@ import numpy as np
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import Geometry, dispatch, make_plan  # noqa: E402
+from tiledmm import Geometry, make_plan
+from tiledmm.core import dispatch
 
 # (batch of a, batch of b, m, n, k): b broadcast in the last two
 SHAPES = [((32,), (32,), 512, 512, 512), ((8,), (8,), 1024, 1024, 1024),

@@ -4,11 +4,11 @@ progress, and the rules ``tiledmm bench`` follows.
     pytest benches/ --benchmark-json=out.json               # the default sweep
     TILEDMM_BENCH_QUICK=1 pytest benches/ --benchmark-disable  # CI: tiny shapes, correctness
 
-As ``tiledmm bench`` does (one rule, :class:`tiledmm.pace.Pace`), a case whose single call is
+As ``tiledmm bench`` does (one rule, :class:`tiledmm.bench.pace.Pace`), a case whose single call is
 predicted from the same family's rate on the shape before it to take over 5 s (0.5 s quick) is
 skipped with its reason; ``--tiledmm-all`` runs every case. Each case is one line as it runs
 (its time when it passes), and the summary ends with the load average and, on a busy machine,
-the same warnings as ``tiledmm bench`` (:mod:`tiledmm.busy`).
+the same warnings as ``tiledmm bench`` (:mod:`tiledmm.bench.busy`).
 
 Environment (or the matching ``--tiledmm-*`` options): TILEDMM_BENCH_QUICK=1,
 TILEDMM_BENCH_BACKENDS=numpy,opencl, TILEDMM_BENCH_SIZES=256,1000x3000x777,
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 import pytest
 
 import tiledmm
-from tiledmm.bench import Settings, default_shapes
-from tiledmm.busy import busy_reasons, cpus, load_average, load_text
-from tiledmm.cli_args import parse_shapes
-from tiledmm.pace import Pace
-from tiledmm.results import bench_name, tiledmm_machine_info
+from tiledmm.bench.busy import busy_reasons, cpus, load_average, load_text
+from tiledmm.bench.pace import Pace
+from tiledmm.bench.results import bench_name, tiledmm_machine_info
+from tiledmm.bench.sweep import Settings, default_shapes
+from tiledmm.util.args import parse_shapes
 
 # Tiny shapes for the CI mode: a square, and primes so every edge tile is partial.
 QUICK_SHAPES = [(64, 64, 64), (67, 71, 73)]

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import tiledmm
-from tiledmm.dispatch import plan_for
+from tiledmm.core.dispatch import plan_for
 
 
 def row(be, m: int, n: int, k: int, dtype: str, rng) -> str:

@@ -1,4 +1,4 @@
-"""tiledmm on a Dask cluster vs one device vs dask.array.matmul (see tiledmm/dask_bench.py).
+"""tiledmm on a Dask cluster vs one device vs dask.array.matmul (see tiledmm/bench/dask_bench.py).
 
 On the two-H200 machine, from the repo root, inputs starting on the host (about 2-3 minutes
 after set-up; rows written as measured):
@@ -9,7 +9,7 @@ On a CPU: python3 benches/dask_bench.py --quick
 
 import sys
 
-from tiledmm.dask_bench import main
+from tiledmm.bench.dask_bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

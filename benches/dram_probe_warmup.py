@@ -1,5 +1,5 @@
 """Why the quick DRAM probe reads low (3.58 TB/s in the GPU tests, 4.53 in the full calibration):
-the same probe launches (``tiledmm.calibrate.probe_runs``), quick and full buffers, timed cold
+the same probe launches (``tiledmm.bench.calibrate.probe_runs``), quick and full buffers, timed cold
 (right after setup, as the tests do) and again after ~1 s of back-to-back launches, per run.
 
     python3 benches/dram_probe_warmup.py        # on the GPU machine; prints one line per case
@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from tiledmm.calibrate import probe_runs
-from tiledmm.registry import get_backend
+from tiledmm.bench.calibrate import probe_runs
+from tiledmm.core.registry import get_backend
 
 
 def rates(be, quick: bool, warm_s: float) -> list[float]:

@@ -8,7 +8,7 @@ With an empty ``TILEDMM_CACHE_DIR`` (a fresh temporary folder unless ``--cache``
 ``TILEDMM_IGNORE_SHIPPED_TUNING=1`` (no table for this device), each shape of the every-shape
 set (``benches/shapes.py``; on a CPU scaled down by ``--scale`` and capped by ``--max-gflop``)
 is called once through ``tiledmm.matmul(a, b, backend=B)`` as a user would (device arrays in,
-kernel "auto"): that first call's time, including first-use tuning (``tiledmm.first_use``),
+kernel "auto"): that first call's time, including first-use tuning (``tiledmm.tune.first_use``),
 and its result checked (every element written, sampled rows against float64). Then, timed in
 alternating rounds in the same process on the same arrays, with the backend's ``timings``
 (device events on a GPU) around the whole call:
@@ -45,9 +45,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from shapes import SHAPES, classify  # noqa: E402
 
 import tiledmm  # noqa: E402
-from tiledmm import dispatch, first_use, tuning  # noqa: E402
-from tiledmm.accuracy import rel_error  # noqa: E402
-from tiledmm.machine import commit_info, machine_info  # noqa: E402
+from tiledmm.bench.machine import commit_info, machine_info  # noqa: E402
+from tiledmm.core import dispatch, tuning
+from tiledmm.tune import first_use
+from tiledmm.util.accuracy import rel_error  # noqa: E402
 
 GPU_BACKENDS = ("cupy", "numba-cuda", "opencl")
 SAMPLE_ROWS = 16

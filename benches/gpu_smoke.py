@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import tiledmm
-from tiledmm.accuracy import matmul_error
+from tiledmm.util.accuracy import matmul_error
 
 SHAPES = [(1, 1, 1), (37, 53, 29), (1, 7, 3), (61, 67, 71), (130, 65, 131), (257, 4097, 1031)]
 COMMITTED = {"cupy": 0.92, "opencl": 0.92, "numba-cuda": 0.70}  # register / cuBLAS, 4096^3

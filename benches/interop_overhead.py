@@ -4,7 +4,8 @@
 
 Issue 18's bar: with torch CUDA tensors, a call costs within 10% of the same call (same backend,
 same kernel) on CuPy arrays. Each row (backends cupy, numba-cuda and the names cuda, auto) times
-CuPy inputs, torch inputs through the fast path (``tiledmm.torchpath``: ``torch_us``), the same
+CuPy inputs, torch inputs through the fast path (``tiledmm.interop.torchpath``: ``torch_us``), the
+same
 with the fast path off (the general bridge: ``torch_general_us``), both on a non-default torch
 stream, and Numba and JAX inputs. ``breakdown_us`` times the fast path's pieces on the cupy
 backend (key and checks, torch's allocation calls against cupy.empty, a cached and a new CuPy
@@ -28,7 +29,8 @@ import numpy as np
 from dispatch_overhead import per_call_us  # (a sibling script: benches/ is on sys.path)
 
 import tiledmm
-from tiledmm import arrays, torchpath
+from tiledmm.interop import bridge as arrays
+from tiledmm.interop import torchpath
 
 
 def breakdown(ta, tb, kern: str, sync) -> dict:

@@ -15,7 +15,7 @@ all of them): a long GEMM warms the GPU, and whichever runs second runs hotter (
 float16, vendor first, sat 4-8% under bfloat16, ours first, on the same kernel).
 
 ``bfloat16`` in ``--dtypes`` (CuPy has no bfloat16 arrays) runs the way users reach it: torch
-bfloat16 CUDA tensors through ``tiledmm.matmul(..., kernel="mma")`` (``tiledmm.halfprec``),
+bfloat16 CUDA tensors through ``tiledmm.matmul(..., kernel="mma")`` (``tiledmm.interop.halfprec``),
 beside ``torch.matmul`` on the same tensors (``vendor_backend`` "torch"), both timed by the
 backend's device events after warm-up; the error is against a float64 product of the bfloat16
 inputs, the result checked in a NaN-poisoned ``out=`` first:
@@ -32,8 +32,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import tiledmm
-from tiledmm import dispatch, results
-from tiledmm.bench import (
+from tiledmm.bench import results
+from tiledmm.bench.sweep import (
     Case,
     Inputs,
     Settings,
@@ -44,6 +44,7 @@ from tiledmm.bench import (
     vendor_call,
     vendor_result,
 )
+from tiledmm.core import dispatch
 
 #: alternating rounds of ours and the vendor (see the module docstring)
 ROUNDS = 3

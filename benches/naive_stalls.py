@@ -165,7 +165,7 @@ def per_load(c: dict) -> dict:
 def latency(ncu: str, out: Path) -> int:
     """The follow-up run (module docstring): writes ``naive-latency.json``."""
     import tiledmm
-    from tiledmm.device import reference_h200
+    from tiledmm.device.spec import reference_h200
 
     rows = []
     for backend, dtype, shape in LATENCY_CASES:
@@ -221,7 +221,7 @@ def main() -> int:
         reprint(args.from_json)
         return 0
     import tiledmm
-    from tiledmm.device import reference_h200
+    from tiledmm.device.spec import reference_h200
 
     rows = []
     here = Path(__file__).resolve().parent / "ncu_counters.py"

@@ -13,12 +13,12 @@ For each case (family, dtype, shape) the script re-runs itself under
 ``ncu --target-processes all --clock-control none --metrics ...`` with ``--child``, profiling
 one launch of the ``gemm`` kernel (after a warm-up launch), parses the CSV and writes
 ``h200-counters.json`` to the output folder: per case the plan (tiles, options), the counters
-and the model's numbers for the same plan (``tiledmm.modelcheck.model_counters``).
+and the model's numbers for the same plan (``tiledmm.report.modelcheck.model_counters``).
 ``tests/test_model.py`` holds the committed file to the model (30% for tiled and register).
 
     python3 benches/ncu_counters.py --probes -o $OUT
 
-profiles the calibration probes instead (``tiledmm.calibrate.probe_runs``, one launch each)
+profiles the calibration probes instead (``tiledmm.bench.calibrate.probe_runs``, one launch each)
 and writes ``h200-probe-counters.json``: per probe the bytes it claims to read, the counters
 (DRAM and L2 bytes, L1 hit rate, shared-load wavefronts and bank conflicts) and its rate in
 the profiled time, so each ceiling is checked to come from the level it names (DRAM probe:
@@ -102,7 +102,7 @@ def probe_child() -> None:
     import cupy as cp
 
     import tiledmm
-    from tiledmm.calibrate import probe_runs
+    from tiledmm.bench.calibrate import probe_runs
 
     for table, name, run, amount in probe_runs(tiledmm.get_backend("cupy")):
         run()
@@ -216,8 +216,8 @@ def main() -> int:
         child(f, d, *map(int, mnk), block="" if block == "-" else block)
         return 0
     import tiledmm
-    from tiledmm.device import reference_h200
-    from tiledmm.modelcheck import model_counters
+    from tiledmm.device.spec import reference_h200
+    from tiledmm.report.modelcheck import model_counters
 
     be = tiledmm.get_backend("cupy")
     rows = []
@@ -242,7 +242,7 @@ def main() -> int:
         "source": f"measured: {' '.join(sys.argv)} (ncu --clock-control none)",
         "metrics": list(METRICS),
         "measured_in": "Nsight Compute on this device (real counters, not seeded)",
-        "model": "tiledmm.modelcheck.model_counters on tiledmm.device.reference_h200()",
+        "model": "tiledmm.report.modelcheck.model_counters on tiledmm.device.spec.reference_h200()",
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

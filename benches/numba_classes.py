@@ -23,7 +23,9 @@ import numpy as np
 from shapes import SWEEP, SWEEP_BATCH, best_per_family, check_then_time, sweep_operands
 
 import tiledmm
-from tiledmm import Geometry, shapefit, tuning
+from tiledmm import Geometry
+from tiledmm.core import tuning
+from tiledmm.planner import shapefit
 
 _REG = dict(layout="strided", pad=4, unroll_k=True, stages=2)
 

@@ -23,7 +23,7 @@ import numpy as np
 from tiledmm_numba_cpu.kernels import kernel
 
 import tiledmm
-from tiledmm.cpu_model import NUMBA_PACK_CLOCKS
+from tiledmm.model.cpu import NUMBA_PACK_CLOCKS
 
 
 def split(family: str, n: int, dtype: str, rounds: int) -> dict:

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import tiledmm
-from tiledmm import dispatch
+from tiledmm.core import dispatch
 
 SHAPES = [(64, 4096, 4096), (4096, 32, 4096), (16, 8192, 8192), (4095, 4095, 4095),
           (1000, 3000, 777)]  # fmt: skip

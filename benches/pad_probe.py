@@ -1,6 +1,6 @@
 """Odd leading dimensions on the H200 (CuPy, float32): the register kernel's unaligned variant
 against copies into 16-byte-aligned rows plus the aligned variant, per shape: the figures
-behind ``tiledmm.hierarchy.pad_pays`` (benches/results/logs/h200-pad-probe-s13.txt).
+behind ``tiledmm.model.hierarchy.pad_pays`` (benches/results/logs/h200-pad-probe-s13.txt).
 
     python3 benches/pad_probe.py
 
@@ -15,7 +15,7 @@ import statistics
 import numpy as np
 
 import tiledmm
-from tiledmm.dispatch import plan_for
+from tiledmm.core.dispatch import plan_for
 
 SHAPES = [(1000, 3000, 777), (257, 4097, 1031), (4095, 4095, 4095), (1009, 1013, 1019),
           (511, 513, 515), (2047, 2049, 2051), (100, 5000, 333), (3001, 3001, 3001),

@@ -36,11 +36,13 @@ import numpy as np
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import results, shapefit, tuning  # noqa: E402
-from tiledmm.accuracy import rel_error  # noqa: E402
-from tiledmm.bench import peak_of, tolerance  # noqa: E402
-from tiledmm.dispatch import plan_for  # noqa: E402
-from tiledmm.planner import batch_plan  # noqa: E402
+from tiledmm.bench import results
+from tiledmm.bench.sweep import peak_of, tolerance  # noqa: E402
+from tiledmm.core import tuning
+from tiledmm.core.dispatch import plan_for  # noqa: E402
+from tiledmm.planner import shapefit
+from tiledmm.planner.make import batch_plan  # noqa: E402
+from tiledmm.util.accuracy import rel_error  # noqa: E402
 
 # (batch shape of a, batch shape of b, m, n, k); m == 1 / n == 1 with "1d" are 1-D operands
 SHAPES = [((), (), s, s, s) for s in (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)] + [

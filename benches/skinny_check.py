@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from batched_check import cupy_times, opencl_times  # noqa: E402
 
 import tiledmm  # noqa: E402
-from tiledmm import make_plan, shapefit, tuning  # noqa: E402
+from tiledmm import make_plan
+from tiledmm.core import tuning
+from tiledmm.planner import shapefit
 
 SHAPES = [(1, 4096, 4096), (4096, 1, 4096), (1, 8192, 8192), (16384, 1, 16384),
           (64, 4096, 4096), (4096, 32, 4096), (16, 8192, 8192), (4096, 64, 4096)]  # fmt: skip

@@ -26,8 +26,9 @@ import numpy as np
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import shapefit, tuning  # noqa: E402
-from tiledmm.accuracy import rel_error  # noqa: E402
+from tiledmm.core import tuning
+from tiledmm.planner import shapefit
+from tiledmm.util.accuracy import rel_error  # noqa: E402
 
 SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (257, 4097, 1031)]
 CHOICES = (None, 64, 32)

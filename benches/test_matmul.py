@@ -15,7 +15,15 @@ import time
 import pytest
 
 import tiledmm
-from tiledmm.bench import Case, Inputs, check_case, extra_info, time_fn, tolerance, vendor_result
+from tiledmm.bench.sweep import (
+    Case,
+    Inputs,
+    check_case,
+    extra_info,
+    time_fn,
+    tolerance,
+    vendor_result,
+)
 
 _inputs: dict[tuple, Inputs] = {}
 _cases: dict[tuple, Case] = {}

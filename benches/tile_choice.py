@@ -21,8 +21,9 @@ from pathlib import Path
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import Geometry, shapefit  # noqa: E402
-from tiledmm.bench import Case, Inputs, Settings, measure_case, vendor_result  # noqa: E402
+from tiledmm import Geometry
+from tiledmm.bench.sweep import Case, Inputs, Settings, measure_case, vendor_result  # noqa: E402
+from tiledmm.planner import shapefit
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
 #: every halving fit_grid chooses among (128x128 -> 32x32, as shapefit.halvings makes them),

@@ -28,8 +28,8 @@ from pathlib import Path
 os.environ.setdefault("CUPY_TF32", "0")
 
 import tiledmm  # noqa: E402
-from tiledmm import results, shapefit, tuning  # noqa: E402
-from tiledmm.bench import (  # noqa: E402
+from tiledmm.bench import results
+from tiledmm.bench.sweep import (  # noqa: E402
     Case,
     Inputs,
     Settings,
@@ -39,7 +39,9 @@ from tiledmm.bench import (  # noqa: E402
     tolerance,
     vendor_result,
 )
-from tiledmm.planner import default_geometry  # noqa: E402
+from tiledmm.core import tuning
+from tiledmm.planner import shapefit
+from tiledmm.planner.make import default_geometry  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from shapes import SHAPES  # noqa: E402

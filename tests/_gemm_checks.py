@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiledmm
-from tiledmm.accuracy import matmul_error, rel_error
+from tiledmm.util.accuracy import matmul_error, rel_error
 
 SHAPES = [(1, 1, 1), (37, 53, 29), (1, 7, 3), (7, 1, 5), (5, 6, 0), (61, 67, 71),
           (130, 65, 131), (17, 128, 1), (64, 64, 64)]  # fmt: skip

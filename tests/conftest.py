@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-# First-use tuning (tiledmm.first_use) times tiles on a class's first call and writes the user
+# First-use tuning (tiledmm.tune.first_use) times tiles on a class's first call and writes the user
 # tuning database: off for the suite (slow, host-speed dependent, and the database is the
 # user's); tests/test_first_use.py turns it on for its own tests, in a temporary cache.
 os.environ["TILEDMM_FIRST_USE_TUNING"] = "0"

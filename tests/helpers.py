@@ -1,11 +1,12 @@
-"""Small helpers shared by the tests (the error metric is tiledmm.accuracy's, the one metric)."""
+"""Small helpers shared by the tests (the error metric is tiledmm.util.accuracy's, the one
+metric)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from tiledmm.accuracy import matmul_error, rel_error
+from tiledmm.util.accuracy import matmul_error, rel_error
 
 __all__ = ["available_backends", "matmul_error", "nvcc_build", "rel_error"]
 

@@ -1,5 +1,5 @@
 """The error metric and the float64 reference: right values, and no BLAS work that would leave
-worker threads spinning into the timing of a CPU kernel (tiledmm.accuracy's docstring)."""
+worker threads spinning into the timing of a CPU kernel (tiledmm.util.accuracy's docstring)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from tiledmm import accuracy
+from tiledmm.util import accuracy
 
 
 def test_rel_error_is_the_frobenius_ratio_without_a_blas_dot(monkeypatch):

@@ -322,7 +322,7 @@ class _Dev:
 
 
 def test_out_on_the_hot_path_for_device_arrays(rng):
-    from tiledmm import engine, registry
+    from tiledmm.core import engine, registry
 
     class DevBackend(tiledmm.Backend):
         name, kernels = "devstandin", ("naive",)
@@ -380,7 +380,7 @@ def test_out_on_the_hot_path_for_device_arrays(rng):
 )  # fmt: skip
 def test_hot_path_for_batched_and_1d_products(backend, sa, sb, monkeypatch):
     """A batched or 1-D product seen before takes the hot path, with fresh data each call."""
-    from tiledmm import engine
+    from tiledmm.core import engine
 
     if tiledmm.get_backend(backend).unavailable_reason():
         pytest.skip(f"{backend} unavailable")
@@ -405,7 +405,7 @@ def test_hot_path_1d_uses_the_bound_launch(sa, sb, takes, monkeypatch):
     """A 1-D product seen before goes through the backend's bound launch (as 2-D ones do):
     (k,) read as (1, k) or (k, 1), the result allocated in its final 1-D shape; a launch that
     declines (False) falls back to the shaped path."""
-    from tiledmm import engine
+    from tiledmm.core import engine
 
     calls = []
 

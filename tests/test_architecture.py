@@ -88,17 +88,17 @@ def test_core_import_graph_is_acyclic():
 def test_planner_is_pure():
     """The planner imports no registry, dispatch, API or device library."""
     graph = _core_graph()
-    pure = {"tiledmm.backend", "tiledmm.device", "tiledmm.hierarchy", "tiledmm.tensorcore"}
-    assert graph["tiledmm.planner"] <= pure | {"tiledmm.plans", "tiledmm.planner_mma"}
-    assert graph["tiledmm.planner_mma"] <= pure | {"tiledmm.plans"}
-    assert graph["tiledmm.plans"] <= pure
-    assert graph["tiledmm.tensorcore"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.hierarchy"}
-    assert graph["tiledmm.hierarchy"] <= {"tiledmm.device", "tiledmm.dram", "tiledmm.warps",
-                                          "tiledmm.levels", "tiledmm.cpu_model"}  # fmt: skip
-    assert graph["tiledmm.cpu_model"] <= {"tiledmm.device", "tiledmm.levels"}
-    assert not graph["tiledmm.levels"]
-    assert not graph["tiledmm.warps"]
-    assert graph["tiledmm.dram"] <= {"tiledmm.device"}
+    pure = {"tiledmm.core.backend", "tiledmm.device.spec", "tiledmm.model.hierarchy", "tiledmm.model.tensorcore"}
+    assert graph["tiledmm.planner.make"] <= pure | {"tiledmm.planner.plans", "tiledmm.planner.mma"}
+    assert graph["tiledmm.planner.mma"] <= pure | {"tiledmm.planner.plans"}
+    assert graph["tiledmm.planner.plans"] <= pure
+    assert graph["tiledmm.model.tensorcore"] <= {"tiledmm.device.spec", "tiledmm.model.dram", "tiledmm.model.hierarchy"}
+    assert graph["tiledmm.model.hierarchy"] <= {"tiledmm.device.spec", "tiledmm.model.dram", "tiledmm.model.warps",
+                                          "tiledmm.model.levels", "tiledmm.model.cpu"}  # fmt: skip
+    assert graph["tiledmm.model.cpu"] <= {"tiledmm.device.spec", "tiledmm.model.levels"}
+    assert not graph["tiledmm.model.levels"]
+    assert not graph["tiledmm.model.warps"]
+    assert graph["tiledmm.model.dram"] <= {"tiledmm.device.spec"}
 
 
 def _sources() -> list[Path]:

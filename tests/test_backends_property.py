@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tiledmm
 from tests.helpers import available_backends
-from tiledmm.accuracy import matmul_error
+from tiledmm.util.accuracy import matmul_error
 
 PRIMES = [1, 2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 67, 97, 127, 131]
 dims = st.one_of(st.sampled_from(PRIMES), st.integers(min_value=1, max_value=140))

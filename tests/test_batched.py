@@ -11,7 +11,7 @@ from tiledmm_backends.kernels import launch
 
 import tiledmm
 from tests.conftest import backend_reason
-from tiledmm.accuracy import rel_error
+from tiledmm.util.accuracy import rel_error
 
 from ._gemm_checks import check_batched, check_batched_api, check_geometry
 
@@ -99,7 +99,7 @@ def test_shape_class_geometry_and_candidates():
     vec = K.load_geometry("naive", "float32", gpu, backend="cupy", shape_class="vector")
     assert dict(vec.options).get("gemv") == 1
     assert not dict(K.load_geometry("naive", "float32", gpu, backend="cupy").options)
-    for cls in tiledmm.tuning.SHAPE_CLASSES:  # every class has candidates for the sweep
+    for cls in tiledmm.core.tuning.SHAPE_CLASSES:  # every class has candidates for the sweep
         assert any(shapes.candidates(f, "float32", cls) for f in tiledmm.KERNEL_FAMILIES), cls
 
 
@@ -163,7 +163,8 @@ def test_batched_views_with_offsets():
 def test_split_k_auto_through_matmul(tmp_path, monkeypatch):
     """A class entry with split_k="auto": kernel="auto"'s dispatch resolves the slices from
     the grid and the device's compute units, and the product is right (PoCL)."""
-    from tiledmm import dispatch, shapefit, tuning
+    from tiledmm.core import dispatch, tuning
+    from tiledmm.planner import shapefit
 
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     be = tiledmm.get_backend("opencl")
@@ -222,7 +223,7 @@ def test_gemv_onepass_is_one_launch_deterministic_and_leaves_its_counters_zero(m
 def test_gemv_orient_gives_each_orientation_its_layout():
     """A vector entry with ``xb_bn``/``xb_ks`` (``shapefit.gemv_orient``): x @ B runs in those
     columns and lanes, one pass with K slices; A @ x keeps the block tile and ks. Both right."""
-    from tiledmm.shapefit import gemv_orient, resolve_split
+    from tiledmm.planner.shapefit import gemv_orient, resolve_split
 
     geo = tiledmm.Geometry((1, 8, 1), (1, 1), (("gemv", 1), ("ks", 16), ("xb_bn", 32),
                                                ("xb_ks", 4)))  # fmt: skip
@@ -243,7 +244,7 @@ def test_gemv_fill_layout_splits_only_to_cover_the_sms():
     """``xb_fill``/``xb_gu``: x @ B in 1024-item groups with 16 loads in flight and K slices only
     while the groups cover less than 0.9 of the SMs (then in one pass); A @ x keeps its loads.
     Right on PoCL at odd shapes, with and without slices."""
-    from tiledmm.shapefit import resolve_split
+    from tiledmm.planner.shapefit import resolve_split
 
     opts = dict(gemv=1, ks=8, xb_bn=16, xb_ks=16, xb_gu=16, xb_fill=1)
     geo = tiledmm.Geometry((1, 8, 1), (1, 1), tuple(sorted(opts.items())))
@@ -265,7 +266,7 @@ def test_gemv_defines_carry_the_shuffles_and_the_register_budget():
     H200's CuPy vector entries ask for one group per SM (measured: docs/shapes.md)."""
     from tiledmm_backends import kernels as K
 
-    from tiledmm.device import reference_h200
+    from tiledmm.device.spec import reference_h200
 
     dev = reference_h200()
 
@@ -315,7 +316,7 @@ def test_cpu_gemv_is_barrier_free_and_right(dtype):
 def test_cpu_vectors_take_the_cpu_gemv_path():
     """On a CPU device auto runs vectors on the barrier-free gemv path (the register tiles
     would be 95% padding), and the model reads the matrix once."""
-    from tiledmm.dispatch import plan_for
+    from tiledmm.core.dispatch import plan_for
 
     be = tiledmm.get_backend("opencl")
     if be.device().kind != "cpu":

@@ -1,4 +1,4 @@
-"""``pytest benches/`` skips what ``tiledmm bench`` skips (one rule: tiledmm.pace), shows its
+"""``pytest benches/`` skips what ``tiledmm bench`` skips (one rule: tiledmm.bench.pace), shows its
 progress, and times each call once (issue 39). Predicted times are injected, never measured,
 so no outcome depends on this host's speed."""
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import tiledmm
-from tiledmm import bench, pace
+from tiledmm.bench import pace
+from tiledmm.bench import sweep as bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,12 +29,12 @@ from collections import Counter
 
 import pytest
 import tiledmm
-import tiledmm.pace
+import tiledmm.bench.pace
 
 def predict(self, backend, kernel, dtype, flops):
     return 60.0 if kernel == "naive" and flops >= 2 * 32**3 else None
 
-tiledmm.pace.Pace.predict = predict
+tiledmm.bench.pace.Pace.predict = predict
 CALLS = Counter()
 kind = type(tiledmm.get_backend("numpy"))
 run = kind.run

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tiledmm import bench, cli
+from tiledmm import cli
+from tiledmm.bench import sweep as bench
 
 ROW = {
     "backend": "numpy",

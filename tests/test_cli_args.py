@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from tiledmm import cli, results
+from tiledmm import cli
+from tiledmm.bench import results
 
 BAD = [
     (["plan", "64", "64", "64", "--workers", "0"], "--workers", "positive integer"),

@@ -43,7 +43,7 @@ class _SlowCPU(tiledmm.Backend):
 
 
 def test_info_shows_what_each_alias_runs(capsys: pytest.CaptureFixture) -> None:
-    from tiledmm import registry
+    from tiledmm.core import registry
 
     try:
         tiledmm.register_backend(_SlowCPU())
@@ -86,7 +86,9 @@ class _Wrong(tiledmm.Backend):
 def test_bench_tells_a_wrong_result_from_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tiledmm import exits, registry, report
+    from tiledmm.core import registry
+    from tiledmm.report import render as report
+    from tiledmm.util import exits
 
     assert len({exits.OK, exits.ERROR, exits.USAGE, exits.WRONG_RESULT, exits.INTERRUPTED}) == 5
     base = ["bench", "--quick", "--sizes", "8", "--no-figures", "--kernel", "naive"]
@@ -121,7 +123,7 @@ def test_bench_tells_a_wrong_result_from_an_error(
 
 
 def test_busy_signs() -> None:
-    from tiledmm import busy
+    from tiledmm.bench import busy
 
     sliced = [0.004, 0.008, 0.0121, 0.008, 0.0039, 0.016, 0.008]  # one core shared: 4 ms slices
     assert busy.tick_of(sliced) == 0.004 and busy.spread(sliced)["spread"] > busy.MAX_SPREAD
@@ -146,7 +148,8 @@ def test_bench_shows_the_load_and_warns_on_a_busy_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The load and the vendor's times are injected: the outcome never depends on this host."""
-    from tiledmm import bench, busy
+    from tiledmm.bench import busy
+    from tiledmm.bench import sweep as bench
 
     load = [1.05, 0.97, 0.61] if busy_machine else [0.03, 0.02, 0.0]
     times = [0.004, 0.008, 0.012, 0.008, 0.004] if busy_machine else [0.0040, 0.0041, 0.0040] * 2

@@ -15,7 +15,7 @@ from tiledmm_backends import kernels as K
 import tiledmm
 from tests.conftest import requires_backend
 from tests.helpers import nvcc_build
-from tiledmm.accuracy import matmul_error
+from tiledmm.util.accuracy import matmul_error
 
 from ._gemm_checks import (
     FAMILIES,
@@ -72,7 +72,7 @@ def test_gpu_shape_candidates(cand):
     """Every per-class candidate (split-K, gemv, small tiles): odd 2-D shapes, K = 0, batches
     (split_k="auto" as it resolves for 64x4096x4096 on 132 SMs: 8 slices)."""
     _, fam, g = cand
-    g = tiledmm.shapefit.resolve_split(g, 64, 4096, 4096, 132)
+    g = tiledmm.planner.shapefit.resolve_split(g, 64, 4096, 4096, 132)
     geo = (g.block_tile, g.thread_tile, dict(g.options))
     check_geometry("cupy", fam, geo, "float32")
     check_batched("cupy", fam, "float32", geo)
@@ -238,7 +238,7 @@ def test_cuda_dialect_compiles_probes(real_bytes, tmp_path):
     """The calibration probes as CuPy's ``compile_probe`` hands them to NVRTC."""
     from tiledmm_backends.kernels.probe import probe_source
 
-    from tiledmm.calibrate import _probe_source
+    from tiledmm.bench.calibrate import _probe_source
 
     text = probe_source(_probe_source(), {"REAL_BYTES": real_bytes, "THREADS": 256})
     assert "#include" not in text

@@ -16,8 +16,8 @@ da = pytest.importorskip("dask.array")
 
 import tiledmm  # noqa: E402
 import tiledmm.dask as td  # noqa: E402
-from tiledmm.accuracy import matmul_error  # noqa: E402
-from tiledmm.cluster import Cluster, cluster_plan  # noqa: E402
+from tiledmm.dask.cluster import Cluster, cluster_plan  # noqa: E402
+from tiledmm.util.accuracy import matmul_error  # noqa: E402
 
 RNG = np.random.default_rng(20261201)
 
@@ -163,7 +163,7 @@ def test_a_0d_operand_mixed_with_plain_gives_numpys_error(sa, sb, which):
 def test_numpy_replay_only_when_numpy_would_raise(monkeypatch):
     """The replay on stand-ins computes a product as large as the real one when numpy accepts
     the call (35 s at 32768^3 on the client, inside every call): valid calls skip it."""
-    from tiledmm import semantics
+    from tiledmm.core import semantics
 
     calls = []
     real = semantics._replay
@@ -287,8 +287,8 @@ def test_worker_dies_mid_computation(client, tmp_path):
 def test_plan_from_cli_arguments():
     from argparse import Namespace
 
-    from tiledmm.cli_args import parse_size
-    from tiledmm.cluster import plan_from_args
+    from tiledmm.dask.cluster import plan_from_args
+    from tiledmm.util.args import parse_size
 
     assert parse_size("80GiB") == 80 * 2**30 and parse_size("25GB/s") == 25e9
     with pytest.raises(ValueError, match="expected a size"):
@@ -358,7 +358,7 @@ def test_staged_time_terms(monkeypatch):
     workers are GPU-like whatever this machine is: the measured rate as it is and 2 TB/s for
     adding partial products (from the numpy backend's model of this CPU, the K-chunk sums alone
     took 6 s on a 2-core Xeon, enough to flip the bound)."""
-    from tiledmm import cluster_model
+    from tiledmm.dask import cluster_model
 
     monkeypatch.setattr(cluster_model, "_chunk_seconds", lambda m, n, k, *a: 2 * m * n * k / 1e12)
     monkeypatch.setattr(cluster_model, "_device_bandwidth", lambda *a: 2e12)
@@ -386,7 +386,7 @@ def test_staged_time_terms(monkeypatch):
 def test_bench_writes_rows_as_it_goes(tmp_path, monkeypatch):
     import json
 
-    from tiledmm import dask_bench
+    from tiledmm.bench import dask_bench
 
     seen = []
     add = dask_bench._Rows.add

@@ -15,7 +15,7 @@ da = pytest.importorskip("dask.array")
 
 import tiledmm  # noqa: E402
 import tiledmm.dask as td  # noqa: E402
-from tiledmm.cluster import cluster_plan  # noqa: E402
+from tiledmm.dask.cluster import cluster_plan  # noqa: E402
 
 
 @pytest.mark.parametrize(

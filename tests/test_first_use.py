@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import Backend, Geometry, dispatch, first_use, tuning
-from tiledmm.accuracy import rel_error
+from tiledmm import Backend, Geometry
+from tiledmm.core import dispatch, tuning
+from tiledmm.tune import first_use
+from tiledmm.util.accuracy import rel_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +130,7 @@ def test_first_call_times_the_short_list_and_keeps_the_fastest_correct(fake, tmp
     assert e["block_tile"] == [16, 16, 16] and e["device"] == "fake first-use device"
     assert e["measured"]["call_shape"] == [1, 256, 256, 256]
     assert e["measured"]["default"].startswith("32x32x32")  # what ran before
-    # the same fields as `tiledmm tune` writes (tiledmm.tune.entry)
+    # the same fields as `tiledmm tune` writes (tiledmm.tune.command.entry)
     assert {"device", "vendor", "kind", "backend", "dtype", "family", "shape_class", "block_tile",
             "thread_tile", "options", "measured", "source"} <= set(e)  # fmt: skip
     assert {"gflops", "seconds", "shape", "date", "of_vendor", "default_gflops", "default",
@@ -316,8 +318,9 @@ def test_the_test_suite_runs_without_first_use_tuning():
 
 
 def test_info_plan_and_bench_rows_say_where_the_tiles_came_from(fake, capsys):
-    from tiledmm import cli, provenance
-    from tiledmm.bench import run_sweep
+    from tiledmm import cli
+    from tiledmm.bench.sweep import run_sweep
+    from tiledmm.tune import provenance
 
     assert cli.main(["plan", "256", "256", "256", "--backend", fake.name, "--dtype",
                      "float64"]) == 0  # fmt: skip
@@ -341,7 +344,7 @@ def test_info_plan_and_bench_rows_say_where_the_tiles_came_from(fake, capsys):
 
 
 def test_an_error_while_tuning_is_remembered_and_the_call_still_runs(fake, tmp_path, monkeypatch):
-    from tiledmm import shortlist
+    from tiledmm.tune import shortlist
 
     calls = []
 

@@ -196,7 +196,7 @@ def test_a_child_forked_while_a_thread_holds_tiledmms_locks_does_not_deadlock():
     code = """
     import os, threading, numpy as np, tiledmm
     from tiledmm import dispatch, registry
-    from tiledmm.atomicfile import locked
+    from tiledmm.util.atomicfile import locked
     from pathlib import Path
     a = np.ones((8, 8), np.float32)
     tiledmm.matmul(a, a, backend="numpy")

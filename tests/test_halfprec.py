@@ -1,4 +1,4 @@
-"""float16 / bfloat16 PyTorch tensors on the tensor cores (``tiledmm.halfprec``, issue 14).
+"""float16 / bfloat16 PyTorch tensors on the tensor cores (``tiledmm.interop.halfprec``, issue 14).
 
 CPU part (CI): which operands take the path (``half_dtype``), the views' dtypes, the bridge's
 hook, and the device-independent ``halfprec.run`` on CPU tensors with NumPy views and a
@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import arrays, halfprec, kinds, registry, semantics
-from tiledmm.backend import Backend
-from tiledmm.device import reference_h200
-from tiledmm.kinds import Kind
+from tiledmm.core import registry, semantics
+from tiledmm.core.backend import Backend
+from tiledmm.device.spec import reference_h200
+from tiledmm.interop import bridge as arrays
+from tiledmm.interop import halfprec, kinds
+from tiledmm.interop.kinds import Kind
 
 from .conftest import backend_reason
 

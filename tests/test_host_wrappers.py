@@ -11,8 +11,8 @@ import pytest
 
 import tiledmm
 from tests.conftest import backend_reason
-from tiledmm import registry
-from tiledmm.accuracy import matmul_error
+from tiledmm.core import registry
+from tiledmm.util.accuracy import matmul_error
 
 CPU_BACKENDS = ["numpy", "opencl", "numba-cpu", "example", "auto"]
 

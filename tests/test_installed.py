@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 import tiledmm
-from tiledmm import machine, modelcheck
+from tiledmm.bench import machine
+from tiledmm.report import modelcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TEST = "TILEDMM_INSTALL_TEST"
@@ -44,7 +45,7 @@ class _TableBackend(tiledmm.Backend):
 def test_modelcheck_reads_geometry_through_the_backends(monkeypatch):
     """The shipped geometry entries come from ``Backend.geometry_entries`` of the registered
     backends (available or not), once each: the core opens no backend file itself."""
-    from tiledmm import registry
+    from tiledmm.core import registry
 
     got = modelcheck.shipped_geometry()
     shipped = [e for be in registry.registered() for e in be.geometry_entries()]
@@ -176,6 +177,7 @@ def test_readme_main_job_from_a_wheel_in_a_fresh_venv(tmp_path):
     assert "## The planner today" in text and "Not checked" not in text  # modelcheck's rows
     info = _run(["tiledmm", "info"], work, env, 120).stdout
     assert "numpy" in info
-    res = subprocess.run([str(bindir / "python"), "-m", "tiledmm.modelcheck"], cwd=work, env=env,
+    res = subprocess.run([str(bindir / "python"), "-m", "tiledmm.report.modelcheck"],
+                         cwd=work, env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr

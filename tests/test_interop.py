@@ -1,11 +1,12 @@
-"""Every array library in, the same kind out (tiledmm.arrays and tiledmm.matmul on foreign arrays).
+"""Every array library in, the same kind out (tiledmm.interop.bridge and tiledmm.matmul on foreign
+arrays).
 
 CPU part (CI): a stand-in that exports only DLPack and the array API, PyTorch CPU tensors and
 JAX CPU arrays (each skipped when not installed) through every CPU backend: same kind out,
 values and dtypes as the library's own matmul, for 2-D, batched, 1-D and out=. GPU part
 (marked ``gpu``): torch CUDA, Numba, CuPy and JAX GPU arrays through the CUDA backends,
 zero-copy on the way in (pointer checks), and PyTorch stream ordering (with the fast path of
-``tiledmm.torchpath`` on and off; its own tests are in ``tests/test_torchpath.py``).
+``tiledmm.interop.torchpath`` on and off; its own tests are in ``tests/test_torchpath.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import pytest
 import tiledmm
 from tests.conftest import backend_reason, requires_backend
 from tests.test_torchpath import Bridge
-from tiledmm import arrays, kinds, torchpath
-from tiledmm.accuracy import matmul_error
+from tiledmm.interop import bridge as arrays
+from tiledmm.interop import kinds, torchpath
+from tiledmm.util.accuracy import matmul_error
 
 CPU_BACKENDS = [
     pytest.param(n, marks=requires_backend(n)) for n in ("numpy", "opencl", "numba-cpu", "example")

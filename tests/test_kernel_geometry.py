@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 from tiledmm_backends import kernels as K
-from tiledmm_backends import nvidia
 
 import tiledmm
 from tiledmm import DeviceSpec, Geometry, make_plan
+from tiledmm.device import nvidia
 
 CPU = DeviceSpec(name="test cpu", kind="cpu", max_threads_per_block=4096, simd_bytes=32)
 
@@ -215,7 +215,7 @@ class _Measured(tiledmm.Backend):
 
 
 def test_auto_picks_the_measured_fastest_family_per_class(tmp_path, monkeypatch):
-    from tiledmm import dispatch, tuning
+    from tiledmm.core import dispatch, tuning
 
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     be = _Measured()
@@ -246,7 +246,7 @@ def test_auto_picks_the_measured_fastest_family_per_class(tmp_path, monkeypatch)
 
 
 def test_auto_split_from_blocks_and_sms():
-    from tiledmm.shapefit import auto_split, resolve_split
+    from tiledmm.planner.shapefit import auto_split, resolve_split
 
     assert auto_split(64, 4096, 4096, (64, 64, 16), 132) == 8  # 64 blocks -> 512
     assert auto_split(16, 8192, 8192, (64, 64, 16), 132) == 4
@@ -266,10 +266,10 @@ def test_every_shape_candidate_compiles_once_resolved():
 
     from tiledmm_backends.kernels import shapes
 
-    from tiledmm.shapefit import resolve_split
+    from tiledmm.planner.shapefit import resolve_split
 
     probe = {"vector": (1, 4096, 4096), "skinny_mn": (64, 4096, 4096)}
-    for cls in tiledmm.tuning.SHAPE_CLASSES:
+    for cls in tiledmm.core.tuning.SHAPE_CLASSES:
         m, n, k = probe.get(cls, (1024, 1024, 1024))
         for fam in tiledmm.KERNEL_FAMILIES:
             for dt in ("float32", "float64"):

@@ -13,7 +13,7 @@ from tiledmm_backends.kernels import launch
 
 import tiledmm
 from tests.helpers import nvcc_build
-from tiledmm.accuracy import matmul_error
+from tiledmm.util.accuracy import matmul_error
 
 GPU = tiledmm.DeviceSpec(name="test gpu", kind="gpu", peak_flops=(("float32", 5e13),),
                          bandwidth=4e12)  # fmt: skip

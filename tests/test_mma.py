@@ -16,10 +16,10 @@ from tiledmm_backends.kernels import mma_spec
 
 import tiledmm
 from tests.helpers import nvcc_build
-from tiledmm import tensorcore as tc
-from tiledmm.bench import peak_of
-from tiledmm.device import host_cpu, reference_h200
-from tiledmm.planner import PlanError, default_mma_geometry, make_plan
+from tiledmm.bench.sweep import peak_of
+from tiledmm.device.spec import host_cpu, reference_h200
+from tiledmm.model import tensorcore as tc
+from tiledmm.planner.make import PlanError, default_mma_geometry, make_plan
 
 from .conftest import requires_backend
 
@@ -436,7 +436,7 @@ def test_16bit_tiles_halved_for_grids_under_one_block_per_sm():
     """The H200's 16-bit tables (8 warps, one block per SM) run small grids with half the block
     and two blocks per SM (float16 1024^3: 32 blocks of 128x256 ran at 0.26 of the vendor, 64
     of 128x128 at 0.38); large grids, float64 and the model default keep their tiles."""
-    from tiledmm.shapefit import for_product
+    from tiledmm.planner.shapefit import for_product
 
     opts = (("copy_after", 1), ("fk", 16), ("fm", 16), ("fn", 8), ("frag_pipe", 3),
             ("group_m", 8), ("stages", 4))  # fmt: skip
@@ -493,8 +493,9 @@ def test_opencl_mma_tiles_fit_static_local_memory(kind):
     """Every OpenCL mma geometry fits 48 KiB of static local memory (aligned or not) and plans
     on an H200 as NVIDIA's OpenCL describes it (48 KiB shared per block)."""
     pytest.importorskip("pyopencl")
-    from tiledmm_backends import nvidia
     from tiledmm_backends.opencl import mma as clmma
+
+    from tiledmm.device import nvidia
 
     dev = nvidia.device_spec("NVIDIA H200", (9, 0), dict(sms=132, clock_khz=1.98e6,
                              bandwidth=4.8e12, shared_optin=48 * 1024, l2=50 << 20),

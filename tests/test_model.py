@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tiledmm import Geometry, make_plan
-from tiledmm.device import calibration_problem, reference_h200
-from tiledmm.hierarchy import L2_SHARED_FRACTION, miss_fraction, shared_wavefronts
-from tiledmm.modelcheck import (
+from tiledmm.device.spec import calibration_problem, reference_h200
+from tiledmm.model.hierarchy import L2_SHARED_FRACTION, miss_fraction, shared_wavefronts
+from tiledmm.model.warps import c_store_sectors
+from tiledmm.report.modelcheck import (
     CPU_BAND,
     GPU_BAND,
     check_files,
@@ -21,7 +22,6 @@ from tiledmm.modelcheck import (
     compare_counters,
     format_table,
 )
-from tiledmm.warps import c_store_sectors
 
 RESULTS = Path(__file__).resolve().parent.parent / "benches" / "results"
 DATA = RESULTS.parent / "data"  # JSON that is not pytest-benchmark's (Nsight counters)
@@ -67,7 +67,7 @@ def test_lockstep_waves_pay_their_prologue_and_epilogue():
 def test_measured_ceilings_are_used_as_measured(monkeypatch):
     """A level in H200_MEASURED replaces the estimate and is not scaled by ``sustained``;
     estimated SM-side ceilings are."""
-    import tiledmm.device as device
+    import tiledmm.device.spec as device
 
     measured = {**device.H200_MEASURED, "levels": {"shared memory": 30e12, "L2": 9e12}}
     monkeypatch.setattr(device, "H200_MEASURED", measured)
@@ -93,7 +93,7 @@ def test_measured_ceilings_are_used_as_measured(monkeypatch):
 def test_calibrated_levels_count_as_loaded(monkeypatch, tmp_path):
     """A calibration record's levels and FMA peaks were measured under load: the spec marks
     them, so ``sustained`` scales only the estimates that remain."""
-    import tiledmm.device as device
+    import tiledmm.device.spec as device
 
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     rec = {"peak_flops": {"float32": 5e13}, "bandwidth": 4e12,
@@ -246,7 +246,7 @@ def test_naive_wavefronts_and_fills_match_the_counters():
     """The naive kernel's L1 data pipe: load wavefronts per warp per K step as Nsight counts
     them (float64 loads served per half-warp: 4; float32: 2), and the fills (lines from L2
     written into the SRAM: the model's L2 bytes) against the counted bank writes."""
-    from tiledmm.warps import naive_counts
+    from tiledmm.model.warps import naive_counts
 
     data = json.loads((DATA / "h200-counters-cases.json").read_text())
     naive = [r for r in data["rows"] if r["kernel"] == "naive"]
@@ -288,7 +288,7 @@ def test_naive_dram_bytes_and_times_against_the_counters():
     launch read 23.7 and 27.6 GB in two runs) and the model's count is reported, not held.
     Times, with DRAM lines filled a sector at a time, within [0.8, 1.25] ([0.75, 1.25] in
     between, where the model fills more sectors than the counters saw)."""
-    from tiledmm.modelcheck import plan_for_row
+    from tiledmm.report.modelcheck import plan_for_row
 
     dev = reference_h200()
     launches = _naive_launches()
@@ -320,7 +320,7 @@ def _held_out_ratios(name: str, count: int) -> dict[tuple, float]:
     """Measured / predicted time of a held-out log's rows (``logs/<name>.json``: device-event
     medians of each backend's own plan, every output checked), keyed by (backend, kernel,
     dtype, m, n, k), on ``reference_h200()``."""
-    from tiledmm.modelcheck import plan_for_row
+    from tiledmm.report.modelcheck import plan_for_row
 
     rows = json.loads((RESULTS / "logs" / f"{name}.json").read_text())["rows"]
     assert len(rows) == count and all(r["err"] < 1e-4 for r in rows)
@@ -364,7 +364,7 @@ def test_c_store_sectors_match_the_counters():
     """register.cl's scalar epilogue: the SM issues 4x C's sectors (VN 4 stores write each
     sector in part: ``c_store_sectors``, exact), and the L2 receives 1.42-1.67x (L1 merges most
     repeats: ``warps.L2_STORE_REPEATS``); Nsight Compute, logs/h200-store-counters-s14.json."""
-    from tiledmm.modelcheck import model_counters, plan_for_row
+    from tiledmm.report.modelcheck import model_counters, plan_for_row
 
     doc = json.loads((RESULTS / "logs" / "h200-store-counters-s14.json").read_text())
     for case in doc["cases"]:
@@ -455,7 +455,7 @@ def test_numpy_register_is_the_vendor_gemm_per_tile_less_its_per_call_cost():
     """The NumPy register family calls the vendor GEMM once per tile step: at the measured
     vendor rate less NUMPY_BLAS_EDGE (t / (t + 100) for a t-cube: the EPYC's 256^3 single
     tile, 0.73 of its 1024-3072 rate, measured 0.73), plus NumPy's passes on one core."""
-    from tiledmm.cpu_model import NUMPY_BLAS_EDGE
+    from tiledmm.model.cpu import NUMPY_BLAS_EDGE
 
     rows, _ = check_rows(RESULTS / "epyc-2c-cpu.json")
     one = next(r for r in rows if (r.backend, r.kernel, r.shape) == ("numpy", "register",
@@ -474,8 +474,8 @@ def test_modelcheck_checks_a_calibration_before_it_is_copied(tmp_path, capsys):
     """``--calibration FILE`` prints the H200 record as H200_MEASURED (the one edit that
     updates the reference) and checks the rows on those ceilings: a shared-memory ceiling
     half the reference's predicts the (shared-bound) tiled rows twice as slow."""
-    from tiledmm import modelcheck
-    from tiledmm.device import H200_MEASURED
+    from tiledmm.device.spec import H200_MEASURED
+    from tiledmm.report import modelcheck
 
     shared = 0.5 * H200.clocked("shared memory", H200.level("shared memory"))
     rec = {"peak_flops": {"float32": 5e13}, "bandwidth": 4e12, "date": "2026-12-01",
@@ -545,7 +545,7 @@ def test_register_issue_counts_follow_nvccs_sass():
     """Warp instructions per warp per K step of register.cl against nvcc 13.0's sm_90 SASS
     (interior blocks, as CuPy builds it): 128x128x16 / 8x8 float32 double-buffered 1148
     aligned, 1213 unaligned (K = 777); 64x64x8 / 4x4 float64 single-staged 175 and 204."""
-    from tiledmm.warps import staged_counts
+    from tiledmm.model.warps import staged_counts
 
     cases = [("float32", (128, 128, 16), (8, 8), {"stages": 2, "vm": 4, "vn": 4}, 1148, 1213),
              ("float64", (64, 64, 8), (4, 4), {"vm": 2, "vn": 2}, 175, 204)]  # fmt: skip
@@ -579,7 +579,7 @@ def test_gemv_is_the_matrix_read_once_from_dram_plus_the_launch(shape, tiles, ks
 def test_gemv_steps_are_16_byte_vectors():
     """gemv.cl: each item's K step loads one 16-byte vector (4 floats, 2 doubles) of the long
     operand, so K / (KS x 4) steps per item (float32)."""
-    from tiledmm.warps import gemv_counts, gemv_shape
+    from tiledmm.model.warps import gemv_counts, gemv_shape
 
     g = dict(m=1, n=8192, k=8192, bm=1, bn=32, kp=8192)
     for s, gv in ((4, 4), (8, 2)):
@@ -592,7 +592,7 @@ def test_gemv_steps_are_16_byte_vectors():
 def test_batch_multiplies_every_level():
     """``batch`` in the geometry (the planner passes it): B times the blocks, FLOPs and
     bytes; a long launch's time grows by B."""
-    from tiledmm.hierarchy import gpu_levels
+    from tiledmm.model.hierarchy import gpu_levels
 
     g = dict(m=4096, n=4096, k=4096, mp=4096, np=4096, kp=4096, bm=128, bn=128, bk=16,
              tm=8, tn=8, gx=32, gy=32, threads=256, warps=8)  # fmt: skip
@@ -662,7 +662,7 @@ def test_naive_steps_in_flight_follow_nvccs_sass(s, tile, tmp_path):
 
     from tiledmm_backends.kernels import source
 
-    from tiledmm.warps import NAIVE_IN_FLIGHT, naive_counts
+    from tiledmm.model.warps import NAIVE_IN_FLIGHT, naive_counts
 
     defs = dict(REAL_BYTES=s, BM=tile[0], BN=tile[1], BK=1, TM=1, TN=1, THREADS=256,
                 SPLIT_K=1, NO_BATCH=1)  # fmt: skip
@@ -692,7 +692,7 @@ def test_numba_tiled_reads_its_b_tile_from_the_cache_that_holds_it():
     tile again per C row: a B tile past L1 adds a vector of B per vector of multiply-adds to
     the level that holds it (beside the block panels); within L1 it adds nothing there.
     Packing is serial time on every level."""
-    from tiledmm.device import host_cpu
+    from tiledmm.device.spec import host_cpu
 
     dev = host_cpu()
     bk_big = 2 * dev.cache("L1") // (4 * 128)  # a 128-wide B tile of twice L1

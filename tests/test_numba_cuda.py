@@ -19,7 +19,7 @@ import pytest
 
 import tiledmm
 from tests.conftest import requires_backend
-from tiledmm.accuracy import matmul_error
+from tiledmm.util.accuracy import matmul_error
 
 NUMBA_FAMILIES = ("naive", "tiled", "register")  # the numba-cuda backend's kernels
 _SIM_SCRIPT = textwrap.dedent(
@@ -50,7 +50,7 @@ _SIM_SCRIPT = textwrap.dedent(
     rng = np.random.default_rng(7)
     shapes = [(5, 7, 3), (17, 9, 13), (1, 20, 6), (9, 1, 4), (8, 8, 0), (48, 33, 40)]
 
-    from tiledmm.accuracy import matmul_error
+    from tiledmm.util.accuracy import matmul_error
 
     def case(tag, fam, dt, m, n, k, c, a, b):
         err = matmul_error(c, a, b)

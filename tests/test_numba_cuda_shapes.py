@@ -14,8 +14,10 @@ from tiledmm_backends.numba_cuda import NumbaCudaBackend
 from tiledmm_backends.numba_cuda.codegen import KernelSpec
 from tiledmm_backends.numba_cuda.kernels import source
 
-from tiledmm import Geometry, dispatch, shapefit
-from tiledmm.device import reference_h200
+from tiledmm import Geometry
+from tiledmm.core import dispatch
+from tiledmm.device.spec import reference_h200
+from tiledmm.planner import shapefit
 
 NUMBA = (("layout", "strided"), ("min_tile", 32), ("pad", 4), ("stages", 2))
 BIG = Geometry((128, 128, 8), (8, 8), NUMBA)

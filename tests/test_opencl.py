@@ -13,7 +13,7 @@ import pytest
 
 import tiledmm
 from tests.conftest import backend_reason
-from tiledmm.accuracy import matmul_error
+from tiledmm.util.accuracy import matmul_error
 
 from ._gemm_checks import (
     PREFETCH,
@@ -118,7 +118,7 @@ def test_kernels_are_cached():
 
 def test_launch_cache_is_bounded(monkeypatch):
     """Issue 16.9: one launch per distinct shape was kept forever."""
-    from tiledmm.cache import LRUCache
+    from tiledmm.util.lru import LRUCache
 
     st = tiledmm.get_backend("opencl").state()  # the registered instance (tests may reload)
     monkeypatch.setattr(st.launches, "cache", LRUCache(4))
@@ -218,7 +218,7 @@ def test_pocl_refuses_double_buffering():
 
 
 def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
-    from tiledmm import calibrate
+    from tiledmm.bench import calibrate
 
     if BE.device().is_gpu:
         pytest.skip("CPU devices: the host's ceilings are the ones OpenCL plans read")

@@ -22,8 +22,9 @@ import pytest
 from tiledmm_backends.opencl import platforms
 
 import tiledmm
-from tiledmm import cli, registry
-from tiledmm.accuracy import matmul_error
+from tiledmm import cli
+from tiledmm.core import registry
+from tiledmm.util.accuracy import matmul_error
 
 ZEN5 = (
     "clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: "

@@ -201,7 +201,7 @@ def test_unknown_backend_message():
 
 # --------------------------------------------------------------- the hierarchy on new geometries
 
-from tiledmm.device import reference_h200  # noqa: E402
+from tiledmm.device.spec import reference_h200  # noqa: E402
 
 REF = reference_h200()
 _REG = (("vm", 4), ("vn", 4), ("stages", 2), ("pad", 4))
@@ -272,7 +272,7 @@ def test_batched_launch_multiplies_work_and_fills_the_device():
 def test_batch_plan_counts_the_whole_launch():
     """A batch of small products fills waves that one product leaves empty: the whole launch
     is predicted above one product and under the batch times one product; the same tiles."""
-    from tiledmm.planner import batch_plan
+    from tiledmm.planner.make import batch_plan
 
     geo = Geometry((128, 64, 16), (8, 4), (("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4)))
     one = make_plan(512, 512, 512, dtype="float32", kernel="register", device=REF, geometry=geo)

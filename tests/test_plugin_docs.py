@@ -1,4 +1,5 @@
-"""Every hook spec in tiledmm.hookspecs is documented in docs/plugins.md with its exact signature.
+"""Every hook spec in tiledmm.core.hookspecs is documented in docs/plugins.md with its exact
+signature.
 
 Adding a hook without documenting it (or changing a signature without updating the guide)
 fails here.
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tiledmm import hookspecs
+from tiledmm.core import hookspecs
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 

@@ -13,7 +13,8 @@ import pytest
 
 import tiledmm
 from tests.test_registry import good, info, plugin_env  # noqa: F401 - the fixture
-from tiledmm import cli, dispatch, registry
+from tiledmm import cli
+from tiledmm.core import dispatch, registry
 
 EXITS_AT_IMPORT = "import sys\nsys.exit(3)\n"
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import Backend, PlanError, dispatch, registry
-from tiledmm.device import reference_h200
+from tiledmm import Backend, PlanError
+from tiledmm.core import dispatch, registry
+from tiledmm.device.spec import reference_h200
 
 
 class FakeH200(Backend):

@@ -26,7 +26,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_readme_results_table_is_regenerated_from_committed_files(tmp_path):
-    from tiledmm.report import README_BEGIN, README_END, headline_markdown, render
+    from tiledmm.report.render import README_BEGIN, README_END, headline_markdown, render
 
     files = sorted(str(p) for p in (ROOT / "benches" / "results").glob("*.json"))
     text = render(files, tmp_path, figures=False)

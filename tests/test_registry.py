@@ -17,7 +17,8 @@ from dataclasses import replace
 import pytest
 
 import tiledmm
-from tiledmm import cli, dispatch, registry
+from tiledmm import cli
+from tiledmm.core import dispatch, registry
 
 ENV_VARS = (
     "TILEDMM_PLUGINS",

@@ -146,7 +146,7 @@ def test_ufunc_keywords_are_numpys(rng):
 
 
 def test_hot_path_cache_is_bounded(rng):
-    from tiledmm import engine
+    from tiledmm.core import engine
 
     for n in range(1, 40):
         a = rng.standard_normal((n, 2)).astype(np.float32)

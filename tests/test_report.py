@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tiledmm import cli, report
+from tiledmm import cli
+from tiledmm.report import render as report
 
 GFLOPS = {"naive": 2.0, "tiled": 10.0, "register": 40.0}
 
@@ -76,8 +77,9 @@ def test_report_regenerates_identical_output(files: list[Path], tmp_path: Path) 
 
 def test_report_rebuilds_the_held_rows_with_todays_model():
     """The committed GPU files: the report's last section is modelcheck's band count and worst
-    row, the same as ``python -m tiledmm.modelcheck`` gives (not each run's recorded time)."""
-    from tiledmm.modelcheck import GPU_BAND, check_files
+    row, the same as ``python -m tiledmm.report.modelcheck`` gives (not each run's recorded
+    time)."""
+    from tiledmm.report.modelcheck import GPU_BAND, check_files
 
     base = Path(__file__).parents[1] / "benches" / "results"
     paths = [base / "h200-cupy.json", base / "h200-shapes.json"]

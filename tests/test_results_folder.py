@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tiledmm.results import load
+from tiledmm.bench.results import load
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benches" / "results"

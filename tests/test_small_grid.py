@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 import tiledmm
-from tiledmm import Geometry, dispatch, shapefit
-from tiledmm.device import reference_h200
+from tiledmm import Geometry
+from tiledmm.core import dispatch
+from tiledmm.device.spec import reference_h200
+from tiledmm.planner import shapefit
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))
 BIG = Geometry((128, 128, 16), (8, 8), REG, source="test")
@@ -35,7 +37,7 @@ def _race() -> dict:
 def test_the_planner_picks_a_tile_within_10_percent_of_the_measured_best(key):
     """fit_grid ranks by the model; the model must rank the H200's measured race right: the
     tile it picks ran within 10% of the fastest halving (issue 11's bar for ``auto``). A
-    change of the GPU register model (tiledmm/hierarchy.py, warps.py, planner.py) that fails
+    change of the GPU register model (tiledmm/model/hierarchy.py, warps.py, planner.py) that fails
     this changes which tiles ``tiledmm.matmul`` runs: keep the ranking, or the selection is
     made by a model known to be wrong."""
     backend, m, n, k = key

@@ -1,4 +1,4 @@
-"""The fast path for torch tensors (tiledmm.torchpath): what it takes, what it leaves to the
+"""The fast path for torch tensors (tiledmm.interop.torchpath): what it takes, what it leaves to the
 general bridge, and its CUDA launch logic.
 
 CPU part (CI): torch CPU tensors take the fast path after one call on every CPU backend; the
@@ -20,8 +20,10 @@ import pytest
 
 import tiledmm
 from tests.conftest import backend_reason, requires_backend
-from tiledmm import arrays, engine, torchpath
-from tiledmm.accuracy import matmul_error
+from tiledmm.core import engine
+from tiledmm.interop import bridge as arrays
+from tiledmm.interop import torchpath
+from tiledmm.util.accuracy import matmul_error
 
 CPU_BACKENDS = [
     pytest.param(n, marks=requires_backend(n)) for n in ("numpy", "opencl", "numba-cpu", "example")
@@ -136,7 +138,7 @@ def test_torch_batched_and_1d_stay_on_the_general_path(torch, rng, bridge, sa, s
 
 
 def test_torch_fast_path_expires_with_the_caches(torch, rng, bridge):
-    from tiledmm.dispatch import clear_caches
+    from tiledmm.core.dispatch import clear_caches
 
     a, b = torch.from_numpy(rand(rng, (6, 4))), torch.from_numpy(rand(rng, (4, 3)))
     tiledmm.matmul(a, b, backend="numpy")

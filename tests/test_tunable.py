@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import cli, dispatch, shapefit, tuning
-from tiledmm.accuracy import rel_error
-from tiledmm.planner import PlanError, make_plan
-from tiledmm.tune_search import ODD_CHECK
+from tiledmm import cli
+from tiledmm.core import dispatch, tuning
+from tiledmm.planner import shapefit
+from tiledmm.planner.make import PlanError, make_plan
+from tiledmm.tune.search import ODD_CHECK
+from tiledmm.util.accuracy import rel_error
 
 from .conftest import requires_backend
 
@@ -74,8 +76,8 @@ def test_tune_numpy_runs(tmp_path, monkeypatch, capsys):
 
 def test_shortlist_check_ranks_tuner_logs(tmp_path, capsys):
     """The model-as-shortlister check: ranks, reach and rank correlation from a tuner log."""
-    from tiledmm import shortlist_check as sc
-    from tiledmm.tune_task import geo_key
+    from tiledmm.tune import shortlist_check as sc
+    from tiledmm.tune.task import geo_key
 
     assert sc.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert sc.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)

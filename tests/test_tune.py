@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import Backend, Geometry, dispatch, shapefit, tune, tune_search, tuning
-from tiledmm.accuracy import rel_error
-from tiledmm.tuning import TuningWarning, shape_class
+from tiledmm import Backend, Geometry
+from tiledmm.core import dispatch, tuning
+from tiledmm.core.tuning import TuningWarning, shape_class
+from tiledmm.planner import shapefit
+from tiledmm.tune import command as tune
+from tiledmm.tune import search as tune_search
+from tiledmm.util.accuracy import rel_error
 
 
 @pytest.fixture(autouse=True)
@@ -316,7 +320,7 @@ def test_numba_cuda_space_is_fitted_per_product_and_has_k_slices():
     K slices."""
     from tiledmm_backends.kernels.space import space
 
-    from tiledmm.device import reference_h200
+    from tiledmm.device.spec import reference_h200
 
     dev = reference_h200()
     geos = space("register", "float32", dev, kernels="numba")

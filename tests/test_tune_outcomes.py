@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import tiledmm
-from tiledmm import Backend, Geometry, cli, dispatch, registry, tune, tuning
+from tiledmm import Backend, Geometry, cli
+from tiledmm.core import dispatch, registry, tuning
+from tiledmm.tune import command as tune
 
 
 @pytest.fixture(autouse=True)
@@ -195,5 +197,5 @@ def test_the_docs_state_the_exit_codes():
 
 
 def test_the_closing_table_module_is_what_tune_uses():
-    assert tune.closing is tiledmm.tune_report.closing
+    assert tune.closing is tiledmm.tune.closing.closing
     assert tuning.SHAPE_CLASSES  # the checks import cleanly

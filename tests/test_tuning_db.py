@@ -17,8 +17,9 @@ import pytest
 
 import tiledmm
 from tests.conftest import requires_backend
-from tiledmm import dispatch, tune, tuning
-from tiledmm.tuning import TuningWarning
+from tiledmm.core import dispatch, tuning
+from tiledmm.core.tuning import TuningWarning
+from tiledmm.tune import command as tune
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +145,7 @@ def test_a_refused_device_entry_falls_back_to_a_usable_arch_entry(cache):
 def test_an_entry_that_fails_to_plan_one_product_falls_back_for_it(cache, monkeypatch):
     """The check plans an entry on one product of its class; should another product of the
     class still fail to plan, dispatch uses the next source for it, with one warning."""
-    from tiledmm import tuning_check
+    from tiledmm.core import tuning_check
 
     dev = tiledmm.get_backend("numpy").device()
     shipped = tiledmm.plan(1024, 1024, 1024, backend="numpy", kernel="register")
@@ -216,7 +217,7 @@ def test_a_deeply_nested_file_is_one_warning(cache, text):
 
 
 def test_a_deeply_nested_calibration_cache_is_one_warning(cache):
-    from tiledmm.calibration_cache import CalibrationWarning, load_calibration
+    from tiledmm.device.calibration import CalibrationWarning, load_calibration
 
     (cache / "calibration.json").write_text("[" * 100_000)
     with pytest.warns(CalibrationWarning, match="nested too deeply"):
@@ -240,7 +241,7 @@ class Tunable(tiledmm.Backend):
 
 @pytest.fixture
 def tunable():
-    from tiledmm import registry
+    from tiledmm.core import registry
 
     be = Tunable()
     tiledmm.register_backend(be)
@@ -263,7 +264,7 @@ def test_the_log_is_read_line_by_line_bad_lines_counted(cache):
 
 
 def tune_search_log(be):
-    from tiledmm.tune_search import log_path
+    from tiledmm.tune.search import log_path
 
     return log_path(be.device().name, be.name)
 
@@ -286,7 +287,7 @@ def test_tuner_log_lines_are_whole_under_concurrent_appends(cache):
         """
         import sys
         from pathlib import Path
-        from tiledmm.atomicfile import append_line
+        from tiledmm.util.atomicfile import append_line
         path, who = Path(sys.argv[1]), sys.argv[2]
         for i in range(300):
             append_line(path, '{"who": "%s", "i": %d, "pad": "%s"}' % (who, i, "x" * 5000))
@@ -306,7 +307,7 @@ def test_tuner_log_lines_are_whole_under_concurrent_appends(cache):
 @pytest.mark.parametrize("name", ["numpy", "opencl", "numba-cpu"])
 def test_every_candidate_of_a_cpu_space_is_one_its_kernels_accept(name):
     from tests.conftest import backend_reason
-    from tiledmm.planner import PlanError, make_plan
+    from tiledmm.planner.make import PlanError, make_plan
 
     if backend_reason(name):
         pytest.skip(f"{name}: {backend_reason(name)}")
@@ -333,6 +334,6 @@ def test_numba_cpus_tune_never_tries_a_tile_its_kernel_refuses(cache):
     be = tiledmm.get_backend("numba-cpu")
     tuner = tune.Tuner(be, "float32", budget=1, resume=False)
     task = tune.Task(tuner, "register", "square", (1, 256, 256, 256))
-    model = tiledmm.planner.default_geometry("register", "float32", be.device())
+    model = tiledmm.planner.make.default_geometry("register", "float32", be.device())
     assert model.thread_tile == (8, 8)  # what the audit saw tried
     assert all(g.thread_tile[0] == 4 for g in task.space) and task.space

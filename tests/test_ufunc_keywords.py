@@ -15,7 +15,7 @@ import pytest
 import tiledmm
 from tests.conftest import requires_backend
 from tests.helpers import available_backends
-from tiledmm import ufunc_keywords
+from tiledmm.interop import ufunc_keywords
 
 CPU_BACKENDS = [b for b in available_backends() if b in ("numpy", "opencl", "numba-cpu", "example")]
 
@@ -212,7 +212,7 @@ def test_keywords_as_numpy(name, backend):
 def test_float_keywords_run_in_the_kernels(monkeypatch):
     """axes/order/casting/dtype calls of float32/float64 reach the backend's run, not
     numpy.matmul; integer ones go to numpy.matmul (numpy's loops, numpy's result)."""
-    from tiledmm.registry import get_backend
+    from tiledmm.core.registry import get_backend
 
     be, runs = get_backend("numpy"), []
     for name in ("run", "run_batched"):

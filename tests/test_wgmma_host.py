@@ -14,8 +14,8 @@ import pytest
 from tiledmm_backends.cupy_cuda import wgmma
 
 import tiledmm
-from tiledmm.device import reference_h200
-from tiledmm.planner import make_plan
+from tiledmm.device.spec import reference_h200
+from tiledmm.planner.make import make_plan
 
 H200 = reference_h200()
 

@@ -8,13 +8,20 @@ The core never imports a device library; backends do that lazily.
 """
 
 from .api import matmul
-from .backend import Backend
-from .device import CalibrationWarning, DeviceSpec, host_cpu
-from .dispatch import plan
-from .geometry import KERNEL_FAMILIES, Geometry
-from .hookspecs import hookimpl, hookspec
-from .planner import Occupancy, Plan, PlanError, make_plan
-from .registry import BackendEntry, PluginInfo, backends, get_backend, plugins, register_backend
+from .core.backend import Backend
+from .core.dispatch import plan
+from .core.hookspecs import hookimpl, hookspec
+from .core.registry import (
+    BackendEntry,
+    PluginInfo,
+    backends,
+    get_backend,
+    plugins,
+    register_backend,
+)
+from .device.spec import CalibrationWarning, DeviceSpec, host_cpu
+from .planner.geometry import KERNEL_FAMILIES, Geometry
+from .planner.make import Occupancy, Plan, PlanError, make_plan
 
 __version__ = "0.1.0"  # the one source: pyproject.toml reads it (setuptools dynamic)
 

@@ -9,7 +9,8 @@ stand-ins of the operands, so the exception type and wording are exactly numpy's
 
 NumPy's ufunc keywords (``axes=``, ``casting=``, ``order=``, ``dtype=``, ``signature=``,
 ``subok=``; ``axis=`` and ``keepdims=`` raise numpy's error) are numpy's on every array kind and
-backend (:mod:`tiledmm.keyword_matmul`): the axes are moved as views of the caller's arrays and
+backend (:mod:`tiledmm.interop.keyword_matmul`): the axes are moved as views of the caller's arrays
+and
 the product runs in the backend's kernels, on the device the arrays live on. By design,
 ndarray subclasses other than ``np.memmap`` (``np.matrix``, masked arrays) are handed to
 ``numpy.matmul``, so they keep their own semantics.
@@ -21,16 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays, dask, engine, first_use, keyword_matmul, kinds, registry, torchpath
-from .dispatch import check_kernel_name, check_precision
-from .kinds import lib_by_type, lib_of
-from .semantics import unwrap_out
+from .core import engine, registry
+from .core.dispatch import check_kernel_name, check_precision
+from .core.semantics import unwrap_out
+from .dask import product as dask
+from .interop import bridge as arrays
+from .interop import keyword_matmul, kinds, torchpath
+from .interop.kinds import lib_by_type, lib_of
+from .tune import first_use
 
 __all__ = ["matmul"]
 
 engine.set_untuned_hook(first_use.prepare)  # first-use tuning runs inside the engine's path
 
-#: HOST_LIBS: array kinds (``tiledmm.kinds``) whose objects with ``__array__`` are host data
+#: HOST_LIBS: array kinds (``tiledmm.interop.kinds``) whose objects with ``__array__`` are host data
 HOST_LIBS = frozenset({"host", "numpy", "dask"})
 _host_types: dict[tuple[type, int], bool] = {}
 
@@ -82,7 +87,7 @@ def matmul(
             (float32 accumulation, the 16-bit result numpy defines), else in the array library.
         ufunc_kwargs: numpy's ufunc keywords (``axes``, ``casting``, ``order``, ``dtype``,
             ``signature``, ``subok``), with numpy's meaning and errors on every array kind;
-            the product still runs in the backend (see :mod:`tiledmm.keyword_matmul`).
+            the product still runs in the backend (see :mod:`tiledmm.interop.keyword_matmul`).
 
     Returns an array of the caller's kind: NumPy in, NumPy out; device arrays stay on the device;
     Dask arrays in, a lazy Dask array out (see :mod:`tiledmm.dask`).

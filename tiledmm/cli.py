@@ -11,10 +11,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import exits
+from .util import exits
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .core.backend import Backend
 
 __all__ = ["main", "CLIError"]
 
@@ -51,8 +51,8 @@ def _devices(name: str) -> tuple[list, str]:
 def cmd_info(args: argparse.Namespace) -> int:
     import tiledmm
 
-    from .provenance import describe, device_record
-    from .registry import alias_target
+    from .core.registry import alias_target
+    from .tune.provenance import describe, device_record
 
     rows = tiledmm.backends()
     if args.json:
@@ -70,7 +70,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
-    from .arrays import array_libraries
+    from .interop.bridge import array_libraries
 
     libs = ", ".join(f"{n} {v}" if v else n for n, v in array_libraries())
     print(f"array libraries: {libs or 'none'}")
@@ -123,7 +123,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import tiledmm
 
     if args.workers:  # one level up: chunks of a Dask cluster as tiles
-        from .cluster import plan_from_args
+        from .dask.cluster import plan_from_args
 
         cp = plan_from_args(args)
         print(json.dumps(cp.to_dict(), indent=2, default=str) if args.json else str(cp))
@@ -139,7 +139,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         thread_tile=args.thread_tile,
         precision=args.precision,
     )
-    from .provenance import origin
+    from .tune.provenance import origin
 
     came = origin(p.geometry_source)
     if args.json:
@@ -172,7 +172,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .calibrate import calibrate
+    from .bench.calibrate import calibrate
 
     for name, rec, path in calibrate(args.backend, quick=args.quick):
         peaks = ", ".join(f"{k} {v / 1e9:.4g} GFLOP/s" for k, v in rec["peak_flops"].items())
@@ -212,13 +212,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     impossible request (unknown backend, kernel or dtype; an output folder that cannot be
     written) raises before any measuring."""
     if args.dask:
-        from .dask_bench import bench_dask
+        from .bench.dask_bench import bench_dask
 
         return bench_dask(args)
-    from .bench import check_request, run_sweep
-    from .busy import BusyMachineWarning, busy_reasons, cpus, load_average, load_text
-    from .cli_args import parse_shapes
-    from .results import write_results
+    from .bench.busy import BusyMachineWarning, busy_reasons, cpus, load_average, load_text
+    from .bench.results import write_results
+    from .bench.sweep import check_request, run_sweep
+    from .util.args import parse_shapes
 
     start = load_average()  # before any work of ours: the load of other work
     backends = _select_backends(args.backend)
@@ -226,7 +226,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.sizes) if args.sizes else None
     outdir = output_folder(args.output)
     if getattr(args, "calibrate", False):
-        from .calibrate import calibrate
+        from .bench.calibrate import calibrate
 
         for be in backends:
             for dev, rec, path in calibrate(be, quick=args.quick):
@@ -259,7 +259,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f" listed above) -> {where}"
         )
     print(f"{len(res.benchmarks)} results in {took:.1f} s -> {where}", file=sys.stderr)
-    from .report import render
+    from .report.render import render
 
     print(render(paths, outdir, figures=not getattr(args, "no_figures", False)))
     print(load_text(start, load_average()))  # beside the table: what else ran here
@@ -269,21 +269,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .tune import main as tune_main
+    from .tune.command import main as tune_main
 
     return tune_main(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import main as report_main
+    from .report.render import main as report_main
 
     return report_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from . import cli_args as A  # every numeric and list argument is checked when parsed
-    from .geometry import KERNEL_FAMILIES
+    from .planner.geometry import KERNEL_FAMILIES
+    from .util import args as A  # every numeric and list argument is checked when parsed
 
     p = _Parser(prog="tiledmm", description=__doc__)
     p.add_argument("--version", action="version", version=f"tiledmm {__version__}")
@@ -364,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_bench)
 
     s = command("tune", help="autotune tiles on this device; keep them in the tuning database")
-    from .tune import add_arguments as tune_arguments
+    from .tune.command import add_arguments as tune_arguments
 
     tune_arguments(s)
     s.set_defaults(func=cmd_tune)
@@ -405,7 +405,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error is one line on stderr and a non-zero exit status
-    (:mod:`tiledmm.exits`: 2 usage, 1 error, 130 interrupted; ``bench``: 3 a wrong result).
+    (:mod:`tiledmm.util.exits`: 2 usage, 1 error, 130 interrupted; ``bench``: 3 a wrong result).
     ``--debug`` shows the traceback instead."""
     try:
         args = build_parser().parse_args(argv)

@@ -4,7 +4,7 @@ Each (family, tiles, knobs, dtype, device) is compiled once; CuPy also caches th
 disk across processes. ``run`` is the shared launch path (``kernels.launch``) with CuPy's array
 model as the adapter: a raw pointer per operand (the kernel offset is 0), 16-byte alignment
 read from the pointer. Tiles come from the geometry database (``kernels/geometry.json``), the
-device description from ``tiledmm_backends.nvidia``.
+device description from ``tiledmm.device.nvidia``.
 
 Shared memory: the kernels use static ``__shared__`` tiles, so the usable limit per block is
 the 48 KiB static limit; the opt-in maximum is reported in ``DeviceSpec.extra``.
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
-from tiledmm.cache import LRUCache
+from tiledmm.device import nvidia
+from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
-from .. import nvidia
 from ..kernels import launch
 from ..kernels.probe import probe_source
 from .arrays import ARRAYS, compile_kernel, cupy_module

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tiledmm import Geometry
-from tiledmm.cache import LRUCache
+from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch

@@ -25,7 +25,7 @@ import ctypes as C
 from pathlib import Path
 from typing import Any
 
-from tiledmm.cache import LRUCache
+from tiledmm.util.lru import LRUCache
 
 from ..kernels import mma_spec
 

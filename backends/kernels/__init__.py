@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tiledmm import DeviceSpec, Geometry
-from tiledmm.hierarchy import pad_pays as pad_pays_for
+from tiledmm.model.hierarchy import pad_pays as pad_pays_for
 
 from . import mma_spec, tables
 from .shapes import shipped_gflops
@@ -287,13 +287,13 @@ class SharedSourceTables:
 
     def geometry(self, kernel: str, dtype: str, device: DeviceSpec,
                  shape_class: str | None = None) -> Geometry | None:  # fmt: skip
-        """Tiles from the geometry database; ``shape_class`` (tiledmm.tuning's classes) picks
+        """Tiles from the geometry database; ``shape_class`` (tiledmm.core.tuning's classes) picks
         a class entry before the general one (docs/shapes.md)."""
         return load_geometry(kernel, dtype, device, backend=self.name, shape_class=shape_class)
 
     def geometry_entries(self) -> list[dict]:
         """The geometry database's entries for these sources (``"kernels": "gemm-c"``), in
-        file order (``tiledmm.modelcheck`` reads them through this method)."""
+        file order (``tiledmm.report.modelcheck`` reads them through this method)."""
         return [e for e in geometry_entries() if e.get("kernels") == "gemm-c"]
 
     def plan_problem(self, plan: Any) -> str | None:
@@ -335,7 +335,7 @@ def aligned_ld(cols: int, vw: int) -> int:
 def pad_pays(plan: Any, odd_a: bool = True, odd_b: bool = True) -> bool:
     """Whether copying the unaligned operands (``odd_a``, ``odd_b``) into 16-byte-aligned rows
     pays off: only the local-memory register kernel has 16-byte loads to gain; the rule and its
-    H200 measurements are ``tiledmm.hierarchy.pad_pays``'s (the model uses the same one)."""
+    H200 measurements are ``tiledmm.model.hierarchy.pad_pays``'s (the model uses the same one)."""
     if plan.kernel != "register" or not int(plan.options.get("use_local", 1)):
         return False
     return pad_pays_for(plan.m, plan.n, plan.k, plan.dtype, itemsize(plan.dtype), plan.device,

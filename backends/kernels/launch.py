@@ -31,7 +31,7 @@ import itertools
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, Protocol
 
-from tiledmm.cache import LRUCache
+from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from . import INT_MAX, aligned_ld, itemsize

@@ -1,4 +1,4 @@
-"""The calibration probes' text (``probes.cl``, read by ``tiledmm.calibrate``) made complete
+"""The calibration probes' text (``probes.cl``, read by ``tiledmm.bench.calibrate``) made complete
 for a compiler: ``gemm_common.h`` inlined and the host's defines prepended, as
 :func:`tiledmm_backends.kernels.source` does for the GEMM families."""
 

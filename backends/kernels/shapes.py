@@ -1,12 +1,13 @@
 """Candidate geometries per shape class for the shared C sources (what the shape sweep and
 the tuner may try beyond the square-shape search space), with the reasons in comments.
 
-Classes are ``tiledmm.tuning.SHAPE_CLASSES``. Small grids (few blocks for the device) get
+Classes are ``tiledmm.core.tuning.SHAPE_CLASSES``. Small grids (few blocks for the device) get
 smaller block tiles and/or split-K (``split_k``: K slices into a workspace, then a reduction);
 skinny and vector products get the naive family's gemv path (``gemv``: K split over ``ks``
 work-items per output) and small register tiles; batched products keep the square tiles and
 fill the device through the batch (grid z). ``split_k="auto"`` picks the K slices per product
-from the grid and the SM count (``tiledmm.shapefit.auto_split``; ``kernel="auto"`` and the sweep
+from the grid and the SM count (``tiledmm.planner.shapefit.auto_split``; ``kernel="auto"`` and the
+sweep
 resolve it before planning). Every resolved candidate passes ``kernels.defines``.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiledmm import DeviceSpec, Geometry
-from tiledmm.shapefit import auto_split, resolve_split
+from tiledmm.planner.shapefit import auto_split, resolve_split
 
 from . import tables
 
@@ -170,7 +171,8 @@ def shipped_gflops(kernel: str, dtype: str, device: DeviceSpec, backend: str, sh
     measurements are per device) for exactly ``shape_class``, through ``backend``; None when
     nothing is measured. ``measured`` may be an object with ``gflops`` (the entry's own
     backend) or a list of them with ``backend`` each; a backend's own entry before a shared one.
-    ``kernel="auto"`` compares these between families (``tiledmm.tuning.measured_families``)."""
+    ``kernel="auto"`` compares these between families
+    (``tiledmm.core.tuning.measured_families``)."""
     best = None
     for e in tables.read_entries(str(path or tables.DATABASE)):
         if e.get("kernels") != kernels or e["family"] != kernel or e.get("dtype", dtype) != dtype:

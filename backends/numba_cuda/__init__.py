@@ -10,7 +10,7 @@ Kernels are generated per parameter set (see ``kernels.py``), compiled once per 
 cached on disk, and launched through a ``Launcher`` per launch (``plan.launch_key``, device;
 a bounded cache; no per-call typing). Tiles come from the geometry database
 (``kernels/geometry.json``, section "numba"), the device description (``device.py``) from
-``tiledmm_backends.nvidia``. Indices are unsigned 32-bit: one matrix may hold at most
+``tiledmm.device.nvidia``. Indices are unsigned 32-bit: one matrix may hold at most
 2**32 - 1 elements. ``engine.py`` is the only module that imports ``numba.cuda``, lazily;
 ``unavailable_reason`` says what is missing and how to fix it.
 """
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tiledmm import Backend, DeviceSpec, Geometry, hookimpl
-from tiledmm.cache import LRUCache
+from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from .compat import numpy_incompatibility
@@ -131,7 +131,8 @@ class NumbaCudaBackend(Backend):
                                shape_class=shape_class)  # fmt: skip
 
     def geometry_entries(self) -> list[dict]:
-        """The geometry database's "numba" entries, in file order (``tiledmm.modelcheck``)."""
+        """The geometry database's "numba" entries, in file order
+        (``tiledmm.report.modelcheck``)."""
         return [e for e in K.geometry_entries() if e.get("kernels") == "numba"]
 
     def measured_gflops(self, kernel: str, dtype: str, device: DeviceSpec,

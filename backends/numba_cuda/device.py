@@ -1,5 +1,5 @@
 """The DeviceSpec of the Numba CUDA backend's device: the CUDA simulator's stand-in, or a real
-GPU's description (``tiledmm_backends.nvidia``) from numba.cuda's device attributes.
+GPU's description (``tiledmm.device.nvidia``) from numba.cuda's device attributes.
 """
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from functools import cache
 from typing import Any
 
 from tiledmm import DeviceSpec
-
-from .. import nvidia
+from tiledmm.device import nvidia
 
 __all__ = ["SIM_NAME", "current_spec", "device_spec_from"]
 

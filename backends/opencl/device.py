@@ -1,5 +1,5 @@
 """The DeviceSpec of an OpenCL device: PoCL's CPU device is the host (its caches and ceilings),
-an NVIDIA GPU gets the CUDA backends' description (``tiledmm_backends.nvidia``) from what
+an NVIDIA GPU gets the CUDA backends' description (``tiledmm.device.nvidia``) from what
 OpenCL reports, other GPUs an estimate that ``tiledmm calibrate`` replaces."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tiledmm import DeviceSpec, host_cpu
-
-from .. import nvidia
+from tiledmm.device import nvidia
 
 __all__ = ["device_spec"]
 

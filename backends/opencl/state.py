@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tiledmm.cache import LRUCache
+from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch

@@ -1,0 +1,3 @@
+"""Rank 8, bench: sweeps, results files, machine facts, calibration and the Dask
+benchmarks.
+"""

@@ -1,0 +1,32 @@
+"""Rank 5, dask: Dask arrays in and out (``product``), host staging (``host``) and the
+planner one level up (``cluster``, ``cluster_model``, ``cluster_text``). Imports
+core and below; never interop. This face re-exports the ``tiledmm.dask`` names.
+"""
+
+from .product import (
+    Cluster,
+    ClusterPlan,
+    RechunkWarning,
+    cluster_plan,
+    current_cluster,
+    explain,
+    from_host,
+    is_dask_array,
+    k_bounds,
+    matmul,
+    release,
+)
+
+__all__ = [
+    "is_dask_array",
+    "matmul",
+    "explain",
+    "current_cluster",
+    "RechunkWarning",
+    "Cluster",
+    "ClusterPlan",
+    "cluster_plan",
+    "k_bounds",
+    "from_host",
+    "release",
+]

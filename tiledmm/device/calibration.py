@@ -1,0 +1,143 @@
+"""The calibration cache: measured ceilings per device name (``tiledmm calibrate`` writes it,
+``DeviceSpec.with_calibration`` reads it), validated record by record; a corrupt file or
+record is ignored with one warning that says why and how to repair it. Split out of
+``tiledmm.device.spec``, which re-exports every public name here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..util.atomicfile import atomic_write, locked
+from ..util.store import CachedFile
+
+__all__ = [
+    "CalibrationWarning",
+    "calibration_path",
+    "calibration_problem",
+    "read_calibration",
+    "load_calibration",
+    "save_calibration",
+]
+
+
+class CalibrationWarning(UserWarning):
+    """The calibration cache (or a record in it) was ignored; `tiledmm calibrate` rewrites it."""
+
+
+_REPAIR = "run `tiledmm calibrate` to measure again and rewrite it"
+
+
+def calibration_path() -> Path:
+    """Where measured ceilings live (``TILEDMM_CACHE_DIR`` overrides the platformdirs default)."""
+    return _CALIBRATION.path()
+
+
+def _rate(value: Any) -> bool:
+    """A ceiling: a positive finite number (not a bool, not a string)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def calibration_problem(record: Any) -> str | None:
+    """Why ``record`` is not a usable calibration record (None when it is).
+
+    Schema: ``{"peak_flops": {dtype: FLOP/s, ...}, "bandwidth": bytes/s, "date": str,
+    "method": str, ...}``; every rate positive and finite, at least one dtype; optional
+    ``"levels": {level: bytes/s}``, ``"fma_peaks": {dtype: FLOP/s}`` (per-level calibration,
+    same rule) and ``"sustained"`` (0 < x <= 1); other keys free (older files stay valid).
+    """
+    if not isinstance(record, dict):
+        return f"it is a {type(record).__name__}, not an object"
+    peaks = record.get("peak_flops")
+    if not isinstance(peaks, dict) or not peaks:
+        return "peak_flops is missing or not an object of {dtype: FLOP/s}"
+    for dtype, value in peaks.items():
+        if not _rate(value):
+            return f"peak_flops[{dtype!r}] is {value!r}, not a positive finite number"
+    if "bandwidth" not in record:
+        return "bandwidth is missing"
+    if not _rate(record["bandwidth"]):
+        return f"bandwidth is {record['bandwidth']!r}, not a positive finite number"
+    for key in ("levels", "fma_peaks"):
+        if key not in record:
+            continue
+        table = record[key]
+        if not isinstance(table, dict):
+            return f"{key} is {table!r}, not an object of positive rates"
+        for name, value in table.items():
+            if not _rate(value):
+                return f"{key}[{name!r}] is {value!r}, not a positive finite number"
+    if "sustained" in record and not (_rate(record["sustained"]) and record["sustained"] <= 1):
+        return f"sustained is {record['sustained']!r}, not a fraction in (0, 1]"
+    for key in ("date", "method"):
+        if key in record and not isinstance(record[key], str):
+            return f"{key} is {record[key]!r}, not a string"
+    return None
+
+
+def read_calibration(path: Path) -> tuple[dict, list[str]]:
+    """(valid records by device name, problems): a file that cannot be read or parsed, or is
+    not an object, gives no records and one problem; a bad record is dropped and named."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}, []
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [f"it cannot be read ({getattr(exc, 'strerror', None) or exc})"]
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        return {}, ["it is not valid JSON (nested too deeply to parse)"]
+    except ValueError as exc:
+        return {}, [f"it is not valid JSON ({exc})"]
+    if not isinstance(data, dict):
+        return {}, [f"it holds a JSON {type(data).__name__}, not an object of device records"]
+    good, problems = {}, []
+    for name, record in data.items():
+        why = calibration_problem(record)
+        if why:
+            problems.append(f"the record for {name!r} is ignored: {why}")
+        else:
+            good[name] = record
+    return good, problems
+
+
+def load_calibration() -> dict:
+    """Valid cached measurements, keyed by device name (re-read only when the file changes).
+
+    Never raises: a corrupt file or record is ignored with one :class:`CalibrationWarning` per
+    state of the file, saying why and that `tiledmm calibrate` rewrites it.
+    """
+    return _CALIBRATION.load()
+
+
+_CALIBRATION = CachedFile(
+    "calibration.json",
+    read_calibration,
+    what="calibration cache",
+    category=CalibrationWarning,
+    repair="the planner uses estimated ceilings where nothing valid is measured; " + _REPAIR,
+    empty={},
+)
+
+
+def save_calibration(device_name: str, record: dict) -> Path:
+    """Store ``record`` for ``device_name``, keeping the file's other valid records; a corrupt
+    file (or record) is overwritten. Raises ValueError for an invalid ``record``."""
+    why = calibration_problem(record)
+    if why:
+        raise ValueError(f"calibration record for {device_name!r} not saved: {why}")
+    path = calibration_path()
+    with locked(path):  # another process's records, saved meanwhile, stay (atomicfile)
+        data, _ = read_calibration(path)
+        data[device_name] = record
+        atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
+    return path

@@ -1,0 +1,134 @@
+"""The one description of NVIDIA GPUs that the CUDA and OpenCL backends share.
+
+Every backend that reads an NVIDIA device (CuPy through the CUDA runtime, Numba through the
+driver, OpenCL through ``cl_nv_device_attribute_query``) builds its :class:`DeviceSpec` here,
+so the three agree on lanes per SM and on the peak-FLOP estimate.
+"""
+
+from __future__ import annotations
+
+from .spec import DeviceSpec
+
+__all__ = [
+    "LANES",
+    "lanes",
+    "device_spec",
+    "STATIC_SHARED",
+    "MEMORY_BANDWIDTH",
+    "known_bandwidth",
+    "SCHEDULERS_PER_SM",
+    "SHARED_BYTES_PER_CLOCK",
+    "TRIP_CYCLES",
+    "SUSTAINED_CLOCK",
+]
+
+#: FP32 and FP64 FMA lanes per SM by compute capability (CUDA C Programming Guide, "Arithmetic
+#: Instructions" throughput table). Datacenter parts have fast FP64; consumer parts 2 per SM.
+LANES: dict[tuple[int, int], tuple[int, int]] = {
+    (6, 0): (64, 32),  # P100
+    (6, 1): (128, 4),  # Pascal consumer
+    (7, 0): (64, 32),  # V100
+    (7, 5): (64, 2),  # Turing (T4, RTX 20)
+    (8, 0): (64, 32),  # A100
+    (8, 6): (128, 2),  # Ampere consumer (RTX 30, A10, A40)
+    (8, 9): (128, 2),  # Ada (RTX 40, L4, L40)
+    (9, 0): (128, 64),  # H100, H200
+    (10, 0): (128, 64),  # B200
+    (12, 0): (128, 2),  # Blackwell consumer (RTX 50)
+}
+#: Static ``__shared__`` arrays are capped at 48 KiB per block (the kernels use only those).
+STATIC_SHARED = 48 * 1024
+#: The SM-side figures of the hierarchical model, as tiledmm.device.spec.reference_h200 holds them
+#: for the H200 (the model the committed results are checked with): warp schedulers per SM
+#: (each issues one instruction per clock, Volta and later), shared memory / L1 bytes per clock
+#: per SM, the memory trip latency in SM clocks, and the clock sustained under full load as a
+#: fraction of the boost clock (cuBLAS SGEMM: 51 of 67 TFLOP/s). Without them a real device
+#: planned without the issue and latency bounds that modelcheck validates.
+SCHEDULERS_PER_SM, SHARED_BYTES_PER_CLOCK, TRIP_CYCLES, SUSTAINED_CLOCK = 4, 128, 263, 0.77
+
+
+#: Peak memory bandwidth (bytes/s, vendor data sheets) by a piece of the device name, for
+#: APIs that do not report the memory clock (OpenCL): without it the OpenCL rows of one GPU
+#: used a 3 TB/s guess where CUDA read 4.8 TB/s from the device (H200), so their DRAM
+#: fractions disagreed by 1.6x. First match wins: longer names first.
+MEMORY_BANDWIDTH: tuple[tuple[str, float], ...] = (
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),
+    ("V100", 9.0e11),
+    ("L40S", 8.64e11),
+    ("L4", 3.0e11),
+    ("A10", 6.0e11),
+    ("RTX 4090", 1.008e12),
+    ("T4", 3.2e11),
+)
+
+
+def known_bandwidth(name: str) -> float | None:
+    """The data-sheet memory bandwidth of a GPU named ``name`` (:data:`MEMORY_BANDWIDTH`)."""
+    return next((bw for part, bw in MEMORY_BANDWIDTH if part in name), None)
+
+
+def lanes(cc: tuple[int, int]) -> tuple[int, int]:
+    """(FP32, FP64) lanes per SM for compute capability ``cc``; unknown parts get the figures
+    of the nearest older listed one."""
+    cc = (int(cc[0]), int(cc[1]))
+    known = [k for k in sorted(LANES) if k <= cc]
+    return LANES[known[-1]] if known else (64, 2)
+
+
+def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_overhead: float,
+                extra: tuple[tuple[str, str], ...] = ()) -> DeviceSpec:  # fmt: skip
+    """A DeviceSpec (estimated ceilings) from the device's attributes ``a``: ``sms`` and
+    ``clock_khz``; memory as ``mem_clock_khz`` + ``bus_bits`` or a guessed ``bandwidth``
+    (bytes/s; OpenCL does not report the memory); optionally ``warp``, ``threads_per_block``,
+    ``threads_per_sm``, ``blocks_per_sm``, ``shared_optin``, ``shared_per_sm``,
+    ``regs_per_sm`` and ``l2`` (bytes)."""
+    sms = max(1, int(a["sms"]))
+    l32, l64 = lanes(cc)
+    clock = a["clock_khz"] * 1e3
+    if "mem_clock_khz" in a:
+        bw = 2 * a["mem_clock_khz"] * 1e3 * a["bus_bits"] / 8
+        mem = f"{a['bus_bits']}-bit memory at {a['mem_clock_khz'] / 1e6:.2f} GHz DDR"
+    elif (sheet := known_bandwidth(name)) is not None:
+        bw, mem = float(sheet), "the data sheet's memory bandwidth"
+    else:
+        bw, mem = float(a["bandwidth"]), "a guessed bandwidth (not reported)"
+    optin = int(a.get("shared_optin", STATIC_SHARED))
+    facts = (
+        ("compute capability", f"{cc[0]}.{cc[1]}"),
+        ("shared opt-in per block", f"{optin // 1024} KiB (kernels use static)"),
+    )
+    fma = (("float32", sms * l32 * 2 * clock), ("float64", sms * l64 * 2 * clock))
+    smem = sms * SHARED_BYTES_PER_CLOCK * clock
+    return DeviceSpec(
+        name=name,
+        kind="gpu",
+        vendor="NVIDIA",
+        compute_units=sms,
+        warp_size=int(a.get("warp", 32)),
+        max_threads_per_block=int(a.get("threads_per_block", 1024)),
+        max_threads_per_unit=int(a.get("threads_per_sm", 2048)),
+        max_blocks_per_unit=int(a.get("blocks_per_sm", 32)),
+        max_shared_per_block=min(STATIC_SHARED, optin),
+        shared_per_unit=int(a.get("shared_per_sm", 228 * 1024)),
+        registers_per_unit=int(a.get("regs_per_sm", 65536)),
+        max_registers_per_thread=255,
+        caches=(("L2", int(a.get("l2", 0))),),
+        peak_flops=fma,
+        bandwidth=bw,
+        launch_overhead=launch_overhead,
+        levels=(("shared memory", smem), ("L1", smem)),
+        fma_peaks=fma,
+        issue_rate=sms * SCHEDULERS_PER_SM * clock,
+        sustained=SUSTAINED_CLOCK,
+        latency=TRIP_CYCLES / clock,
+        ceilings_source=(
+            f"estimate from {sms} SMs x {l32} FP32 lanes x {clock / 1e9:.2f} GHz and {mem}; "
+            "run `tiledmm calibrate` to measure"
+        ),
+        extra=facts + tuple(extra),
+    )

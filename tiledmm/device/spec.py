@@ -1,0 +1,357 @@
+"""Device model: the limits the planner fits tiles to, and the ceilings the roofline uses.
+
+A :class:`DeviceSpec` describes one device in GPU terms. On a CPU the same words apply to the
+OpenCL/PoCL picture of it: a "compute unit" is a core, "shared memory per block" is the cache a
+block's tiles must stay in (L2 per core), and a "block" runs on one core.
+
+Ceilings (peak FLOP/s per dtype, memory bandwidth) are either measured (``tiledmm calibrate``,
+cached with platformdirs) or estimated from the hardware description; ``ceilings_source`` says
+which, and the plan repeats it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .calibration import (
+    CalibrationWarning,
+    calibration_path,
+    calibration_problem,
+    load_calibration,
+    read_calibration,
+    save_calibration,
+)
+
+__all__ = [
+    "DeviceSpec",
+    "host_cpu",
+    "cpu_cores",
+    "cpu_model",
+    "CalibrationWarning",
+    "calibration_path",
+    "calibration_problem",
+    "read_calibration",
+    "load_calibration",
+    "save_calibration",
+    "reference_h200",
+    "H200_MEASURED",
+    "measured_from_record",
+]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Limits and ceilings of one device. Sizes in bytes, rates per second."""
+
+    name: str
+    kind: str = "cpu"  # "cpu" or "gpu"
+    vendor: str = ""
+    compute_units: int = 1  # SMs on a GPU, cores on a CPU
+    warp_size: int = 1  # SIMT width (32 on NVIDIA); 1 on a CPU
+    max_threads_per_block: int = 1024
+    max_threads_per_unit: int = 2048
+    max_blocks_per_unit: int = 32
+    max_shared_per_block: int = 48 * 1024  # opt-in maximum where the backend opts in
+    shared_per_unit: int = 228 * 1024
+    registers_per_unit: int = 65536
+    max_registers_per_thread: int = 255
+    simd_bytes: int = 16  # native vector width: 32 with AVX2, 64 with AVX-512 (CPU kernels)
+    caches: tuple[tuple[str, int], ...] = ()  # (("L1", bytes), ("L2", bytes), ...)
+    peak_flops: tuple[tuple[str, float], ...] = ()  # (("float32", 6.7e13), ...)
+    bandwidth: float = 0.0  # bytes/s between global memory and the chip
+    launch_overhead: float = 0.0  # seconds per kernel launch, as seen from Python
+    ceilings_source: str = "estimate"  # "measured <date> ..." or "estimate from ..."
+    extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts for `tiledmm info`
+    # The memory hierarchy (docs/model.md). ``levels``: bandwidth ceilings in bytes/s by level,
+    # nearest the registers first: GPU ("shared memory", "L1", "L2", "DRAM"); CPU ("L1", "L2",
+    # "L3", "DRAM"). ``fma_peaks``: FMA-pipe peak FLOP/s per dtype (not the vendor GEMM, which
+    # may use tensor cores). ``issue_rate``: warp instructions per second, whole GPU (CPU:
+    # instructions per second). ``sustained``: the SM clock under full load as a fraction of
+    # the clock the estimated SM-side ceilings assume (1.0 when those were measured under load).
+    # ``latency``: seconds per dependent trip to the level behind L1 (GPU: L2 hit; CPU: DRAM).
+    # ``loaded``: SM-clocked ceilings measured under load ("shared memory", "L1", "compute" for
+    # ``fma_peaks``), which ``sustained`` does not scale (see :meth:`clocked`).
+    levels: tuple[tuple[str, float], ...] = ()
+    fma_peaks: tuple[tuple[str, float], ...] = ()
+    issue_rate: float = 0.0
+    sustained: float = 1.0
+    latency: float = 0.0
+    loaded: tuple[str, ...] = ()
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype`` (falls back to half the float32 figure for float64)."""
+        table = dict(self.peak_flops)
+        if dtype in table:
+            return table[dtype]
+        if dtype == "float64" and "float32" in table:
+            return table["float32"] / 2
+        return next(iter(table.values()), 1e9)
+
+    def cache(self, level: str) -> int:
+        return dict(self.caches).get(level, 0)
+
+    def level(self, name: str) -> float:
+        """Bandwidth ceiling of memory level ``name`` (bytes/s); 0.0 when unknown. No level is
+        slower than ``bandwidth`` (DRAM), so a spec derived with a new ``bandwidth`` stays
+        consistent."""
+        table = dict(self.levels)
+        if name not in table and name != "DRAM":
+            return 0.0
+        return max(table.get(name, 0.0), self.bandwidth)
+
+    def fma_peak(self, dtype: str) -> float:
+        """FMA-pipe FLOP/s for ``dtype`` (``fma_peaks``, else :meth:`peak`)."""
+        table = dict(self.fma_peaks)
+        if dtype in table:
+            value = table[dtype]
+        elif dtype == "float64" and "float32" in table:
+            value = table["float32"] / 2
+        else:
+            return self.peak(dtype)
+        # on a CPU the measured GEMM rate is a floor of the FMA peak; GPU vendor GEMMs may use
+        # tensor cores (DMMA), which the FMA pipes do not have
+        return value if self.is_gpu else max(value, self.peak(dtype))
+
+    def clocked(self, name: str, value: float) -> float:
+        """An SM-clocked ceiling ``value`` of level ``name`` at the clock the SMs sustain
+        under load: as given where it was measured under load (``loaded``), else scaled by
+        ``sustained`` (an estimate at the boost clock)."""
+        return value if name in self.loaded else value * (self.sustained or 1.0)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    @property
+    def ceilings_measured(self) -> bool:
+        return self.ceilings_source.startswith("measured")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks"):
+            d[key] = dict(d[key])
+        d["loaded"] = list(d["loaded"])
+        return d
+
+    def with_calibration(self) -> DeviceSpec:
+        """This spec with ceilings replaced by cached measurements, if valid ones exist."""
+        cal = load_calibration().get(self.name)
+        if not cal:
+            return self
+        levels = dict(self.levels) | {k: float(v) for k, v in cal.get("levels", {}).items()}
+        fma = dict(self.fma_peaks) | {k: float(v) for k, v in cal.get("fma_peaks", {}).items()}
+        loaded = set(self.loaded) | set(cal.get("levels", {}))
+        loaded |= {"compute"} if cal.get("fma_peaks") else set()
+        return replace(
+            self,
+            peak_flops=tuple(sorted((k, float(v)) for k, v in cal["peak_flops"].items())),
+            bandwidth=float(cal["bandwidth"]),
+            levels=tuple(levels.items()),
+            fma_peaks=tuple(sorted(fma.items())),
+            sustained=float(cal.get("sustained", self.sustained)),
+            loaded=tuple(sorted(loaded)),
+            ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
+        )
+
+
+# --------------------------------------------------------------------------- the host CPU
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo, else the platform's processor)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_mhz() -> float:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        m = re.search(r"cpu MHz\s*:\s*([\d.]+)", text)
+        if m:
+            return float(m.group(1))
+    except OSError:
+        pass
+    return 2500.0
+
+
+def _size(text: str) -> int:
+    text = text.strip().upper()
+    unit = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+    return int(text.rstrip("KMG") or 0) * unit
+
+
+def _cpu_caches() -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            if kind == "Instruction":
+                continue
+            out[f"L{(index / 'level').read_text().strip()}"] = _size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+    out.setdefault("L1", 32 * 1024)
+    out.setdefault("L2", 1024 * 1024)
+    return tuple(sorted(out.items()))
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@cache
+def _host_cpu_estimate() -> DeviceSpec:
+    flags = _cpu_flags()
+    lanes32 = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    cores, ghz = cpu_cores(), _cpu_mhz() / 1000
+    peak32 = cores * ghz * 1e9 * lanes32 * 2 * 2  # two FMA pipes, 2 FLOPs per FMA
+    caches = _cpu_caches()
+    levels, issue = cpu_levels(cores, ghz * 1e9, 4 * lanes32, 10e9 * cores)
+    return DeviceSpec(
+        name=cpu_model(),
+        kind="cpu",
+        vendor="",
+        compute_units=cores,
+        warp_size=1,
+        max_threads_per_block=4096,
+        max_threads_per_unit=4096,
+        max_blocks_per_unit=1,
+        max_shared_per_block=dict(caches).get("L2", 1 << 20),
+        shared_per_unit=dict(caches).get("L2", 1 << 20),
+        registers_per_unit=32 * lanes32,  # vector registers x lanes, for the micro-tile check
+        max_registers_per_thread=32 * lanes32,
+        simd_bytes=4 * lanes32,
+        caches=caches,
+        peak_flops=(("float32", peak32), ("float64", peak32 / 2)),
+        bandwidth=10e9 * cores,
+        launch_overhead=2e-6,
+        levels=levels,
+        fma_peaks=(("float32", peak32), ("float64", peak32 / 2)),
+        issue_rate=issue,
+        latency=CPU_DRAM_LATENCY,
+        ceilings_source=(
+            f"estimate from {cores} cores x {ghz:.2f} GHz x {lanes32} fp32 lanes x 2 FMA pipes; "
+            "run `tiledmm calibrate` to measure"
+        ),
+        extra=(("simd", "avx512" if lanes32 == 16 else "avx2" if lanes32 == 8 else "sse"),),
+    )
+
+
+def host_cpu() -> DeviceSpec:
+    """The host CPU, with measured ceilings when `tiledmm calibrate` has run."""
+    return _host_cpu_estimate().with_calibration()
+
+
+#: A typical DDR4/DDR5 load-to-use latency behind a missed hardware prefetch (docs/model.md).
+CPU_DRAM_LATENCY = 90e-9
+
+
+def cpu_levels(
+    cores: int, clock_hz: float, simd_bytes: int, dram: float
+) -> tuple[tuple[tuple[str, float], ...], float]:
+    """Estimated CPU level ceilings (bytes/s, all cores) and instruction rate: two SIMD loads
+    per clock from L1, 32 bytes per clock from L2 and from L3 (Zen's L2-to-L1 width; the 2-core
+    Xeon's calibrated L2 copy gives 30.5 B per clock per core), ``dram`` measured or guessed;
+    4 instructions per clock per core."""
+    c = cores * clock_hz
+    levels = (("L1", 2 * simd_bytes * c), ("L2", 32 * c), ("L3", 32 * c), ("DRAM", dram))
+    return levels, 4 * c
+
+
+#: The H200's measured ceilings, copied from `tiledmm calibrate --backend cupy` (its record's
+#: "levels" and "fma_peaks"; probes.cl). Every entry replaces the datasheet estimate in
+#: :func:`reference_h200` and counts as measured under load (not scaled by ``sustained``).
+#: Updating the reference is this one edit (docs/model.md, "Calibrating the reference").
+H200_MEASURED: dict[str, Any] = {
+    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl)",
+    "levels": {"DRAM": 4529500000000.0, "L2": 12335000000000.0, "shared memory": 32719000000000.0},
+    "fma_peaks": {"float32": 58525000000000.0, "float64": 32768000000000.0},
+}
+
+
+def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
+    """The measured-reference NVIDIA H200 (GPU.md, 2026-11-29/30): what the offline model
+    checker rebuilds committed GPU results against. The ceilings in :data:`H200_MEASURED` as
+    measured; the others datasheet/derived SM-side ceilings at the 1.98 GHz boost clock,
+    scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67 TFLOP/s datasheet FP32
+    peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk), and an L2 of 6.6 TB/s,
+    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute).
+    ``measured``: another set in H200_MEASURED's form (``python -m tiledmm.report.modelcheck
+    --calibration FILE`` checks a new calibration this way before it is copied in)."""
+    measured = H200_MEASURED if measured is None else measured
+    sms, clock = 132, 1.98e9
+    estimates = {
+        "shared memory": sms * 128 * clock,
+        "L1": sms * 128 * clock,
+        "L2": 6.6e12,
+        "DRAM": 4.1e12,
+    }
+    fma = {"float32": sms * 128 * 2 * clock, "float64": sms * 64 * 2 * clock}
+    levels = estimates | measured.get("levels", {})
+    fma |= measured.get("fma_peaks", {})
+    loaded = set(measured.get("levels", {})) | ({"compute"} if measured.get("fma_peaks") else set())
+    return DeviceSpec(
+        name="NVIDIA H200",
+        kind="gpu",
+        vendor="NVIDIA",
+        compute_units=sms,
+        warp_size=32,
+        max_threads_per_block=1024,
+        max_threads_per_unit=2048,
+        max_blocks_per_unit=32,
+        max_shared_per_block=48 * 1024,
+        shared_per_unit=228 * 1024,
+        registers_per_unit=65536,
+        max_registers_per_thread=255,
+        caches=(("L2", 60 << 20),),
+        peak_flops=(("float32", 50.8e12), ("float64", 60.7e12)),
+        bandwidth=levels["DRAM"],
+        launch_overhead=5e-6,
+        levels=tuple(levels.items()),
+        fma_peaks=tuple(sorted(fma.items())),
+        issue_rate=sms * 4 * clock,
+        sustained=0.77,
+        latency=263 / clock,
+        loaded=tuple(sorted(loaded)),
+        ceilings_source=(
+            "measured reference (GPU.md, 2026-11-29/30; tiledmm.device.spec.reference_h200; "
+            f"{measured.get('source', 'measured')})"
+        ),
+        extra=(("compute capability", "9.0"),),
+    )
+
+
+def measured_from_record(record: dict) -> dict[str, Any]:
+    """A calibration record (``tiledmm calibrate``) in :data:`H200_MEASURED`'s form."""
+    return {
+        "source": f"tiledmm calibrate --backend {record.get('backend', '?')}, "
+        f"{record.get('date', '?')} (probes.cl)",
+        "levels": {k: float(f"{v:.5g}") for k, v in sorted(record.get("levels", {}).items())},
+        "fma_peaks": {k: float(f"{v:.5g}") for k, v in sorted(record.get("fma_peaks", {}).items())},
+    }

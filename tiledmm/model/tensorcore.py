@@ -1,0 +1,234 @@
+"""Tensor-core facts for the ``mma`` family: which inputs run on them, fragment shapes, the
+shared-memory layout of the kernel, the peak per compute capability and dtype, and the levels
+of an mma plan.
+
+Pure Python, imports only :mod:`tiledmm.device.spec`, :mod:`tiledmm.model.dram` and ``Level``. Peaks
+are FLOP per clock per SM, dense, from NVIDIA's architecture whitepapers (A100, H100): they
+become FLOP/s through the device's own FP32 FMA peak (SMs x FP32 lanes x 2 x clock), so the
+clock comes from the same place as every other GPU estimate. A measured ceiling for the dtype
+(``tiledmm calibrate`` times the vendor GEMM, which runs on the tensor cores) replaces the
+estimate. ``mma.sync`` (warp-level, what ``backends/kernels/mma.cl`` issues) does not reach
+Hopper's 16-bit peak, which needs the asynchronous warpgroup ``wgmma``: MMA_SYNC_FRACTION.
+"""
+
+from __future__ import annotations
+
+from ..device.spec import DeviceSpec
+from .dram import dram_traffic
+from .hierarchy import Level
+
+__all__ = [
+    "INPUTS", "ITEMSIZE", "FRAGMENTS", "FLOP_PER_CLOCK", "MMA_SYNC_FRACTION", "compute_capability",
+    "kind", "supported", "roof", "peak", "padded_lds", "accumulator_bytes", "describe",
+    "optin_shared", "default_fragment", "mma_levels", "OPTIN_SHARED_KIB", "WARPS_FULL",
+]  # fmt: skip
+
+#: input dtype -> (kind, accumulate dtype, result dtype)
+INPUTS = {
+    "float64": ("f64", "float64", "float64"),
+    "float16": ("f16", "float32", "float16"),
+    "bfloat16": ("bf16", "float32", "bfloat16"),
+    "float32": ("tf32", "float32", "float32"),  # only with precision="tf32"
+}
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+#: mma.sync fragment shapes (M, N, K) per kind and the compute capability they need
+FRAGMENTS = {
+    "f64": {(8, 8, 4): (8, 0), (16, 8, 4): (9, 0), (16, 8, 8): (9, 0), (16, 8, 16): (9, 0)},
+    "f16": {(16, 8, 16): (8, 0)},
+    "bf16": {(16, 8, 16): (8, 0)},
+    "tf32": {(16, 8, 8): (8, 0)},
+}
+#: dense tensor-core FLOP per clock per SM by compute capability and kind (None: no such path)
+FLOP_PER_CLOCK: dict[tuple[int, int], dict[str, int]] = {
+    (8, 0): {"f64": 128, "f16": 2048, "bf16": 2048, "tf32": 1024},  # A100
+    (8, 6): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # GA10x (f32 accumulate)
+    (8, 9): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # AD10x
+    (9, 0): {"f64": 256, "f16": 4096, "bf16": 4096, "tf32": 2048},  # H100 / H200
+}
+#: the share of the peak that warp-level mma.sync can issue (Hopper: 16-bit and TF32 peaks
+#: need wgmma; DMMA runs at its full rate through mma.sync)
+MMA_SYNC_FRACTION = {(9, 0): {"f16": 0.66, "bf16": 0.66, "tf32": 0.66}}
+
+
+def compute_capability(device: DeviceSpec) -> tuple[int, int] | None:
+    """The device's CUDA compute capability (from its ``extra`` facts), or None."""
+    text = dict(device.extra).get("compute capability")
+    if not text or device.vendor != "NVIDIA":
+        return None
+    try:
+        major, minor = text.split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def kind(dtype: str, precision: str | None = None) -> str | None:
+    """The tensor-core kind of ``dtype`` inputs; float32 only with ``precision="tf32"``."""
+    if dtype == "float32":
+        return "tf32" if precision == "tf32" else None
+    return INPUTS.get(dtype, (None,))[0]
+
+
+def _table(cc: tuple[int, int]) -> dict[str, int]:
+    known = [c for c in sorted(FLOP_PER_CLOCK) if c <= cc]
+    return FLOP_PER_CLOCK[known[-1]] if known else {}
+
+
+def supported(device: DeviceSpec, dtype: str, precision: str | None = None,
+              fragment: tuple[int, int, int] | None = None) -> str | None:  # fmt: skip
+    """None when the mma family can run ``dtype`` on ``device``, else why not (a sentence)."""
+    k = kind(dtype, precision)
+    if k is None:
+        if dtype == "float32":
+            return ("float32 runs on tensor cores only when asked for TF32 (precision='tf32'); "
+                    "IEEE float32 stays on the FMA pipes (kernel='register')")  # fmt: skip
+        return f"no tensor-core path for {dtype} (float64, float16, bfloat16, float32 as TF32)"
+    cc = compute_capability(device)
+    if cc is None:
+        return f"{device.name} has no NVIDIA tensor cores known to tiledmm"
+    if cc < (8, 0):
+        return f"the mma kernels need compute capability 8.0+ (cp.async), {device.name} is {cc}"
+    if fragment is not None:
+        need = FRAGMENTS[k].get(tuple(fragment))
+        if need is None:
+            shapes = ", ".join("x".join(map(str, f)) for f in FRAGMENTS[k])
+            return f"{k} mma.sync has no {'x'.join(map(str, fragment))} shape (has {shapes})"
+        if cc < need:
+            return f"the {'x'.join(map(str, fragment))} {k} shape needs sm_{need[0]}{need[1]}"
+    return None
+
+
+def roof(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[float, str]:
+    """(FLOP/s, where it comes from): the tensor cores' ceiling for ``dtype`` inputs, the roof
+    a result is held to. Measured when the device's ceilings are (``tiledmm calibrate`` times
+    the vendor GEMM per dtype; bfloat16, which CuPy cannot time, at the measured float16 rate:
+    both run at one rate per clock, ``FLOP_PER_CLOCK``), else :func:`_sheet`."""
+    k = kind(dtype, precision) or ""
+    keys = ("tf32",) if k == "tf32" else (dtype, "float16") if k == "bf16" else (dtype,)
+    table = dict(device.peak_flops) if device.ceilings_measured else {}
+    for key in keys:
+        if key in table:
+            return table[key], f"measured {key} ({device.ceilings_source})"
+    return _sheet(device, k)
+
+
+def peak(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[float, str]:
+    """(FLOP/s, where it comes from) that ``mma.sync`` kernels can reach for ``dtype``: the
+    :func:`roof`, except where warp-level mma.sync cannot issue at the full rate
+    (``MMA_SYNC_FRACTION``: Hopper's 16-bit and TF32 peaks need ``wgmma``), there the
+    whitepaper figure times that share, and no more than the roof."""
+    value, src = roof(device, dtype, precision)
+    k = kind(dtype, precision) or ""
+    frac = MMA_SYNC_FRACTION.get(compute_capability(device) or (0, 0), {}).get(k, 1.0)
+    if frac >= 1:
+        return value, src
+    sheet, sheet_src = _sheet(device, k)
+    if sheet * frac < value:
+        return sheet * frac, f"{sheet_src} x {frac:g} reachable by mma.sync"
+    return value, src
+
+
+def _sheet(device: DeviceSpec, k: str) -> tuple[float, str]:
+    """The whitepaper's dense rate for kind ``k``, scaled by the device's FP32 FMA peak (same
+    clock)."""
+    cc = compute_capability(device) or (0, 0)
+    per_clock = _table(cc).get(k, 0)
+    fp32_per_clock = 128 if cc == (8, 0) else 256  # 2 x FP32 lanes per SM
+    value = device.fma_peak("float32") * per_clock / fp32_per_clock
+    return value, f"estimate: {per_clock} FLOP/clock/SM on sm_{cc[0]}{cc[1]}"
+
+
+def _pad_to(x: int, residue: int, modulus: int) -> int:
+    return x + (residue - x) % modulus
+
+
+def padded_lds(k: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
+    """Row lengths (elements) of the A and B stage tiles of ``mma.cl`` (bank-conflict padding;
+    the same rule as ``tiledmm_backends.kernels.mma_spec``, checked by tests/test_mma.py)."""
+    if k == "f64":
+        return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
+    if k in ("f16", "bf16"):
+        return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
+    return _pad_to(bk, 4, 32), _pad_to(bn, 8, 32)
+
+
+def accumulator_bytes(k: str) -> int:
+    return 8 if k == "f64" else 4
+
+
+def describe(k: str, fragment: tuple[int, int, int]) -> str:
+    """The warp instruction in words."""
+    fm, fn, fk = fragment
+    what = {"f64": "DMMA f64 x f64 -> f64", "f16": "HMMA f16 x f16 -> f32",
+            "bf16": "HMMA bf16 x bf16 -> f32", "tf32": "HMMA tf32 x tf32 -> f32 (inputs "
+            "rounded to 10-bit mantissas)"}[k]  # fmt: skip
+    return f"mma.sync {fm}x{fn}x{fk} ({what})"
+
+
+#: dynamic shared memory per block by compute capability (CUDA Programming Guide, KiB)
+OPTIN_SHARED_KIB = {(8, 0): 163, (8, 6): 99, (8, 7): 163, (8, 9): 99, (9, 0): 227}
+
+
+def optin_shared(device: DeviceSpec) -> int:
+    """Dynamic shared memory one block may opt into (bytes): the ``shared opt-in per block``
+    fact NVIDIA backends report, else the compute capability's figure, else
+    ``max_shared_per_block``."""
+    text = dict(device.extra).get("shared opt-in per block", "")
+    try:
+        return int(text.split()[0]) * 1024
+    except (IndexError, ValueError):
+        pass
+    cc = compute_capability(device)
+    if cc in OPTIN_SHARED_KIB:
+        return OPTIN_SHARED_KIB[cc] * 1024
+    return device.max_shared_per_block
+
+
+def default_fragment(k: str, cc: tuple[int, int] | None) -> tuple[int, int, int]:
+    """The fragment the kernel uses by default: f64 16x8x8 on sm_90 (8x8x4 before)."""
+    if k == "f64":
+        return (16, 8, 8) if cc and cc >= (9, 0) else (8, 8, 4)
+    return (16, 8, 16) if k in ("f16", "bf16") else (16, 8, 8)
+
+
+#: warps per SM that keep its tensor pipes busy: one per scheduler, each with many independent
+#: MMAs in flight and its loads behind a cp.async pipeline (fewer: that share of the SM's rate)
+WARPS_FULL = 4
+
+
+def mma_levels(g: dict, k: str, s: int, out_s: int, device: DeviceSpec, precision: str | None,
+               dtype: str, blocks_per_unit: int) -> list[Level]:  # fmt: skip
+    """The levels of an mma plan: tensor cores (the busiest SM's blocks, ``blocks_per_unit`` at a
+    time, at its share of the tensor peak, less when fewer than WARPS_FULL warps are resident),
+    shared memory (stage writes plus each warp's fragment reads: K x (WM + WN) elements per warp
+    tile), L2 (the block-tile formula) and DRAM (``tiledmm.model.dram``: panels re-read as the
+    launch
+    order evicts them). ``g`` needs m n k mp np kp bm bn gx gy wm wn warps fragment
+    global_bytes resident (blocks at a time) group (group_m)."""
+    mp, np_, kp = g["mp"], g["np"], g["kp"]
+    flops = 2 * mp * np_ * kp
+    rate, src = peak(device, dtype, precision)
+    sms, blocks = max(1, device.compute_units), g["gx"] * g["gy"]
+    on_sm = -(-blocks // sms)
+    together = max(1, min(on_sm, blocks_per_unit))
+    busy = min(1.0, together * g["warps"] / WARPS_FULL)
+    block_flops = 2 * g["bm"] * g["bn"] * kp
+    t = (-(-on_sm // together)) * together * block_flops / (rate / sms * busy) if rate else 0.0
+    note = f"{describe(k, g['fragment'])}; {src}; {on_sm} block(s) on the busiest SM"
+    out = [Level("tensor cores", flops, flops / t if t else rate, t, note, "FLOP")]
+    tile = g["global_bytes"]
+    reads = mp * np_ * kp * s * (1 / g["wm"] + 1 / g["wn"])
+    shared = device.level("shared memory")
+    if shared:
+        out.append(Level("shared memory", tile + reads, shared, (tile + reads) / shared,
+                         "cp.async stage writes + fragment loads"))  # fmt: skip
+    l2 = device.level("L2")
+    if l2:
+        out.append(Level("L2", tile, l2, tile / l2, "block-tile formula"))
+    read, written = dram_traffic(g, s, device, g["resident"], g["group"])
+    if device.bandwidth:
+        out.append(Level("DRAM", read + written, device.bandwidth,
+                         (read + written) / device.bandwidth,
+                         f"block panels through the L2 in launch order (group_m {g['group']})",
+                         parts=(("read", read), ("written", written))))  # fmt: skip
+    return out

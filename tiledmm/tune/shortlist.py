@@ -1,0 +1,238 @@
+"""The short list first-use tuning times (:mod:`tiledmm.tune.first_use`), and its timing.
+
+Candidates, in order: the tiles dispatch runs now (the user database's fallback, the shipped
+table or the model default), the shipped default, what other backends tuned on this device
+(``tuning.sibling_entries``: CuPy and OpenCL run one kernel source), then the planner's
+fastest predictions over the backend's search space (``Backend.search_space``), one per block
+and thread tile (the model ranks tiles, rarely options: ``tune_search.MODEL_FIRST``). Planning a
+GPU space costs milliseconds per candidate (3840 candidates for CuPy's register family), so the
+model ranks one geometry per tile (the current tiles' options where the space holds them) and
+stops planning after :data:`RANK_SHARE` of the budget.
+
+Each candidate is checked as ``tiledmm tune`` checks (``Tuner.odd_ok``: a NaN-poisoned output
+against a float64 reference on a 97x131x67 product, edges in every dimension), then run once on
+the caller's shape into a NaN-poisoned output (every element written, sampled rows against
+float64), then timed with the backend's ``timings``. Compile errors, crashes and wrong results
+are recorded and never chosen. The fastest two and the current tiles race in alternating
+rounds (``Tuner.rounds``) where the budget leaves time; the current tiles stay on a tie.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..core import tuning
+from ..core.backend import Backend
+from ..planner.geometry import Geometry
+from ..planner.make import default_geometry
+from ..util.accuracy import rel_error
+from .search import TOL, Tuner
+from .task import Task, geo_key, geo_text, geometry_of, runs_as
+
+__all__ = ["Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
+
+#: Of the budget, at most this share goes to ranking the search space with the planner.
+RANK_SHARE = 0.3
+#: Rows of the caller-shape output compared with a float64 reference (every element is
+#: checked for being written).
+SAMPLE_ROWS = 16
+#: Matrices of a batched product timed per call (the plan is for the whole batch).
+BATCH_CAP = 4
+
+
+class Shortlist(Task):
+    """One family on one shape (``(batch, m, n, k)``) with a short candidate list: a
+    :class:`~tiledmm.tune.task.Task` (its ``plan`` applies ``shapefit`` as dispatch does) that
+    ranks only a bounded part of the search space."""
+
+    def __init__(self, be: Backend, family: str, dtype: str, cls: str,
+                 shape: tuple[int, int, int, int], current: Geometry, size: int,
+                 deadline: float, clock: Callable[[], float] = time.monotonic):  # fmt: skip
+        tuner = Tuner(be, dtype, budget=max(0.0, deadline - clock()), resume=False)
+        self.tuner, self.family, self.cls = tuner, family, cls
+        self.resize(shape)
+        self.predicted: dict[str, float] = {}
+        self.choice, self.default_gflops = None, None
+        dev = tuner.device
+        self.current = current
+        model = replace(default_geometry(family, dtype, dev), source="model default")
+        shipped = tuning.select(be, family, dtype, dev, cls, user=False)
+        self.default = shipped or model
+        self.siblings = [geo_key(Geometry.from_dict(e)) for e in
+                         tuning.sibling_entries(be.name, dtype, family, dev, cls)]  # fmt: skip
+        self.space = be.search_space(family, dtype, dev) or []
+        self.candidates = self._pick(size, [current, self.default], model, deadline, clock)
+
+    # ------------------------------------------------------------------ the list
+
+    def _pick(self, size, first, model, deadline, clock) -> list[Geometry]:
+        out: list[Geometry] = []
+        seen: set[str] = set()
+
+        def add(g: Geometry | None) -> None:
+            if g is None or len(out) >= size:
+                return
+            plan = self.plan(g)
+            if plan is None:
+                return
+            runs = runs_as(plan)
+            if geo_key(g) not in seen and runs not in seen:
+                seen.update((geo_key(g), runs))
+                out.append(g)
+                self.predicted[geo_key(g)] = plan.predicted_seconds
+
+        for g in first:
+            add(g)
+        by_key = {geo_key(g): g for g in self.space}
+        for gk in self.siblings:
+            add(by_key.get(gk))
+        for g in self.ranked(deadline, clock) or [model]:
+            add(g)
+        return out
+
+    def ranked(self, deadline: float, clock) -> list[Geometry]:
+        """The search space's tiles, fastest predicted first: one geometry per block and
+        thread tile (the current tiles' options where the space has them), planned nearest
+        the current tiles first until :data:`RANK_SHARE` of the budget is spent."""
+        stop = clock() + RANK_SHARE * max(0.0, deadline - clock())
+        mine = dict(self.current.options)
+        tiles: dict[tuple, Geometry] = {}
+        for g in self.space:
+            key = (g.block_tile, g.thread_tile)
+            old = tiles.get(key)
+            if old is None or _agree(g, mine) > _agree(old, mine):
+                tiles[key] = g
+        here = (*self.current.block_tile, *self.current.thread_tile)
+
+        def far(g: Geometry) -> float:  # tiles near the current ones are ranked first
+            return sum(abs(math.log2(a / b)) for a, b in zip((*g.block_tile, *g.thread_tile),
+                                                              here, strict=True))  # fmt: skip
+
+        scored = []
+        for g in sorted(tiles.values(), key=far):
+            if clock() > stop:
+                break
+            plan = self.plan(g)
+            if plan is not None:
+                scored.append((plan.predicted_seconds, len(scored), g))
+        return [g for _, _, g in sorted(scored)]
+
+    # ------------------------------------------------------------------ measuring
+
+    def resize(self, shape: tuple[int, int, int, int]) -> None:
+        """Time on ``shape`` from now on (results so far are dropped; call :meth:`operands`)."""
+        b, m, n, k = self.shape = tuple(shape)
+        self.batch = min(b, BATCH_CAP)
+        self.flops = 2 * self.batch * m * n * k
+        self.key = f"{self.tuner.dtype}|{self.family}|{b}x{m}x{n}x{k}|first-use"
+        self.results: dict[str, dict] = {}
+        self.host = None
+
+    def operands(self) -> None:
+        """Random operands of the shape on the device, the float64 rows the check compares."""
+        _, m, n, k = self.shape
+        be, dt, rng = self.tuner.be, np.dtype(self.tuner.dtype), self.tuner.np_rng
+        a = [rng.standard_normal((m, k)).astype(dt) for _ in range(self.batch)]
+        b = [rng.standard_normal((k, n)).astype(dt) for _ in range(self.batch)]
+        rows = np.sort(rng.choice(m, size=min(m, SAMPLE_ROWS), replace=False))
+        ref = [x[rows].astype(np.float64) @ y.astype(np.float64) for x, y in zip(a, b, strict=True)]
+        A, B = [be.asarray(x, dt) for x in a], [be.asarray(y, dt) for y in b]
+        self.host = (a, b, rows, ref, A, B, be.asarray(np.zeros((m, n), dt), dt))
+
+    def check(self, plan) -> float:
+        """Worst relative error on the shape: NaN-poisoned outputs, every element written,
+        sampled rows against float64."""
+        be, dt = self.tuner.be, np.dtype(self.tuner.dtype)
+        _, _, rows, ref, A, B, _ = self.host
+        worst = 0.0
+        for i in range(self.batch):
+            C = be.asarray(np.full((plan.m, plan.n), np.nan, dt), dt)
+            be.run(plan, A[i], B[i], C)
+            be.synchronize()
+            c = be.to_numpy(C)
+            if not np.isfinite(c).all():
+                return math.inf
+            worst = max(worst, rel_error(c[rows], ref[i]))
+        return worst
+
+    def evaluate(self, g: Geometry, reps_time: float, skip_edges: bool = False,
+                 max_call: float = math.inf) -> dict:  # fmt: skip
+        """Check and time one candidate; the record says what happened (``"slow"``: one warm
+        call took over ``max_call`` seconds, so it was not timed further)."""
+        be, tuner = self.tuner.be, self.tuner
+        rec: dict[str, Any] = dict(geometry=geo_key(g), tiles=geo_text(g))
+        plan = self.plan(g)
+        t0 = time.perf_counter()
+        try:
+            if not skip_edges and not tuner.odd_ok(self, g):
+                rec.update(status="wrong result", error="wrong or failed on 97x131x67")
+                return self._keep(rec)
+            err = self.check(plan)
+            rec.update(rel_error=err if math.isfinite(err) else None,
+                       first_seconds=time.perf_counter() - t0)  # fmt: skip
+            if not err <= TOL.get(tuner.dtype, 1e-4):
+                rec.update(status="wrong result")
+                return self._keep(rec)
+            _, _, _, _, A, B, C = self.host
+            one = tuner.again(plan, A, B, C)  # warm now: the check compiled it
+            if one > max_call:
+                rec.update(status="slow", seconds=one)
+                return self._keep(rec)
+
+            def fn():
+                for i in range(self.batch):
+                    be.run(plan, A[i], B[i], C)
+
+            reps = int(min(10, max(3, reps_time / max(one, 1e-6))))
+            s = statistics.median(be.timings(fn, repeat=reps, warmup=0))
+            rec.update(status="ok", seconds=s, gflops=self.flops / s / 1e9)
+        except Exception as exc:  # noqa: BLE001 - a broken candidate is a result, never a crash
+            name = type(exc).__name__
+            kind = "compile error" if re.search(r"compil|build|nvrtc", name + str(exc), re.I) \
+                else "launch failure"  # fmt: skip
+            rec.update(status=kind, error=f"{name}: {str(exc)[:300]}")
+        return self._keep(rec)
+
+    def _keep(self, rec: dict) -> dict:
+        self.results[rec["geometry"]] = rec
+        return rec
+
+    def entry(self, win: str, times: dict[str, float], call_shape, extra: dict) -> dict:
+        """The database entry of geometry ``win`` in ``tiledmm tune``'s schema (its
+        ``measured.default``: the tiles that ran before), ``extra`` added to ``measured``."""
+        g, dev, dtype = geometry_of(win), self.tuner.device, self.tuner.dtype
+        base = times.get(geo_key(self.current))
+        date = self.tuner.run_id
+        meas = dict(gflops=float(f"{self.flops / times[win] / 1e9:.6g}"), seconds=times[win],
+                    shape=list(self.shape), date=date, of_vendor=None,
+                    default_gflops=float(f"{self.flops / base / 1e9:.6g}") if base else None,
+                    default=geo_text(self.current), candidates=len(self.results),
+                    call_shape=list(call_shape), tolerance=TOL.get(dtype, 1e-4),
+                    **extra)  # fmt: skip
+        e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=self.tuner.be.name,
+                 dtype=dtype, family=self.family, shape_class=self.cls,
+                 block_tile=list(g.block_tile), thread_tile=list(g.thread_tile),
+                 options=dict(g.options), measured=meas,
+                 source=f"first use on {dev.name}, {date[:10]}")  # fmt: skip
+        if tuning.device_arch(dev):
+            e["arch"] = tuning.device_arch(dev)
+        return e
+
+    def race(self, keys: list[str]) -> dict[str, float]:
+        """Seconds per call of ``keys``' geometries timed in alternating rounds."""
+        by_key = {geo_key(g): g for g in self.candidates}
+        _, _, _, _, A, B, C = self.host
+        times = self.tuner.rounds(self, [by_key[k] for k in keys], (None, None, None, A, B, C))
+        return dict(zip(keys, times, strict=True))
+
+
+def _agree(g: Geometry, opts: dict) -> int:
+    return sum(opts.get(k) == v for k, v in g.options)
