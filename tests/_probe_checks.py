@@ -4,23 +4,14 @@ against a float64 NumPy reference, NaN-poisoned outputs, and ``measure_gpu_level
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from tiledmm import Backend
 
 
-@cache
-def _source() -> str:
-    from tiledmm.bench.calibrate import _probe_source
-
-    return _probe_source()
-
-
 def probe(be: Backend, kernel: str, threads: int, real_bytes: int):
     """``launch(groups, args)`` of one probe on ``be``."""
-    return be.compile_probe(_source(), kernel, {"REAL_BYTES": real_bytes, "THREADS": threads})
+    return be.compile_probe(kernel, {"REAL_BYTES": real_bytes, "THREADS": threads})
 
 
 def poisoned(be: Backend, n: int, dtype) -> object:

@@ -1,6 +1,17 @@
-"""The core's structure, checked: the import graph of ``tiledmm`` has no cycle (function-local
-imports included, so no cycle hides behind a late import), and no module reaches into another
-module's ``_private`` names (tiledmm, the built-in backends, plugins, benches)."""
+"""The structure, checked from the source. Every module of ``tiledmm`` and the built-in
+backends, and every import edge that can run: module level, function-local, type-only (an
+``if TYPE_CHECKING:`` import is still a dependency), and edges to the face (``tiledmm``).
+
+- one acyclic import graph;
+- the rank table: a module imports its own wing or a lower one; wings of equal rank do not
+  import each other; the backends and plugins import only the face, util, device, model and
+  planner; nothing in ``tiledmm`` names ``tiledmm_backends``;
+- re-exports only in the faces (``tiledmm``, ``tiledmm.dask``, ``tiledmm_backends.kernels``);
+  a wing's ``__init__`` is a docstring, and a module imports its sibling, not its own package;
+- no module reaches into another module's ``_private`` names (relative aliases included), in
+  tiledmm, the backends, plugins and benches;
+- at most 400 lines per module; no ``sys.path`` edit in benches/.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +20,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"tiledmm": ROOT / "tiledmm", "tiledmm_backends": ROOT / "backends"}
+
+#: lowest first: a module may import its own wing (without a cycle) or a lower rank
+RANKS = {
+    "util": 0, "device": 1, "model": 2, "planner": 3, "core": 4, "interop": 5, "dask": 5,
+    "tune": 5,  # the tuner and first-use tuning, which the front door wires into the engine
+    "api": 6, "face": 7, "bench": 8, "report": 9, "cli": 10, "__main__": 11,
+}  # fmt: skip
+#: what the backends and plugins may import of tiledmm
+BACKEND_MAY = {"face", "util", "device", "model", "planner"}
+#: the only __init__ modules that re-export
+FACES = {"tiledmm", "tiledmm.dask", "tiledmm_backends.kernels"}
+MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:
@@ -20,51 +43,73 @@ def _module_name(path: Path) -> str:
     return path.stem
 
 
+def _files() -> list[Path]:
+    return [p for folder in PACKAGES.values() for p in sorted(folder.rglob("*.py"))]
+
+
+MODULES = {_module_name(f) for f in _files()}
+
+
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
-    """(absolute module, imported names, line) for every import in ``path``, nested ones too."""
+    """(absolute module, imported names, line) for every import in ``path``: nested and
+    type-only ones too."""
     here = _module_name(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     found = []
-    tree = ast.parse(path.read_text())
-    typing_only = {  # `if TYPE_CHECKING:` imports are for annotations, not run: no edge
-        id(n)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and getattr(block.test, "id", "") == "TYPE_CHECKING"
-        for stmt in block.body
-        for n in ast.walk(stmt)
-    }
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(a.name, [], node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = package
             for _ in range(max(node.level - 1, 0)):
                 base = base.rpartition(".")[0]
-            mod = f"{base}.{node.module}" if node.level and node.module else base
-            mod = mod if node.level else node.module or ""
+            if node.level:
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module or ""
             found.append((mod, [a.name for a in node.names], node.lineno))
     return found
 
 
-def _core_graph() -> dict[str, set[str]]:
-    files = sorted((ROOT / "tiledmm").glob("*.py"))
-    names = {_module_name(f) for f in files}
-    graph: dict[str, set[str]] = {}
-    for f in files:
+def _targets(mod: str, names: list[str]) -> list[str]:
+    """The modules an import runs: ``from pkg import sub`` is ``pkg.sub``; a name that is not
+    a module is its module's (``from tiledmm import Backend`` is the face)."""
+    out = []
+    for n in names or [""]:
+        full = f"{mod}.{n}" if n else mod
+        if full in MODULES:
+            out.append(full)
+        else:
+            m = mod
+            while m and m not in MODULES:
+                m = m.rpartition(".")[0]
+            if m:
+                out.append(m)
+    return out
+
+
+def _graph() -> dict[str, dict[str, int]]:
+    graph: dict[str, dict[str, int]] = {}
+    for f in _files():
         me = _module_name(f)
-        edges = set()
-        for mod, what, _ in _imports(f):
-            for target in [mod] + [f"{mod}.{w}" for w in what]:
-                if target in names and target != me and target != "tiledmm":
-                    edges.add(target)
-        graph[me] = edges
+        edges = graph.setdefault(me, {})
+        for mod, names, line in _imports(f):
+            for t in _targets(mod, names):
+                if t != me:
+                    edges.setdefault(t, line)
     return graph
 
 
-def test_core_import_graph_is_acyclic():
-    graph = _core_graph()
+def _wing(mod: str) -> str:
+    """The rank table's name for a tiledmm module."""
+    parts = mod.split(".")
+    if parts == ["tiledmm"]:
+        return "face"
+    return parts[1]
+
+
+def test_one_acyclic_import_graph():
+    graph = _graph()
     state: dict[str, int] = {}
     path: list[str] = []
 
@@ -85,20 +130,76 @@ def test_core_import_graph_is_acyclic():
             visit(node)
 
 
-def test_planner_is_pure():
-    """The planner imports no registry, dispatch, API or device library."""
-    graph = _core_graph()
-    pure = {"tiledmm.core.backend", "tiledmm.device.spec", "tiledmm.model.hierarchy", "tiledmm.model.tensorcore"}
-    assert graph["tiledmm.planner.make"] <= pure | {"tiledmm.planner.plans", "tiledmm.planner.mma"}
-    assert graph["tiledmm.planner.mma"] <= pure | {"tiledmm.planner.plans"}
-    assert graph["tiledmm.planner.plans"] <= pure
-    assert graph["tiledmm.model.tensorcore"] <= {"tiledmm.device.spec", "tiledmm.model.dram", "tiledmm.model.hierarchy"}
-    assert graph["tiledmm.model.hierarchy"] <= {"tiledmm.device.spec", "tiledmm.model.dram", "tiledmm.model.warps",
-                                          "tiledmm.model.levels", "tiledmm.model.cpu"}  # fmt: skip
-    assert graph["tiledmm.model.cpu"] <= {"tiledmm.device.spec", "tiledmm.model.levels"}
-    assert not graph["tiledmm.model.levels"]
-    assert not graph["tiledmm.model.warps"]
-    assert graph["tiledmm.model.dram"] <= {"tiledmm.device.spec"}
+def test_every_module_has_a_rank():
+    wings = {_wing(m) for m in MODULES if m.startswith("tiledmm.") or m == "tiledmm"}
+    assert wings <= set(RANKS), f"modules outside the rank table: {sorted(wings - set(RANKS))}"
+
+
+def test_imports_follow_the_rank_table():
+    bad = []
+    for me, edges in _graph().items():
+        for t, line in edges.items():
+            if me.startswith("tiledmm_backends"):
+                if t.split(".")[0] == "tiledmm" and _wing(t) not in BACKEND_MAY:
+                    bad.append(f"{me}:{line} -> {t} (backends import {sorted(BACKEND_MAY)})")
+                continue
+            if t.startswith("tiledmm_backends"):
+                bad.append(f"{me}:{line} -> {t} (tiledmm never imports the backends)")
+                continue
+            a, b = _wing(me), _wing(t)
+            if a != b and RANKS[a] <= RANKS[b]:
+                bad.append(f"{me}:{line} ({a}, rank {RANKS[a]}) -> {t} ({b}, rank {RANKS[b]})")
+    assert not bad, "\n".join(bad)
+
+
+def test_plugins_import_only_the_lower_wings():
+    bad = []
+    for f in sorted((ROOT / "plugins").rglob("*.py")):
+        for mod, names, line in _imports(f):
+            for t in _targets(mod, names):
+                if t.split(".")[0] == "tiledmm" and _wing(t) not in BACKEND_MAY:
+                    bad.append(f"{f.relative_to(ROOT)}:{line} -> {t}")
+    assert not bad, "\n".join(bad)
+
+
+def test_tiledmm_never_names_the_backends():
+    """No import of ``tiledmm_backends`` and no reading of its files (docstrings may say
+    where things are)."""
+    bad = []
+    for f in sorted((ROOT / "tiledmm").rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }  # fmt: skip
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+                if "tiledmm_backends" in n.value or "backends/" in n.value:
+                    bad.append(f"{f.relative_to(ROOT)}:{n.lineno}")
+        bad += [f"{f.relative_to(ROOT)}:{line}" for mod, _, line in _imports(f)
+                if mod.startswith("tiledmm_backends")]  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def test_wing_faces_are_docstrings_and_siblings_are_imported_directly():
+    bad = []
+    for f in _files():
+        me = _module_name(f)
+        tree = ast.parse(f.read_text())
+        if f.name == "__init__.py" and me.startswith("tiledmm") and me not in FACES:
+            if me.startswith("tiledmm.") and [type(n) for n in tree.body] != [ast.Expr]:
+                bad.append(f"{f.relative_to(ROOT)}: a wing's __init__ holds only its docstring")
+        if f.name == "__init__.py":
+            continue
+        package = me.rpartition(".")[0]
+        for mod, names, line in _imports(f):
+            if mod == package and any(f"{mod}.{n}" not in MODULES for n in names):
+                bad.append(f"{f.relative_to(ROOT)}:{line} imports from its own package's "
+                           "__init__: import the sibling module")  # fmt: skip
+    assert not bad, "\n".join(bad)
 
 
 def _sources() -> list[Path]:
@@ -106,22 +207,27 @@ def _sources() -> list[Path]:
     return [p for r in roots for p in sorted(r.rglob("*.py"))]
 
 
+def _ours(mod: str) -> bool:
+    return mod.split(".")[0] in (*PACKAGES, "tiledmm_numba_cpu", "tiledmm_example")
+
+
 def test_no_module_reaches_into_private_names():
     offences = []
     for f in _sources():
         me = _module_name(f)
         tree = ast.parse(f.read_text())
-        aliases = {}
-        for mod, what, line in _imports(f):
-            ours = mod.split(".")[0] in PACKAGES or mod.startswith("tiledmm_")
-            if not ours or mod == me:
-                continue
-            offences += [f"{f.relative_to(ROOT)}:{line} imports {mod}.{w}" for w in what
-                         if w.startswith("_") and not w.startswith("__")]  # fmt: skip
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):  # every name bound to one of our modules, relative too
+            if isinstance(node, ast.ImportFrom):
+                (mod, _, _), = [i for i in _imports_of(node, f)]
                 for a in node.names:
-                    aliases[a.asname or a.name] = node.module
+                    full = f"{mod}.{a.name}"
+                    aliases[a.asname or a.name] = full if full in MODULES or not _ours(mod) \
+                        else mod  # fmt: skip
+                    if (_ours(mod) and mod != me and a.name.startswith("_")
+                            and not a.name.startswith("__")):  # fmt: skip
+                        offences.append(f"{f.relative_to(ROOT)}:{node.lineno} imports "
+                                        f"{mod}.{a.name}")  # fmt: skip
             if isinstance(node, ast.Import):
                 for a in node.names:
                     aliases[a.asname or a.name.split(".")[0]] = a.name
@@ -131,9 +237,43 @@ def test_no_module_reaches_into_private_names():
                 and node.attr.startswith("_")
                 and not node.attr.startswith("__")
                 and isinstance(node.value, ast.Name)
-                and aliases.get(node.value.id, "").split(".")[0] in (*PACKAGES, "tiledmm_numba_cpu")
+                and _ours(aliases.get(node.value.id, ""))
+                and aliases.get(node.value.id) != me
             ):
                 offences.append(
                     f"{f.relative_to(ROOT)}:{node.lineno} uses {node.value.id}.{node.attr}"
                 )
     assert not offences, "\n".join(offences)
+
+
+def _imports_of(node: ast.ImportFrom, path: Path) -> list[tuple[str, list[str], int]]:
+    here = _module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    base = package
+    for _ in range(max(node.level - 1, 0)):
+        base = base.rpartition(".")[0]
+    if node.level:
+        mod = f"{base}.{node.module}" if node.module else base
+    else:
+        mod = node.module or ""
+    return [(mod, [a.name for a in node.names], node.lineno)]
+
+
+def test_modules_are_short():
+    long = [f"{f.relative_to(ROOT)}: {n} lines" for f in _files()
+            if (n := len(f.read_text().splitlines())) > MAX_LINES]  # fmt: skip
+    assert not long, "\n".join(long)
+
+
+def test_benches_do_not_edit_sys_path():
+    bad = []
+    for f in sorted((ROOT / "benches").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "path"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"
+            ):
+                bad.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "\n".join(bad)

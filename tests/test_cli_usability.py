@@ -14,6 +14,7 @@ import pytest
 
 import tiledmm
 from tiledmm import cli
+from tiledmm.report import info
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +71,7 @@ def test_info_shows_what_each_alias_runs(capsys: pytest.CaptureFixture) -> None:
     finally:
         registry.reload()
     assert (
-        cli._aliases_text("cupy", ("cuda",), {}.get) == " (aliases: cuda -> no available backend)"
+        info.aliases_text("cupy", ("cuda",), {}.get) == " (aliases: cuda -> no available backend)"
     )
 
 

@@ -238,9 +238,7 @@ def test_cuda_dialect_compiles_probes(real_bytes, tmp_path):
     """The calibration probes as CuPy's ``compile_probe`` hands them to NVRTC."""
     from tiledmm_backends.kernels.probe import probe_source
 
-    from tiledmm.bench.calibrate import _probe_source
-
-    text = probe_source(_probe_source(), {"REAL_BYTES": real_bytes, "THREADS": 256})
+    text = probe_source(None, {"REAL_BYTES": real_bytes, "THREADS": 256})
     assert "#include" not in text
     nvcc_build(text, tmp_path)
 
@@ -249,6 +247,7 @@ def test_compile_probe_launch_shape(monkeypatch):
     """Without a GPU: the probe goes to RawModule complete (header inlined, defines first),
     is compiled once per source and device, and launches grid (groups,), block (THREADS,)."""
     import tiledmm_backends.cupy_cuda as cc
+    import tiledmm_backends.cupy_cuda.arrays as ca
 
     calls, built = [], []
 
@@ -261,11 +260,11 @@ def test_compile_probe_launch_shape(monkeypatch):
 
     runtime = SimpleNamespace(getDevice=lambda: 0)
     fake = SimpleNamespace(RawModule=Module, cuda=SimpleNamespace(runtime=runtime))
-    monkeypatch.setattr(cc, "_CP", fake)
+    monkeypatch.setattr(ca, "_CP", fake)
     be = cc.CupyBackend()
     defs = {"REAL_BYTES": 4, "THREADS": 96}
-    launch = be.compile_probe('#include "gemm_common.h"\nKERNEL p() {}\n', "p", defs)
-    be.compile_probe('#include "gemm_common.h"\nKERNEL p() {}\n', "p", defs)
+    launch = be.compile_probe("p", defs, '#include "gemm_common.h"\nKERNEL p() {}\n')
+    be.compile_probe("p", defs, '#include "gemm_common.h"\nKERNEL p() {}\n')
     args = (np.int32(7), np.float32(0.5))
     launch(5, args)
     assert len(built) == 1 and built[0].startswith("#define REAL_BYTES 4\n#define THREADS 96\n")

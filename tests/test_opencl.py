@@ -232,10 +232,10 @@ def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("geo", GPU_STYLE[:2], ids=str)
 def test_unaligned_operands_copied_to_aligned_rows(geo, monkeypatch):
-    from tiledmm_backends import kernels as K
+    from tiledmm_backends.kernels import defs
 
     calls = []
-    monkeypatch.setattr(K, "pad_pays", lambda plan, *odd: calls.append(plan) or True)
+    monkeypatch.setattr(defs, "pad_pays", lambda plan, *odd: calls.append(plan) or True)
     check_geometry("opencl", "register", geo, "float32")  # odd K and N: unaligned rows
     assert calls
 

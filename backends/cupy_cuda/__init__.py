@@ -95,7 +95,7 @@ class CupyBackend(K.SharedSourceTables, Backend):
 
         return space(kernel, dtype, device)
 
-    def compile_probe(self, source: str, kernel: str, defines: dict[str, int]):
+    def compile_probe(self, kernel: str, defines: dict[str, int], source: str | None = None):
         """A calibration probe (``kernels/probes.cl``) compiled as CUDA C, cached per source and
         device; its ``launch(groups, args)`` runs grid ``(groups,)``, block ``(THREADS,)`` on
         the current stream."""

@@ -33,8 +33,8 @@ from typing import Any, NamedTuple, Protocol
 
 from tiledmm.util.lru import LRUCache
 
-from .. import kernels as K
-from . import INT_MAX, aligned_ld, itemsize
+from . import defs as K
+from .defs import INT_MAX, aligned_ld, itemsize
 
 __all__ = [
     "Layout", "Adapter", "Launches", "run", "run_batched", "leading_dim", "check_extent",

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from tiledmm import DeviceSpec, Geometry
 
-from . import defines, itemsize, vector_width
+from .defs import defines, itemsize, vector_width
 
 __all__ = ["space", "feasible"]
 

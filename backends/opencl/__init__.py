@@ -221,7 +221,7 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
                 return "stages=2 is miscompiled by PoCL (docs/kernels.md): use stages=1"
         return why
 
-    def compile_probe(self, source: str, kernel: str, defines: dict[str, int]):
+    def compile_probe(self, kernel: str, defines: dict[str, int], source: str | None = None):
         """A calibration probe (``kernels/probes.cl``) built once for this device; its
         ``launch(groups, args)`` enqueues ``groups`` groups of ``THREADS`` work-items on the
         queue (so ``timings`` sees its event), arrays passed as their buffers."""

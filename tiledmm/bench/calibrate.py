@@ -131,16 +131,6 @@ def measure_cpu_levels(
     return out
 
 
-def _probe_source() -> str | None:
-    """probes.cl, shipped as package data of the built-in backends (None without them)."""
-    try:
-        from importlib.resources import files
-
-        return (files("tiledmm_backends.kernels") / "probes.cl").read_text()
-    except (ModuleNotFoundError, FileNotFoundError, OSError):
-        return None
-
-
 #: Work-items per probe group, groups per compute unit (8 x 256: an H200 SM's 2048 threads),
 #: and 16-byte loads in flight per item per step (``PROBE_UNROLL`` in probes.cl).
 PROBE_THREADS, PROBE_GROUPS_PER_UNIT, PROBE_UNROLL = 256, 8, 4
@@ -162,22 +152,19 @@ def stream_layout(nbytes: int, groups: int, threads: int = PROBE_THREADS,
 
 
 def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any, float]]:
-    """The level probes of ``backends/kernels/probes.cl`` on ``be`` (through its optional
-    ``compile_probe``), one at a time: ``(table, name, run, amount)`` where ``run()`` launches
-    the probe once and ``amount`` is what one launch moves: bytes read for ``("levels",
-    "DRAM" | "L2" | "shared memory")``, FLOPs for ``("fma_peaks", dtype)``. DRAM and L2:
-    16-byte streaming reads of a buffer beyond / inside the L2, rotated over the groups so L1
+    """The level probes on ``be``, compiled by its optional ``compile_probe`` (the built-in
+    backends compile ``kernels/probes.cl``), one at a time: ``(table, name, run, amount)`` where
+    ``run()`` launches the probe once and ``amount`` is what one launch moves: bytes read for
+    ``("levels", "DRAM" | "L2" | "shared memory")``, FLOPs for ``("fma_peaks", dtype)``. DRAM and
+    L2: 16-byte streaming reads of a buffer beyond / inside the L2, rotated over the groups so L1
     serves nothing; shared memory: 16-byte conflict-free reads; FMA: 8 chains per item.
     Nothing when the backend has no probe hook. ``benches/ncu_counters.py --probes`` profiles
     the same runs."""
-    source = _probe_source()
-    if source is None:
-        return
     dev = be.device()
     threads, groups = PROBE_THREADS, max(1, dev.compute_units) * PROBE_GROUPS_PER_UNIT
     f32 = np.dtype("float32")
     defs = {"REAL_BYTES": 4, "THREADS": threads, "PROBE_UNROLL": PROBE_UNROLL}
-    stream = be.compile_probe(source, "stream_probe", defs)
+    stream = be.compile_probe("stream_probe", defs)
     if stream is None:
         return
     sink = be.asarray(np.zeros(groups * threads, np.float32), f32)
@@ -189,14 +176,14 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
         args = (np.int32(chunk), np.int32(chunks), np.int32(reps), src, sink)
         yield "levels", level, lambda a=args: stream(groups, a), reps * chunks * chunk * 16
         del src, args
-    shared = be.compile_probe(source, "shared_probe", defs)
+    shared = be.compile_probe("shared_probe", defs)
     items = groups * threads
     yield ("levels", "shared memory", lambda: shared(groups, (np.int32(SHARED_REPS), sink)),
            items * SHARED_REPS * PROBE_UNROLL * 16)  # fmt: skip
     for dtype, rb in (("float32", 4), ("float64", 8)):
         if dtype not in be.dtypes:
             continue
-        fma = be.compile_probe(source, "fma_probe", defs | {"REAL_BYTES": rb})
+        fma = be.compile_probe("fma_probe", defs | {"REAL_BYTES": rb})
         dt = np.dtype(dtype)
         args = (np.int32(FMA_REPS), dt.type(0.999), be.asarray(np.zeros(items, dt), dt))
         yield "fma_peaks", dtype, lambda f=fma, a=args: f(groups, a), items * FMA_REPS * 16

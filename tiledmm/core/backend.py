@@ -106,10 +106,11 @@ class Backend:
         return None
 
     def compile_probe(
-        self, source: str, kernel: str, defines: dict[str, int]
+        self, kernel: str, defines: dict[str, int], source: str | None = None
     ) -> Callable[[int, tuple], Any] | None:
-        """Optional, for ``tiledmm calibrate``: compile ``kernel`` from ``source`` (the C
-        dialect of the GEMM sources, ``#include "gemm_common.h"``) with ``defines`` and return
+        """Optional, for ``tiledmm calibrate``: compile the level probe ``kernel``
+        (``stream_probe``, ``shared_probe``, ``fma_probe``) from the backend's own probe source
+        (``source``, when given, instead) with ``defines`` and return
         ``launch(groups, args)``, which runs it on ``groups`` 1-D groups of
         ``defines["THREADS"]`` work-items with native arrays and scalars (int32 or the probe's
         real type) as arguments. ``None`` (the default): no level probes on this backend."""

@@ -4,11 +4,8 @@ Built-in backends register through the same group as third-party plugins. A plug
 to import, to validate or to register is recorded as broken and skipped with a warning, whatever
 it raises (``SystemExit`` included; ``KeyboardInterrupt`` goes through); a backend whose
 ``unavailable_reason()`` or ``device()`` raises is listed as unavailable, because of that; a
-third-party backend's failing ``run`` names the backend and its plugin (``plugin_guard``,
-which also validates what a plugin registers). The registry is a leaf of the core: it imports
-the Backend contract, the hook specs and the plugin guard, nothing else. Caches elsewhere key
-on :func:`generation`, which changes whenever the set of backends does (load, reload,
-``register_backend``).
+third-party backend's failing ``run`` names the backend and its plugin (``plugin_guard``).
+Caches elsewhere key on :func:`generation`, which changes whenever the set of backends does.
 
 Trust policy: the built-in backends' names and aliases, and ``"auto"``, are reserved. A
 third-party backend may not take a reserved name (it is refused, with a warning, and listed as
@@ -39,21 +36,9 @@ from . import hookspecs
 from .backend import Backend
 from .plugin_guard import describe, isolated, name_errors, validate
 
-__all__ = [
-    "PluginInfo",
-    "BackendEntry",
-    "PluginWarning",
-    "get_backend",
-    "registered",
-    "candidates",
-    "backends",
-    "plugins",
-    "reload",
-    "register_backend",
-    "generation",
-    "is_trusted",
-    "alias_target",
-]
+__all__ = ["PluginInfo", "BackendEntry", "PluginWarning", "get_backend", "registered",
+           "candidates", "backends", "plugins", "reload", "register_backend", "generation",
+           "is_trusted", "alias_target"]  # fmt: skip
 
 GROUP = "tiledmm"
 BUILTIN_DIST = "tiledmm"

@@ -45,7 +45,7 @@ from ..core.backend import Backend
 from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import PlanError, default_geometry, make_plan
-from .shortlist import BATCH_CAP, Shortlist
+from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
 from .task import geo_key, geo_text, geometry_of
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
@@ -258,26 +258,6 @@ def _current(be: Backend, family: str, dtype: str, dev: Any, cls: str) -> Geomet
     return Geometry(geo.block_tile, geo.thread_tile, geo.options, None, geo.source)
 
 
-def _smaller(shape, cls: str) -> tuple | None:
-    """``shape`` with its dimensions over 512 halved, if it stays in class ``cls``."""
-    b, m, n, k = shape
-    smaller = tuple(d // 2 if d > 2 * tuning.SKINNY_K else d for d in (m, n, k))
-    if smaller == (m, n, k) or tuning.shape_class(*smaller, b) != cls:
-        return None
-    return (b, *smaller)
-
-
-def _timing_shape(predict, shape, cls: str, limit: float) -> tuple | None:
-    """``shape``, or the largest :func:`_smaller` one whose call of the current tiles the model
-    predicts within ``limit`` seconds; None when there is none."""
-    while shape is not None:
-        t = predict(shape)
-        if t is None or t <= limit:
-            return shape if t is not None else None
-        shape = _smaller(shape, cls)
-    return None
-
-
 def _predict(be: Backend, family: str, dtype: str, cls: str, current: Geometry):
     """Seconds the model predicts for one timed call of ``current`` on a shape (the batch
     capped as :class:`~tiledmm.tune.shortlist.Shortlist` times it), as dispatch would plan it."""
@@ -307,7 +287,7 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
     if peak and 2.0 * b * m * n * k / peak < dev.launch_overhead:
         return None, False  # launch-bound even at the device's peak: tiles cannot show
     predict = _predict(be, family, dtype, cls, current)
-    timed = _timing_shape(predict, shape, cls, conf.budget / CALLS_IN_BUDGET)
+    timed = timing_shape(predict, shape, cls, conf.budget / CALLS_IN_BUDGET)
     what = f"{be.name} {family} {dtype} {cls!r} on {dev.name}"
     if timed is None:
         log.info("first use: %s: %s is too large to time within %.3g s; untuned", what,
@@ -327,7 +307,7 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
     while rec["status"] == "slow" or (
         rec["status"] == "ok" and rec["seconds"] * need > deadline - clock()
     ):
-        smaller = _smaller(task.shape, cls)  # measured too slow for the list: a smaller shape
+        smaller = smaller_shape(task.shape, cls)  # measured too slow for the list: a smaller shape
         if smaller is None or clock() > deadline:
             log.info("first use: %s: %s is too large to time within %.3g s; untuned", what,
                      "x".join(map(str, task.shape)), conf.budget)  # fmt: skip

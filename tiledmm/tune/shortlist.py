@@ -37,7 +37,7 @@ from ..util.accuracy import rel_error
 from .search import TOL, Tuner
 from .task import Task, geo_key, geo_text, geometry_of, runs_as
 
-__all__ = ["Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
+__all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
 
 #: Of the budget, at most this share goes to ranking the search space with the planner.
 RANK_SHARE = 0.3
@@ -236,3 +236,23 @@ class Shortlist(Task):
 
 def _agree(g: Geometry, opts: dict) -> int:
     return sum(opts.get(k) == v for k, v in g.options)
+
+
+def smaller_shape(shape, cls: str) -> tuple | None:
+    """``shape`` with its dimensions over 512 halved, if it stays in class ``cls``."""
+    b, m, n, k = shape
+    smaller = tuple(d // 2 if d > 2 * tuning.SKINNY_K else d for d in (m, n, k))
+    if smaller == (m, n, k) or tuning.shape_class(*smaller, b) != cls:
+        return None
+    return (b, *smaller)
+
+
+def timing_shape(predict, shape, cls: str, limit: float) -> tuple | None:
+    """``shape``, or the largest :func:`smaller_shape` one whose call of the current tiles the model
+    predicts within ``limit`` seconds; None when there is none."""
+    while shape is not None:
+        t = predict(shape)
+        if t is None or t <= limit:
+            return shape if t is not None else None
+        shape = smaller_shape(shape, cls)
+    return None
