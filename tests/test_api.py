@@ -426,3 +426,34 @@ def test_hot_path_1d_uses_the_bound_launch(sa, sb, takes, monkeypatch):
         assert got.shape == ref.shape
         np.testing.assert_allclose(got, ref, rtol=1e-5)
     assert len(calls) == 2 and calls[0] == (sa, sb, ref.shape)  # calls 2 and 3: the hot path
+
+
+@pytest.mark.parametrize("foreign", [False, True])
+def test_one_route_and_one_name_resolution_per_call(foreign, monkeypatch):
+    """From ``tiledmm.matmul`` to the launch, the operands' kinds are decided once
+    (``kinds.route``) and the backend's name is resolved once (``registry.get_backend``):
+    NumPy operands by the engine's choice, a foreign (DLPack) operand by the route, whose
+    Backend the bridge hands to the engine."""
+    from tests.test_interop import StandIn
+    from tiledmm.core import dispatch, engine, registry
+    from tiledmm.interop import kinds
+
+    counts = {"route": 0, "get_backend": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kw):
+            counts[name] += 1
+            return real(*args, **kw)
+
+        return wrapper
+
+    monkeypatch.setattr(kinds, "route", counted("route", kinds.route))
+    monkeypatch.setattr(registry, "get_backend", counted("get_backend", registry.get_backend))
+    dispatch.clear_caches()
+    engine._fast.clear()
+    rng = np.random.default_rng(36)
+    a, b = rng.random((7, 5), dtype=np.float32), rng.random((5, 3), dtype=np.float32)
+    got = tiledmm.matmul(StandIn(a) if foreign else a, b, backend="numpy")
+    assert counts == {"route": 1, "get_backend": 1}
+    got = np.from_dlpack(got) if foreign else got
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5)

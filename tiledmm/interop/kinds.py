@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..core import registry
 from ..core.backend import Backend
-from ..core.registry import get_backend
 from ..core.semantics import unwrap_out
 
 __all__ = [
@@ -155,7 +155,7 @@ def route(a: Any, b: Any, out: Any = None, backend: str = "auto") -> Route:
     be = None
     if backend != "auto":
         try:
-            be = get_backend(backend)
+            be = registry.get_backend(backend)
         except (ValueError, RuntimeError):  # unknown or unavailable: the engine says so
             return DASK if "dask" in libs and _dask(a, b) else NATIVE
         own = be.result_kinds
