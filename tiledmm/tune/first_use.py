@@ -1,13 +1,12 @@
 """First-use tuning: the first call of a shape class on a device nobody tuned times a short
 list of tiles on the caller's shape and keeps the winner (issue 37).
 
-``tiledmm.matmul`` calls :func:`prepare` before it plans a product. Where the backend ships no
-table for this device and the user tuning database holds no entry of this device, backend,
-dtype, family and shape class, the short list
-(:mod:`tiledmm.tune.shortlist`: the current tiles, the shipped default, what sibling backends tuned
-here, the planner's fastest predictions from ``Backend.search_space``) is checked and timed
-within a budget, and the winner goes into the user database as ``tiledmm tune`` writes it,
-marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One INFO line on the
+The engine calls :func:`prepare` before it plans a product (``tiledmm.api`` installs it). Where
+the backend ships no table for this device and the user database holds no entry of this device,
+backend, dtype, family and shape class, the short list (:mod:`tiledmm.tune.shortlist`: the
+current tiles, the shipped default, sibling backends' tiles, the planner's best) is checked
+and timed within a budget; the winner goes into the user database as ``tiledmm tune`` writes
+it, marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One INFO line on the
 ``tiledmm`` logger says what happened.
 
 - Budget: :data:`GPU_BUDGET` seconds per class on a GPU, :data:`CPU_BUDGET` on a CPU, beyond
@@ -15,8 +14,7 @@ marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One INFO l
   checks, compiles and timing all count. :data:`SHORTLIST` candidates at most.
 - Settings: ``TILEDMM_FIRST_USE_TUNING=0`` turns it off (then nothing is timed or written, and
   dispatch is what it was without this module); ``TILEDMM_FIRST_USE_BUDGET`` (seconds) and
-  ``TILEDMM_FIRST_USE_SHORTLIST``; :func:`configure` sets the same from Python and wins.
-- A product too small to time (its FLOPs at the device's peak take less than a launch) is
+  ``TILEDMM_FIRST_USE_SHORTLIST``; :func:`configure` sets the same from Python and wins.- A product too small to time (its FLOPs at the device's peak take less than a launch) is
   not tuned; one too slow to time a few calls within the budget is timed on a smaller shape
   of the same class. A first-use entry is tuned again when a call of its class is
   :data:`REFINE_FLOPS` times larger than the call it was tuned for (the largest products, where
