@@ -14,7 +14,8 @@ it, marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One IN
   checks, compiles and timing all count. :data:`SHORTLIST` candidates at most.
 - Settings: ``TILEDMM_FIRST_USE_TUNING=0`` turns it off (then nothing is timed or written, and
   dispatch is what it was without this module); ``TILEDMM_FIRST_USE_BUDGET`` (seconds) and
-  ``TILEDMM_FIRST_USE_SHORTLIST``; :func:`configure` sets the same from Python and wins.- A product too small to time (its FLOPs at the device's peak take less than a launch) is
+  ``TILEDMM_FIRST_USE_SHORTLIST``; :func:`configure` sets the same from Python and wins.
+- A product too small to time (its FLOPs at the device's peak take less than a launch) is
   not tuned; one too slow to time a few calls within the budget is timed on a smaller shape
   of the same class. A first-use entry is tuned again when a call of its class is
   :data:`REFINE_FLOPS` times larger than the call it was tuned for (the largest products, where
@@ -47,8 +48,7 @@ from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
 from .task import geo_key, geo_text, geometry_of
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
-           "ENABLE", "BUDGET", "SIZE", "GPU_BUDGET", "CPU_BUDGET", "SHORTLIST",
-           "REFINE_FLOPS"]  # fmt: skip
+           "ENABLE", "BUDGET", "SIZE", "GPU_BUDGET", "CPU_BUDGET", "SHORTLIST", "REFINE_FLOPS"]
 
 ENABLE, BUDGET, SIZE = ("TILEDMM_FIRST_USE_TUNING", "TILEDMM_FIRST_USE_BUDGET",
                         "TILEDMM_FIRST_USE_SHORTLIST")  # fmt: skip
