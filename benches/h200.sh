@@ -17,6 +17,6 @@ for be in cupy opencl numba-cuda; do
 done
 python3 -m tiledmm bench --backend cupy --backend opencl --backend numba-cuda --sizes 1024,4096,1000x3000x777 \
   --dtype float64 --name "$prefix-float64" -o "$out" --no-figures
-python3 benches/dispatch_overhead.py > "$data/$prefix-dispatch.json"
+python3 -m benches.studies.dispatch_overhead > "$data/$prefix-dispatch.json"
 cat "$data/$prefix-dispatch.json"
 python3 -m tiledmm report "$out"/$prefix-*.json -o "$out/report-$prefix" --no-figures

@@ -333,7 +333,8 @@ def test_cpu_vectors_take_the_cpu_gemv_path():
 
 @opencl
 def test_cpu_vectors_bench_runs(capsys):
-    """benches/cpu_vectors.py at a small size: a row per orientation, auto on the naive path."""
+    """benches/studies/cpu_vectors.py at a small size: a row per orientation, auto on the naive
+    path."""
     import importlib.util
     from pathlib import Path
 

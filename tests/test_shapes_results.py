@@ -1,4 +1,5 @@
-"""The committed every-shape run (benches/results/h200-shapes.json, benches/shapes.py on the H200)
+"""The committed every-shape run (benches/results/h200-shapes.json, benches/studies/shapes.py on
+the H200)
 holds what issue 11 asks of it; a re-run that falls back fails here."""
 
 from __future__ import annotations

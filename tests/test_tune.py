@@ -442,7 +442,7 @@ def test_cold_start_opencl_pocl(cache, monkeypatch):
 
 
 def test_committed_h200_cold_starts_reach_the_shipped_tiles():
-    """benches/results/h200-tune-coldstart.json (benches/tune_coldstart.py on the H200): for
+    """benches/results/h200-tune-coldstart.json (benches/studies/tune_coldstart.py on the H200): for
     cupy, opencl and numba-cuda the cold-tuned register tiles reach >= 0.95 of the shipped
     ones at 4096^3 and 8192^3 and on the geometric mean of the every-shape set (issue 13)."""
     import math

@@ -136,7 +136,8 @@ class CupyBackend(K.SharedSourceTables, Backend):
         """Device seconds per call from CUDA events on the current stream. Each timed call is
         queued behind a 200 us spin kernel, so the host has enqueued all of ``fn``'s work before
         the start event fires: the events time the device work, not Python's launch latency
-        (as OpenCL's profiling events do; per-call host cost is benches/interop_overhead.py's)."""
+        (as OpenCL's profiling events do; per-call host cost is
+        benches/studies/interop_overhead.py's)."""
         cp = cupy_module()
         for _ in range(warmup):
             fn()

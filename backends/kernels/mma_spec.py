@@ -1,6 +1,7 @@
 """The ``mma`` family's compile-time layout (``mma.cl``): defines and shared-memory size.
 
-Standalone on purpose (imports nothing from tiledmm): ``benches/mma.py`` loads this file by path
+Standalone on purpose (imports nothing from tiledmm): ``benches/probes/mma.py`` loads this file by
+path
 on a GPU machine. One place computes the padded shared-memory leading dimensions, so the kernel
 and the host agree on the dynamic shared-memory size.
 

@@ -46,7 +46,7 @@ def event_seconds(fn, repeat: int, warmup: int) -> list[float]:
     timed call is queued behind a spin kernel (:data:`SPIN_SLEEPS`), so the host has enqueued
     all of ``fn``'s work before the start event fires: the events time the device work, not
     Python's launch path (as the CuPy backend's timings do, and OpenCL's profiling events;
-    the per-call host cost is ``benches/numba_overhead.py``'s)."""
+    the per-call host cost is ``benches/studies/numba_overhead.py``'s)."""
     spin = _spin_launch()
     for _ in range(warmup):
         fn()

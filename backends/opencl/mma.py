@@ -1,7 +1,7 @@
 """The ``mma`` family (tensor cores) on NVIDIA's OpenCL: ``kernels/mma.cl`` through inline PTX.
 
 NVIDIA's OpenCL compiler accepts the source's inline PTX (``mma.sync``, ``cp.async``,
-``ldmatrix``; measured on the H200 by ``benches/mma.py``), so the same kernel runs here with
+``ldmatrix``; measured on the H200 by ``benches/probes/mma.py``), so the same kernel runs here with
 ``MMA_PTX_OPENCL``. Offered only on NVIDIA GPUs of compute capability 8.0 or newer, as the
 ``cl_nv_device_attribute_query`` extension reports it (PoCL and other vendors never get it).
 

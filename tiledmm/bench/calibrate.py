@@ -158,7 +158,7 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
     ``("levels", "DRAM" | "L2" | "shared memory")``, FLOPs for ``("fma_peaks", dtype)``. DRAM and
     L2: 16-byte streaming reads of a buffer beyond / inside the L2, rotated over the groups so L1
     serves nothing; shared memory: 16-byte conflict-free reads; FMA: 8 chains per item.
-    Nothing when the backend has no probe hook. ``benches/ncu_counters.py --probes`` profiles
+    Nothing when the backend has no probe hook. ``benches/probes/ncu_counters.py --probes`` profiles
     the same runs."""
     dev = be.device()
     threads, groups = PROBE_THREADS, max(1, dev.compute_units) * PROBE_GROUPS_PER_UNIT

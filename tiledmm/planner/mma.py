@@ -17,7 +17,8 @@ __all__ = ["default_mma_geometry", "plan_mma"]
 
 def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None = None,
                          small: bool = False, fit: bool = True) -> Geometry:  # fmt: skip
-    """Tiles of the mma family before tuning (the H200 screen of benches/mma.py): f64 128x128x16
+    """Tiles of the mma family before tuning (the H200 screen of benches/probes/mma.py): f64
+    128x128x16
     with 8 warps of 32x64, 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32 with 8 warps
     of 64x64 (0.37 of cuBLAS TF32 against 0.32 for 128x128x32 with 64x32 warps; from sm_90
     rounded by cvt.rn, 4 stages and the cross-stage fragment pipe: 0.46-0.48 on the H200, cvt.rna

@@ -99,14 +99,15 @@ def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "f
     product on ``device`` (its wave quantization and occupancy: fewer, larger tiles leave SMs
     idle on a small grid or in a last partial wave; smaller tiles reuse less), for grids of at
     most :data:`MAX_FIT_WAVES` waves of the stored tile. Near-ties
-    (:data:`FIT_MARGIN`) keep the larger tile. Measured on the H200 (benches/tile_choice.py,
+    (:data:`FIT_MARGIN`) keep the larger tile. Measured on the H200 (benches/studies/tile_choice.py,
     CuPy and OpenCL, benches/results/logs/h200-tile-choice-s6.txt), the model ranks the
     candidates right: 64x32 at 512^3 (0.84 of cuBLAS against 0.65 for 64x64), 128x64 at 1024^3,
     1536^3, 3072^3 (0.90 against 0.78 for 128x128: 2.2 waves of 128x128 blocks at 2 per SM)
     and 1000x3000x777, 128x128 from 2048^3 and at 4096^3-16384^3. That is the shared C
     sources' register tiles (their ``vn`` option). numba-cuda's tiles (``min_tile`` without
     ``vn``), whose model ranks 128x64 first at 1024^3 where 64x64 measured 0.53 of cuBLAS
-    against 0.47, keep the rule they were measured with (benches/numba_classes.py): halve while
+    against 0.47, keep the rule they were measured with (benches/studies/numba_classes.py): halve
+    while
     the grid is under ``SMALL_GRID_BLOCKS_PER_SM`` blocks per SM. Tiles with a split-K, and
     batches (their class tile is measured: 64x64 lost to 128x64 on all four batched shapes,
     benches/results/logs/h200-shapes-0255.json), are left alone."""
@@ -236,7 +237,7 @@ def resolve_split(geo: Geometry, m: int, n: int, k: int, sms: int, batch: int = 
 def fit_mma_grid(geo: Geometry, m: int, n: int, device: Any, dtype: str) -> Geometry:
     """A 16-bit mma tile of 8 warps (one block per SM) halved along its longer side to 4 warps,
     two blocks per SM (at most 3 stages, so that two fit in shared memory), where its grid has
-    fewer blocks than the device has SMs. H200 float16 (benches/mma_results.py, session 10):
+    fewer blocks than the device has SMs. H200 float16 (benches/studies/mma_results.py, session 10):
     1024^3 ran at 0.26 of the vendor with 32 blocks of 128x256 and 0.38 with 64 of 128x128;
     2048^3 (128 blocks) alike with both; from 4096^3 128x256 led (0.49 against 0.47)."""
     (bm, bn, bk), (wm, wn) = geo.block_tile, geo.thread_tile

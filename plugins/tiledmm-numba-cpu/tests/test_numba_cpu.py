@@ -140,7 +140,8 @@ def test_read_only_out_raises_numpys_error(kernel):
 
 
 def test_split_bench_times_packing_and_loop(tmp_path):
-    """benches/numba_cpu_split.py (the packing / loop split of docs/model.md) runs and writes
+    """benches/studies/numba_cpu_split.py (the packing / loop split of docs/model.md) runs and
+    writes
     both phases with the model's figures beside them."""
     import json
     import subprocess

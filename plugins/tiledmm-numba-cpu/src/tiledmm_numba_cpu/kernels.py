@@ -91,7 +91,7 @@ def _tiled(A, B, C, BM, BN, BK, TN):
 
 def _packing(A, B, C, BM, BN, BK, TN):
     """The tiled and register kernels' packing phase alone, over the same blocks and K steps
-    (C untouched): ``benches/numba_cpu_split.py`` times it to split a kernel's time into
+    (C untouched): ``benches/studies/numba_cpu_split.py`` times it to split a kernel's time into
     packing and loop (docs/model.md, ``NUMBA_PACK_CLOCKS``)."""
     M, K = A.shape
     N = B.shape[1]

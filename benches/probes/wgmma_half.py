@@ -1,5 +1,5 @@
 """float16 / bfloat16 through ``wgmma`` (``wgmma.cu`` built with HALF 1 / 2): an experiment
-``benches/wgmma_probe.py`` runs in its child processes (variants whose defines have HALF).
+``benches/probes/wgmma_probe.py`` runs in its child processes (variants whose defines have HALF).
 
 Builds with the library's ``WgmmaKernel`` (``backends/cupy_cuda/wgmma.py``, the path 16-bit
 wgmma plans take). A row-major and B row-major go to the kernel as they are (no pack: wgmma

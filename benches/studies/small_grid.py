@@ -1,6 +1,6 @@
 """How far a small grid's register tile should shrink (issue 11): ``min_tile`` on a GPU.
 
-    python benches/small_grid.py [--write]
+    python -m benches.studies.small_grid [--write]
 
 ``shapefit.fit_grid`` halves the shared C sources' 128x128 register tile once (to 128x64) when
 the grid is under 1.5 blocks per SM; with the option ``min_tile`` it keeps halving (longer side
@@ -25,10 +25,10 @@ import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import tiledmm  # noqa: E402
+import tiledmm
 from tiledmm.core import tuning
 from tiledmm.planner import shapefit
-from tiledmm.util.accuracy import rel_error  # noqa: E402
+from tiledmm.util.accuracy import rel_error
 
 SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (257, 4097, 1031)]
 CHOICES = (None, 64, 32)

@@ -1,6 +1,6 @@
 """Batched products on one GPU: CuPy and OpenCL beside cupy.matmul, and why they differ.
 
-    python benches/batched_check.py [--geometries auto,128x64,128x64mb3,128x128,64x64]
+    python -m benches.probes.batched_check [--geometries auto,128x64,128x64mb3,128x128,64x64]
 
 For each batched shape and backend it prints, in microseconds per product:
   ``event``  CUDA events (CuPy) / profiling events (OpenCL) around ONE call, as the benches
@@ -24,7 +24,7 @@ import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import tiledmm  # noqa: E402
+import tiledmm
 from tiledmm import Geometry, make_plan
 from tiledmm.core import dispatch
 

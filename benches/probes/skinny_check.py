@@ -1,7 +1,7 @@
 """Vectors and skinny products on one GPU: every shape-class candidate of the gemv path and the
 register family, CuPy and OpenCL, beside cupy.matmul; time from back-to-back calls.
 
-    python benches/skinny_check.py [--bandwidth 4.06e12] [--backends cupy,opencl]
+    python -m benches.probes.skinny_check [--bandwidth 4.06e12] [--backends cupy,opencl]
         [--timer loop|events] [--shapes 1x4096x4096,...]
 
 Prints microseconds per product, GFLOP/s, fraction of cuBLAS, and the fraction of the DRAM
@@ -15,17 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
-from pathlib import Path
 
 import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
-sys.path.insert(0, str(Path(__file__).parent))
 
-from batched_check import cupy_times, opencl_times  # noqa: E402
-
-import tiledmm  # noqa: E402
+import tiledmm
+from benches.probes.batched_check import cupy_times, opencl_times
 from tiledmm import make_plan
 from tiledmm.core import tuning
 from tiledmm.planner import shapefit

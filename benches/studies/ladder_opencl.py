@@ -1,6 +1,6 @@
 """The kernel ladder on an OpenCL device (PoCL's CPU device here) against numpy.matmul.
 
-    python benches/ladder_opencl.py [--sizes 512 1024] [--rounds 3] [--out FILE]
+    python -m benches.studies.ladder_opencl [--sizes 512 1024] [--rounds 3] [--out FILE]
 
 Rounds interleave the kernels so background load hits them alike; each figure is the best of
 its rounds (median of 3 calls per round). Ratios are to numpy.matmul (OpenBLAS) in the same run.

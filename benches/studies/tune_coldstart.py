@@ -2,10 +2,10 @@
 
     TILEDMM_CACHE_DIR=$COLD tiledmm tune --backend cupy --budget 10m --cold --fresh \\
         --shapes 4096x4096x4096,8192x8192x8192,odd,skinny,batched
-    python benches/tune_coldstart.py --backend cupy --cold-cache $COLD \\
+    python -m benches.studies.tune_coldstart --backend cupy --cold-cache $COLD \\
         --out benches/results/h200-tune-coldstart.json
 
-For each shape (4096^3, 8192^3 and the every-shape set of ``benches/shapes.py`` without its
+For each shape (4096^3, 8192^3 and the every-shape set of ``benches/studies/shapes.py`` without its
 vectors and batches), the register family runs twice in one process on the same arrays: with
 the geometry the cold-started tuner left in ``--cold-cache`` (``tuned_from: "cold"``; the
 shipped device tables hidden, as during the tuning run) and with the shipped tables
@@ -22,14 +22,14 @@ import argparse
 import math
 import os
 import statistics
-import sys
 from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import tiledmm  # noqa: E402
+import tiledmm
+from benches.studies.shapes import SHAPES
 from tiledmm.bench import results
-from tiledmm.bench.sweep import (  # noqa: E402
+from tiledmm.bench.sweep import (
     Case,
     Inputs,
     Settings,
@@ -41,10 +41,7 @@ from tiledmm.bench.sweep import (  # noqa: E402
 )
 from tiledmm.core import tuning
 from tiledmm.planner import shapefit
-from tiledmm.planner.make import default_geometry  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from shapes import SHAPES  # noqa: E402
+from tiledmm.planner.make import default_geometry
 
 FAMILY = "register"
 ROUNDS = 3  # timed rounds per geometry, alternating cold and shipped

@@ -1,10 +1,10 @@
 """The tensor-core rung as users get it: ``kernel="mma"`` through tiledmm's planner and launch
 path, beside the vendor GEMM, as pytest-benchmark rows (issue 14).
 
-    python benches/mma_results.py --out benches/results/h200-mma.json
-    CUPY_TF32=1 python benches/mma_results.py --precision tf32 --out .../h200-mma-tf32.json
+    python -m benches.studies.mma_results --out benches/results/h200-mma.json
+    CUPY_TF32=1 python -m benches.studies.mma_results --precision tf32 --out .../h200-mma-tf32.json
 
-``benches/mma.py`` screens tile configurations with its own builds; this script runs what the
+``benches/probes/mma.py`` screens tile configurations with its own builds; this script runs what the
 planner picks (the tuning database's tiles) for float64 and float16 through ``Backend.run``,
 checked first (NaN-poisoned output, float64 reference), timed with device events after warm-up
 beside ``cupy.matmul`` on the same arrays. With ``--precision tf32`` it runs float32 on tensor
@@ -20,7 +20,8 @@ beside ``torch.matmul`` on the same tensors (``vendor_backend`` "torch"), both t
 backend's device events after warm-up; the error is against a float64 product of the bfloat16
 inputs, the result checked in a NaN-poisoned ``out=`` first:
 
-    python benches/mma_results.py --dtypes float16,bfloat16 --out benches/results/h200-mma-16.json
+    python -m benches.studies.mma_results --dtypes float16,bfloat16 --out
+    benches/results/h200-mma-16.json
 """
 
 from __future__ import annotations

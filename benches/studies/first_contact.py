@@ -6,7 +6,8 @@ first call?
 
 With an empty ``TILEDMM_CACHE_DIR`` (a fresh temporary folder unless ``--cache``) and
 ``TILEDMM_IGNORE_SHIPPED_TUNING=1`` (no table for this device), each shape of the every-shape
-set (``benches/shapes.py``; on a CPU scaled down by ``--scale`` and capped by ``--max-gflop``)
+set (``benches/studies/shapes.py``; on a CPU scaled down by ``--scale`` and capped by
+``--max-gflop``)
 is called once through ``tiledmm.matmul(a, b, backend=B)`` as a user would (device arrays in,
 kernel "auto"): that first call's time, including first-use tuning (``tiledmm.tune.first_use``),
 and its result checked (every element written, sampled rows against float64). Then, timed in
@@ -41,14 +42,12 @@ import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-sys.path.insert(0, str(Path(__file__).parent))
-from shapes import SHAPES, classify  # noqa: E402
-
-import tiledmm  # noqa: E402
-from tiledmm.bench.machine import commit_info, machine_info  # noqa: E402
+import tiledmm
+from benches.studies.shapes import SHAPES, classify
+from tiledmm.bench.machine import commit_info, machine_info
 from tiledmm.core import dispatch, tuning
 from tiledmm.tune import first_use
-from tiledmm.util.accuracy import rel_error  # noqa: E402
+from tiledmm.util.accuracy import rel_error
 
 GPU_BACKENDS = ("cupy", "numba-cuda", "opencl")
 SAMPLE_ROWS = 16

@@ -2,7 +2,7 @@
 against copies into 16-byte-aligned rows plus the aligned variant, per shape: the figures
 behind ``tiledmm.model.hierarchy.pad_pays`` (benches/results/logs/h200-pad-probe-s13.txt).
 
-    python3 benches/pad_probe.py
+    python3 -m benches.probes.pad_probe
 
 Columns: what ``pad_pays`` says for the plan, the call as shipped (``out=`` given), each
 copy alone, the aligned kernel on operands copied beforehand, their sum, cuBLAS.

@@ -1,6 +1,7 @@
 """Screen of the Hopper ``wgmma`` TF32 GEMM (``backends/kernels/wgmma.cu``) against cuBLAS TF32.
 
-    python benches/wgmma_probe.py [--out wgmma.json] [--variants a,b] [--shapes 4096,4096,4096;...]
+    python -m benches.probes.wgmma_probe [--out wgmma.json] [--variants a,b] [--shapes
+    4096,4096,4096;...]
 
 Each variant (a set of the kernel's defines) runs in its own child process, so a variant that
 fails to build or faults leaves the others standing. A child compiles the source with NVRTC for
@@ -59,7 +60,7 @@ VARIANTS = {
     "s128x64_g16": {"BN": 64, "GROUP_M": 16},
     "s64x128_g16": {"BN": 128, "NWG": 1, "GROUP_M": 16},
     "s64x64_g16": {"BN": 64, "NWG": 1, "GROUP_M": 16},
-    # float16 / bfloat16 by wgmma (benches/wgmma_half.py): which descriptor field takes the
+    # float16 / bfloat16 by wgmma (benches/probes/wgmma_half.py): which descriptor field takes the
     # B panel stride (8192 bytes) and which the 8-row stride (1024)
     "h16_128x256_g16": {"HALF": 1, "GROUP_M": 16},
     "h16_128x256_g16_swap": {"HALF": 1, "GROUP_M": 16, "HB_LBO": 1024, "HB_SBO": 8192},
@@ -288,7 +289,7 @@ def child(name: str, defs: dict, shapes) -> None:
 
     t0 = time.monotonic()
     half = None
-    if defs.get("HALF"):  # the float16 / bfloat16 experiment (benches/wgmma_half.py)
+    if defs.get("HALF"):  # the float16 / bfloat16 experiment (benches/probes/wgmma_half.py)
         import wgmma_half as half
 
         shapes = half.SHAPES

@@ -1,8 +1,8 @@
 """Every shape class beside the vendor library, in one run; and a sweep of the per-class
 candidate geometries (issue 11).
 
-    python benches/shapes.py --out benches/results/h200-shapes.json      # the shape set
-    python benches/shapes.py --sweep --entries sweep.json [--save] [--dtype float64]
+    python -m benches.studies.shapes --out benches/results/h200-shapes.json      # the shape set
+    python -m benches.studies.shapes --sweep --entries sweep.json [--save] [--dtype float64]
 
 The shape set: >= 24 float32 shapes (squares 256-16384, odd sizes, K <= 256, M or N <= 64,
 batches of 8-256 small matrices, vectors as 1-D operands) through every available backend of
@@ -35,14 +35,14 @@ import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import tiledmm  # noqa: E402
+import tiledmm
 from tiledmm.bench import results
-from tiledmm.bench.sweep import peak_of, tolerance  # noqa: E402
+from tiledmm.bench.sweep import peak_of, tolerance
 from tiledmm.core import tuning
-from tiledmm.core.dispatch import plan_for  # noqa: E402
+from tiledmm.core.dispatch import plan_for
 from tiledmm.planner import shapefit
-from tiledmm.planner.make import batch_plan  # noqa: E402
-from tiledmm.util.accuracy import rel_error  # noqa: E402
+from tiledmm.planner.make import batch_plan
+from tiledmm.util.accuracy import rel_error
 
 # (batch shape of a, batch shape of b, m, n, k); m == 1 / n == 1 with "1d" are 1-D operands
 SHAPES = [((), (), s, s, s) for s in (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)] + [
@@ -306,7 +306,7 @@ def _entry(dev, name, dtype, fam, cls, bt, tt, opts, g, probs, bshape) -> dict:
     where += f" x batch {list(bshape)}" if bshape else ""
     return dict(
         kernels="gemm-c",
-        source=f"benches/shapes.py --sweep on {dev.name}, {dt.date.today().isoformat()}: "
+        source=f"benches/studies/shapes.py --sweep on {dev.name}, {dt.date.today().isoformat()}: "
         f"{g:.0f} GFLOP/s geomean over {where}",
         device=dev.name, backend=name, dtype=dtype, family=fam, shape_class=cls,
         block_tile=list(bt), thread_tile=list(tt), options=dict(opts),
@@ -359,7 +359,7 @@ def write(rows: list[dict], names: list[str], args) -> None:
         shape = f"{r['batch']}x{r['m']}x{r['n']}x{r['k']}"
         tag = f"{r['backend']}-{r['requested_kernel']}-{r['dtype']}-{shape}"
         e["name"], e["param"] = f"test_shapes[{tag}]", tag
-        e["fullname"] = f"benches/shapes.py::{e['name']}"
+        e["fullname"] = f"benches/studies/shapes.py::{e['name']}"
         benches.append(e)
     res = SimpleNamespace(benchmarks=benches, backends=[tiledmm.get_backend(n) for n in names],
                           skipped=[], failures=[])  # fmt: skip

@@ -1,6 +1,6 @@
 """Tensor-core ``mma`` kernels (backends/kernels/mma.cl) on a CUDA GPU, against cuBLAS.
 
-    python benches/mma.py --out $OUT/h200-mma.json        (after bash .whl/setup.sh)
+    python -m benches.probes.mma --out $OUT/h200-mma.json        (after bash .whl/setup.sh)
 
 Standalone: compiles ``mma.cl`` with CuPy (NVRTC) straight from this checkout (no tiledmm import),
 for a few tile configurations per kind (f64 DMMA, f16/bf16 with f32 accumulate, TF32), checks
@@ -33,7 +33,7 @@ from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "1")  # float32 matmul here is only the TF32 yardstick
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "backends" / "kernels"
@@ -406,7 +406,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
     return {
         "group": f"mma {dtype} {m}x{n}x{k}",
         "name": f"test_mma[cupy-mma-{kind}-{m}x{n}x{k}-{name}]",
-        "fullname": f"benches/mma.py::test_mma[cupy-mma-{kind}-{m}x{n}x{k}-{name}]",
+        "fullname": f"benches/probes/mma.py::test_mma[cupy-mma-{kind}-{m}x{n}x{k}-{name}]",
         "params": {"backend": "cupy", "kernel": "mma", "dtype": dtype, "shape": f"{m}x{n}x{k}"},
         "param": f"cupy-mma-{kind}-{m}x{n}x{k}-{name}",
         "extra_info": {
@@ -555,7 +555,7 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every kind's budget")
     p.add_argument("--all", action="store_true", help="every config at every shape")
     p.add_argument("--no-opencl", action="store_true")
-    p.add_argument("--no-probe", action="store_true", help="skip benches/mma_probe.py")
+    p.add_argument("--no-probe", action="store_true", help="skip benches/probes/mma_probe.py")
     p.add_argument("--only", default="", help="configs whose name contains this (e.g. for ncu)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
@@ -630,7 +630,7 @@ def write(path: str, R: Runner, ocl) -> None:
         "commit_info": {"project": "tiledmm"},
         "benchmarks": R.rows,
         "datetime": dt.datetime.now(dt.UTC).isoformat(),
-        "version": "benches/mma.py",
+        "version": "benches/probes/mma.py",
         "tiledmm": {"command": " ".join(sys.argv), "failures": R.failures,
                     "opencl_inline_ptx": ocl, "mma_sync_ceiling": PROBE},
     }  # fmt: skip

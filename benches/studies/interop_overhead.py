@@ -1,6 +1,6 @@
 """Per-call cost of tiledmm.matmul at 64^3 on PyTorch (and Numba, JAX) CUDA inputs vs CuPy inputs.
 
-    python3 benches/interop_overhead.py > benches/data/h200-interop.json
+    python3 -m benches.studies.interop_overhead > benches/data/h200-interop.json
 
 Issue 18's bar: with torch CUDA tensors, a call costs within 10% of the same call (same backend,
 same kernel) on CuPy arrays. Each row (backends cupy, numba-cuda and the names cuda, auto) times
@@ -26,9 +26,9 @@ import pstats
 import sys
 
 import numpy as np
-from dispatch_overhead import per_call_us  # (a sibling script: benches/ is on sys.path)
 
 import tiledmm
+from benches.studies.dispatch_overhead import per_call_us
 from tiledmm.interop import bridge as arrays
 from tiledmm.interop import torchpath
 

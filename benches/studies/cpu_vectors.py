@@ -4,7 +4,7 @@ per orientation; seconds are medians of device-side timings (PoCL's profiling ev
 warm-up, NumPy's of wall time. Fraction of DRAM: bytes of A, B and C over time over the
 device's DRAM bandwidth (``tiledmm calibrate --backend opencl`` measures it; else estimated).
 
-    python benches/cpu_vectors.py [--sizes 4096,8192]
+    python -m benches.studies.cpu_vectors [--sizes 4096,8192]
 """
 
 from __future__ import annotations

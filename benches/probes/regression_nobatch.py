@@ -1,7 +1,8 @@
 """The register kernel before batching landed (commit 75c1f994) against HEAD's, with and without
 the batch prologue (``NO_BATCH``): same defines, same data, beside cuBLAS, on a CUDA GPU.
 
-    python benches/regression_nobatch.py     (from a git checkout; the H200 log of 2026-12-01 is
+    python -m benches.probes.regression_nobatch     (from a git checkout; the H200 log of
+    2026-12-01 is
                                               benches/results/logs/h200-regress-nobatch.log)
 
 Each kernel is checked on 64 rows against a float64 product, then timed with CUDA events
@@ -16,11 +17,11 @@ import subprocess
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import cupy as cp  # noqa: E402
-import numpy as np  # noqa: E402
-from tiledmm_backends import kernels as K  # noqa: E402
+import cupy as cp
+import numpy as np
+from tiledmm_backends import kernels as K
 
-import tiledmm  # noqa: E402
+import tiledmm
 
 OLD = "75c1f994"  # the last commit before the batch prologue
 DEFS = dict(REAL_BYTES=4, BM=128, BN=128, BK=16, TM=8, TN=8, THREADS=256, SPLIT_K=1,

@@ -2,7 +2,8 @@
 the same probe launches (``tiledmm.bench.calibrate.probe_runs``), quick and full buffers, timed cold
 (right after setup, as the tests do) and again after ~1 s of back-to-back launches, per run.
 
-    python3 benches/dram_probe_warmup.py        # on the GPU machine; prints one line per case
+    python3 -m benches.probes.dram_probe_warmup        # on the GPU machine; prints one line per
+    case
 
 If the cold quick rate is low and the warm quick rate matches the full one, the difference is
 the memory clock leaving its idle state, not the probe (docs/model.md, "Calibrating").

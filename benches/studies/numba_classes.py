@@ -5,7 +5,8 @@ float64 reference into a NaN-poisoned output, then timed (device time, CUDA even
 best per class and family and writes them as ``backends/kernels/geometry.json`` entries
 (``kernels: "numba"`` with ``measured.gflops``, which ``kernel="auto"`` compares between families).
 
-    python benches/numba_classes.py --entries numba-classes.json [--classes vector,skinny_mn]
+    python -m benches.studies.numba_classes --entries numba-classes.json [--classes
+    vector,skinny_mn]
 
 The candidates are :data:`CANDIDATES` (one place; float32), the shapes :data:`PROBLEMS`. Each
 distinct tile, split and gemv orientation compiles once (Numba, cached on disk): the first run
@@ -20,9 +21,15 @@ import math
 from pathlib import Path
 
 import numpy as np
-from shapes import SWEEP, SWEEP_BATCH, best_per_family, check_then_time, sweep_operands
 
 import tiledmm
+from benches.studies.shapes import (
+    SWEEP,
+    SWEEP_BATCH,
+    best_per_family,
+    check_then_time,
+    sweep_operands,
+)
 from tiledmm import Geometry
 from tiledmm.core import tuning
 from tiledmm.planner import shapefit
@@ -117,7 +124,8 @@ def _entry(device: str, dtype: str, fam: str, cls: str, geo: Geometry, g: float,
         kernels="numba", device=device, dtype=dtype, shape_class=cls, family=fam,
         block_tile=list(geo.block_tile), thread_tile=list(geo.thread_tile),
         options=dict(geo.options),
-        source=f"benches/numba_classes.py on {device}, {today}: {g:.0f} GFLOP/s geomean over "
+        source=f"benches/studies/numba_classes.py on {device}, {today}: {g:.0f} GFLOP/s geomean "
+        f"over "
         f"{where}",
         measured=[dict(backend="numba-cuda", gflops=round(g, 1), date=today,
                        shapes=[list(p) for p in probs], batch=list(bshape))],
@@ -131,7 +139,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     found = sweep(args.classes.split(","))
     if args.entries:
-        tuning.write(Path(args.entries), found, "benches/numba_classes.py: best per class/family")
+        tuning.write(Path(args.entries), found,
+                     "benches/studies/numba_classes.py: best per class/family")
         print(f"wrote {len(found)} entries to {args.entries}")
     return 0
 

@@ -1,6 +1,6 @@
 """The ``mma.sync`` ceiling of this GPU: warp MMAs on registers only, no memory traffic.
 
-    python benches/mma_probe.py [--out probe.json]     (benches/mma.py runs it too)
+    python -m benches.probes.mma_probe [--out probe.json]     (benches/probes/mma.py runs it too)
 
 Each warp issues ``ACC`` independent ``mma.sync`` per iteration on constant fragments, 8 warps
 per block, 4 blocks per SM: the rate the tensor cores give the synchronous warp instruction,

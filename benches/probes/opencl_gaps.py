@@ -3,7 +3,7 @@ products: the host time of one call, each command's device time and start, and t
 command's start to last one's end) behind no spin kernel, a 200 us and a 1 ms one. The gaps
 between commands are the host's enqueue time (issue 11; benches/results/logs/h200-opencl-gaps.txt).
 
-    TILEDMM_OPENCL_DEVICE=NVIDIA python benches/opencl_gaps.py
+    TILEDMM_OPENCL_DEVICE=NVIDIA python -m benches.probes.opencl_gaps
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-call cost of small products through Numba CUDA with CuPy inputs, beside cupy.matmul and
 the CuPy backend, and the warnings a user sees (issue 11: within 1.5x of cupy.matmul at 64^3).
 
-    python benches/numba_overhead.py [--sizes 64,128,256] [--calls 2000]
+    python -m benches.studies.numba_overhead [--sizes 64,128,256] [--calls 2000]
 
 Per size: microseconds per call (wall time of ``--calls`` calls back to back, then one
 synchronize: what a Python loop of small products costs), for cupy.matmul, tiledmm cupy,
@@ -22,7 +22,7 @@ import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import tiledmm  # noqa: E402
+import tiledmm
 
 
 def per_call(fn, calls: int, sync) -> float:

@@ -1,6 +1,7 @@
 """Split numba-cpu's tiled and register kernels into their two phases, against the model.
 
-    python benches/numba_cpu_split.py [--sizes 1024,2048] [--dtype float32] [--rounds 7] [-o F]
+    python -m benches.studies.numba_cpu_split [--sizes 1024,2048] [--dtype float32] [--rounds 7]
+    [-o F]
 
 The planner models these kernels as a packing phase (each block copies its A and B tiles
 before every K step: ``NUMBA_PACK_CLOCKS`` per element, serial) followed by the loop over the

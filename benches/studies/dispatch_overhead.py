@@ -1,7 +1,7 @@
 """Per-call cost of tiledmm.matmul at 64^3 on device arrays, against the yardsticks.
 
-    python3 benches/dispatch_overhead.py > benches/data/h200-dispatch.json
-    python3 benches/dispatch_overhead.py --profile     # + CuPy breakdown and a cProfile
+    python3 -m benches.studies.dispatch_overhead > benches/data/h200-dispatch.json
+    python3 -m benches.studies.dispatch_overhead --profile     # + CuPy breakdown and a cProfile
 
 CuPy: tiledmm.matmul(a, b, backend="cuda") against cupy.matmul (cuBLAS) on the same CuPy arrays.
 Numba: tiledmm.matmul against a bare launch of the same compiled kernel (numba-cuda's engine).

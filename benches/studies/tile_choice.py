@@ -1,6 +1,6 @@
 """Register tiles against the grid they make: which tile wins at which size (issue 11).
 
-    python benches/tile_choice.py --backends cupy,opencl --out $OUT/tile-choice.json
+    python -m benches.studies.tile_choice --backends cupy,opencl --out $OUT/tile-choice.json
         [--shapes 512x512x512,1024x1024x1024] [--candidates 128x64,64x64]
 
 Every shape (squares and odd sizes from one wave of 128x128 blocks to many) runs every
@@ -20,9 +20,9 @@ from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import tiledmm  # noqa: E402
+import tiledmm
 from tiledmm import Geometry
-from tiledmm.bench.sweep import Case, Inputs, Settings, measure_case, vendor_result  # noqa: E402
+from tiledmm.bench.sweep import Case, Inputs, Settings, measure_case, vendor_result
 from tiledmm.planner import shapefit
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))

@@ -3,7 +3,7 @@ the three naive rows of tests/test_model.py KNOWN_OUTSIDE, docs/model.md "still 
 
 Run on the H200 (CuPy backend; Nsight Compute as ``ncu``), about two minutes:
 
-    python3 benches/naive_stalls.py -o $OUT
+    python3 -m benches.probes.naive_stalls -o $OUT
 
 Profiles one launch of the naive kernel per case (the cases where the model holds, 1024^3
 float64 and 4096^3 float32, beside those where it does not, 2048^3 and 4096^3 float64 and
@@ -15,7 +15,7 @@ folder. Reading: long scoreboard up with the DRAM bytes while the L1 wavefronts 
 model's count means the missing time is the latency of the lines that miss (a latency term
 per DRAM miss); LG throttle up means the L1's miss queue fills (a bytes-in-flight limit).
 
-    python3 benches/naive_stalls.py --latency -o $OUT
+    python3 -m benches.probes.naive_stalls --latency -o $OUT
 
 is the follow-up (docs/model.md, "Where the model is still wrong"): gemm-c float64 1024^3 and
 4096^3 beside Numba's naive kernel at float64 1024^3 / 4096^3 and float32 8192^3, with the
@@ -36,8 +36,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_counters import parse  # noqa: E402
+from benches.probes.ncu_counters import parse
 
 METRICS = (
     "gpu__time_duration.sum",

@@ -2,9 +2,9 @@
 
 Run on the H200 (CuPy backend; Nsight Compute as ``ncu``):
 
-    python3 benches/ncu_counters.py -o $OUT
-    python3 benches/ncu_counters.py --cases naive:float64:4096x4096x4096 -o $OUT
-    python3 benches/ncu_counters.py --cases naive:float32:8192x8192x8192:4x64 -o $OUT
+    python3 -m benches.probes.ncu_counters -o $OUT
+    python3 -m benches.probes.ncu_counters --cases naive:float64:4096x4096x4096 -o $OUT
+    python3 -m benches.probes.ncu_counters --cases naive:float32:8192x8192x8192:4x64 -o $OUT
 
 A case's optional fourth field is the block tile (thread tile 1x1, the naive family's): the
 same source with another launch layout, e.g. the one another backend's geometry runs.
@@ -16,7 +16,7 @@ one launch of the ``gemm`` kernel (after a warm-up launch), parses the CSV and w
 and the model's numbers for the same plan (``tiledmm.report.modelcheck.model_counters``).
 ``tests/test_model.py`` holds the committed file to the model (30% for tiled and register).
 
-    python3 benches/ncu_counters.py --probes -o $OUT
+    python3 -m benches.probes.ncu_counters --probes -o $OUT
 
 profiles the calibration probes instead (``tiledmm.bench.calibrate.probe_runs``, one launch each)
 and writes ``h200-probe-counters.json``: per probe the bytes it claims to read, the counters
