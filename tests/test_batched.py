@@ -335,15 +335,9 @@ def test_cpu_vectors_take_the_cpu_gemv_path():
 def test_cpu_vectors_bench_runs(capsys):
     """benches/studies/cpu_vectors.py at a small size: a row per orientation, auto on the naive
     path."""
-    import importlib.util
-    from pathlib import Path
-
     if tiledmm.get_backend("opencl").device().kind != "cpu":
         pytest.skip("a CPU device's bench")
-    path = Path(__file__).resolve().parents[1] / "benches" / "cpu_vectors.py"
-    spec = importlib.util.spec_from_file_location("cpu_vectors", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from benches.studies import cpu_vectors as mod
     assert mod.main(["--sizes", "256"]) == 0
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith(("1x", "256x"))]
     assert len(rows) == 2 and all(r.split(" | ")[1] == "naive" for r in rows)

@@ -172,7 +172,7 @@ def latency(ncu: str, out: Path) -> int:
         cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--kernel-name",
                KERNEL_NAME[backend], "--launch-skip", "1", "--launch-count", "1", "--csv",
                "--page", "raw", "--metrics", ",".join(LATENCY_METRICS), sys.executable,
-               __file__, "--child", backend, dtype, *map(str, shape)]  # fmt: skip
+               "-m", __spec__.name, "--child", backend, dtype, *map(str, shape)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
             print(" ".join(cmd), res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
@@ -223,13 +223,13 @@ def main() -> int:
     from tiledmm.device.spec import reference_h200
 
     rows = []
-    here = Path(__file__).resolve().parent / "ncu_counters.py"
     for dtype, shape in CASES:
         plan = tiledmm.plan(*shape, dtype=dtype, backend="cupy", kernel="naive")
         cmd = [args.ncu, "--target-processes", "all", "--clock-control", "none",
                "--kernel-name", "gemm", "--launch-skip", "1", "--launch-count", "1", "--csv",
-               "--page", "raw", "--metrics", ",".join(METRICS), sys.executable, str(here),
-               "--child", "naive", dtype, *map(str, shape)]  # fmt: skip
+               "--page", "raw", "--metrics", ",".join(METRICS), sys.executable, "-m",
+               "benches.probes.ncu_counters", "--child", "naive", dtype,
+               *map(str, shape)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
             print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)

@@ -153,8 +153,8 @@ def measure(
 ) -> dict[str, float]:
     cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--kernel-name",
            "gemm", "--launch-skip", "1", "--launch-count", "1", "--csv", "--page", "raw",
-           "--metrics", ",".join(METRICS), sys.executable, __file__, "--child", family, dtype,
-           *map(str, shape), block or "-"]  # fmt: skip
+           "--metrics", ",".join(METRICS), sys.executable, "-m", __spec__.name, "--child", family,
+           dtype, *map(str, shape), block or "-"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
@@ -165,7 +165,8 @@ def probes(ncu: str, out: Path) -> Path:
     """Profile the calibration probes; write and print their bytes beside the counters."""
     cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--kernel-name",
            "regex:^(stream|shared|fma)_probe$", "--csv", "--page", "raw", "--metrics",
-           ",".join(PROBE_METRICS), sys.executable, __file__, "--probe-child"]  # fmt: skip
+           ",".join(PROBE_METRICS), sys.executable, "-m", __spec__.name,
+           "--probe-child"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}{res.stderr[-2000:]}")

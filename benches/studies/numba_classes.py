@@ -125,8 +125,7 @@ def _entry(device: str, dtype: str, fam: str, cls: str, geo: Geometry, g: float,
         block_tile=list(geo.block_tile), thread_tile=list(geo.thread_tile),
         options=dict(geo.options),
         source=f"benches/studies/numba_classes.py on {device}, {today}: {g:.0f} GFLOP/s geomean "
-        f"over "
-        f"{where}",
+        f"over {where}",
         measured=[dict(backend="numba-cuda", gflops=round(g, 1), date=today,
                        shapes=[list(p) for p in probs], batch=list(bshape))],
     )  # fmt: skip
@@ -139,8 +138,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     found = sweep(args.classes.split(","))
     if args.entries:
-        tuning.write(Path(args.entries), found,
-                     "benches/studies/numba_classes.py: best per class/family")
+        note = "benches/studies/numba_classes.py: best per class/family"
+        tuning.write(Path(args.entries), found, note)
         print(f"wrote {len(found)} entries to {args.entries}")
     return 0
 

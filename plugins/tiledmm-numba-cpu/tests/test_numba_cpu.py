@@ -148,10 +148,11 @@ def test_split_bench_times_packing_and_loop(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[3] / "benches" / "numba_cpu_split.py"
+    root = Path(__file__).resolve().parents[3]
     out = tmp_path / "split.json"
-    cmd = [sys.executable, str(script), "--sizes", "96", "--rounds", "2", "-o", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "benches.studies.numba_cpu_split", "--sizes", "96", "--rounds",
+           "2", "-o", str(out)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300, cwd=root)
     rows = json.loads(out.read_text())["rows"]
     assert {r["family"] for r in rows} == {"tiled", "register"}
     for r in rows:
