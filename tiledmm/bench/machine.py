@@ -139,7 +139,7 @@ def commit_info() -> dict:
     """The commit of the tiledmm checkout this package runs from (an editable install); an
     installed package (a wheel in site-packages, even inside some other git work tree) has
     none: ``{"id": None, "error": ...}``. Never raises (no git is the same answer)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout: tiledmm/bench/ is two below
     top = _run(["git", "rev-parse", "--show-toplevel"], str(root))
     if not top or Path(top).resolve() != root or not (root / "pyproject.toml").is_file():
         return {"id": None, "error": "not a git checkout (an installed package)"}
