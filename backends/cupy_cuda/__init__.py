@@ -24,6 +24,7 @@ from .. import kernels as K
 from ..kernels import launch
 from ..kernels.probe import probe_source
 from .arrays import ARRAYS, compile_kernel, cupy_module
+from .mma import MmaFamily
 
 __all__ = ["CupyBackend", "register_backends"]
 
@@ -48,7 +49,10 @@ def _spec(dev_id: int) -> DeviceSpec:
     return nvidia.device_spec(name, cc, a, launch_overhead=5e-6).with_calibration()
 
 
-class CupyBackend(K.SharedSourceTables, Backend):
+class CupySharedSource(K.SharedSourceTables, Backend):
+    """CuPy running the shared C-dialect families (naive, tiled, register); :class:`CupyBackend`
+    adds the tensor-core family."""
+
     name = "cupy"
     aliases = ("cuda",)
     kernels = K.FAMILIES
@@ -267,10 +271,9 @@ def _pointer_arg() -> Any:
     return CIntptr
 
 
-# the tensor-core family (issue 14): kernels/mma.cl through backends/cupy_cuda/mma.py
-from .mma import install as _install_mma  # noqa: E402
-
-_install_mma(CupyBackend)
+class CupyBackend(MmaFamily, CupySharedSource):
+    """The CuPy backend: the shared-source families and the tensor-core family (issue 14:
+    ``kernels/mma.cl`` through :mod:`.mma`)."""
 
 
 @hookimpl

@@ -5,7 +5,7 @@ What differs from the other families: the stage tiles live in dynamic shared mem
 ``shared_mem``; and 16-bit inputs (float16, bfloat16) need rows that start 16-byte aligned
 (there is no 2-byte ``cp.async``), so such operands are copied into padded rows first.
 float32 runs here only as TF32, when the plan asks (``options["precision"] == "tf32"``; the
-planner refuses plain float32). :func:`install` adds the family to a backend class: its
+planner refuses plain float32). :class:`MmaFamily` adds the family to a backend class: its
 ``kernels`` gain ``"mma"``, ``mma_dtypes`` lists the inputs the family takes (beyond the
 backend's ``dtypes``: float16, bfloat16), ``_build``/``run``/``run_batched`` hand mma plans
 here and ``search_space`` answers for mma with :func:`search_space`. A float32 (TF32) plan
@@ -22,9 +22,9 @@ from tiledmm.util.lru import LRUCache
 from .. import kernels as K
 from ..kernels import launch
 from . import wgmma
-from .arrays import ARRAYS
+from .arrays import ARRAYS, cupy_module
 
-__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "install", "search_space"]
+__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "MmaFamily", "search_space"]
 
 #: input dtypes of the family (float32 only with precision="tf32")
 MMA_DTYPES = ("float64", "float16", "bfloat16", "float32")
@@ -148,41 +148,33 @@ def search_space(kernel: str, dtype: str, device: Any) -> list[Geometry] | None:
     return out
 
 
-def install(cls: type) -> type:
-    """Give a CuPy backend class the mma family (see the module docstring)."""
-    base_build, base_run, base_batched = cls._build, cls.run, cls.run_batched
-    base_space = cls.search_space
-    cls.kernels = tuple(cls.kernels) + (K.MMA,)
-    cls.mma_dtypes = MMA_DTYPES  # what the API may route to kernel="mma" (float32: TF32 only)
+class MmaFamily:
+    """The mma family for a CuPy backend class, mixed in before its base (see the module
+    docstring): the base's families plus ``"mma"``, and mma plans built, run and searched
+    here; every other plan goes to the base."""
+
+    kernels = K.FAMILIES + (K.MMA,)
+    mma_dtypes = MMA_DTYPES  # what the API may route to kernel="mma" (float32: TF32 only)
 
     def _build(self, plan, aligned: bool, single: bool = False):
         if plan.kernel == K.MMA:
-            return build(_cupy(self), plan, aligned)
-        return base_build(self, plan, aligned, single)
+            return build(cupy_module(), plan, aligned)
+        return super()._build(plan, aligned, single)
 
-    def run_(self, plan, a, b, out) -> None:
+    def run(self, plan, a, b, out) -> None:
+        """``out = a @ b`` with ``plan`` (mma plans: the tensor-core kernel)."""
         if plan.kernel == K.MMA:
-            return run(_cupy(self), ARRAYS, self.launches, plan, a, b, out)
-        return base_run(self, plan, a, b, out)
+            return run(cupy_module(), ARRAYS, self.launches, plan, a, b, out)
+        return super().run(plan, a, b, out)
 
-    def run_batched_(self, plan, a, b, out) -> bool:
+    def run_batched(self, plan, a, b, out) -> bool:
+        """A batch in one launch where the family can (mma plans included)."""
         if plan.kernel == K.MMA:
             return run_batched(ARRAYS, self.launches, plan, a, b, out)
-        return base_batched(self, plan, a, b, out)
+        return super().run_batched(plan, a, b, out)
 
-    def search_space_(self, kernel: str, dtype: str, device: Any):
+    def search_space(self, kernel: str, dtype: str, device: Any):
+        """Candidate tiles for ``tiledmm tune`` (mma: :func:`search_space`)."""
         if kernel == K.MMA:
             return search_space(kernel, dtype, device)
-        return base_space(self, kernel, dtype, device)
-
-    cls._build, cls.run, cls.run_batched = _build, run_, run_batched_
-    cls.search_space = search_space_
-    cls.run.__doc__, cls.run_batched.__doc__ = base_run.__doc__, base_batched.__doc__
-    return cls
-
-
-def _cupy(backend: Any) -> Any:
-    """The cupy module (imported by the backend before any run reaches here)."""
-    import cupy
-
-    return cupy
+        return super().search_space(kernel, dtype, device)
