@@ -16,6 +16,7 @@ da = pytest.importorskip("dask.array")
 
 import tiledmm  # noqa: E402
 import tiledmm.dask as td  # noqa: E402
+from tiledmm.dask import product as dask_product  # noqa: E402
 from tiledmm.dask.cluster import Cluster, cluster_plan  # noqa: E402
 from tiledmm.util.accuracy import matmul_error  # noqa: E402
 
@@ -443,6 +444,6 @@ def test_current_cluster_waits_for_workers_that_are_starting():
     once caught the scheduler with none, between a nanny's restart and the next test)."""
     c = _Client(arrive=True)
     cl = td.current_cluster(c)
-    assert cl.workers == 2 and c.waited == [(1, td.WORKER_WAIT_S)]
+    assert cl.workers == 2 and c.waited == [(1, dask_product.WORKER_WAIT_S)]
     with pytest.raises(RuntimeError, match="no workers .*cluster=tiledmm.dask.Cluster"):
         td.current_cluster(_Client(arrive=False))

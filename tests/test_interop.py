@@ -96,7 +96,7 @@ def test_one_rule_for_mixed_kinds():
 
 def test_kind_of_imports_no_array_library():
     code = (
-        "import sys, numpy as np; from tiledmm import arrays, kinds\n"
+        "import sys, numpy as np; from tiledmm.interop import bridge as arrays, kinds\n"
         "x = np.ones(3); arrays.kind_of(x); kinds.route(x, [1.0]).kind\n"
         "libs = arrays.array_libraries()\n"
         "assert ('numpy', np.__version__) in libs, libs\n"
