@@ -26,8 +26,7 @@ from .core import engine, registry
 from .core.dispatch import check_kernel_name, check_precision
 from .core.semantics import unwrap_out
 from .dask import product as dask
-from .interop import bridge as arrays
-from .interop import keyword_matmul, kinds, torchpath
+from .interop import bridge, keyword_matmul, kinds, torchpath
 from .interop.kinds import lib_by_type, lib_of
 from .tune import first_use
 
@@ -112,7 +111,7 @@ def matmul(
         b = np.asarray(b) if _host_like(b) else b
     way, kind, be = kinds.route(a, b, out, backend)  # the one decision on the operands' kinds
     if way == "foreign":
-        res = arrays.matmul_foreign(kind, a, b, out, be, backend=backend, kernel=kernel,
+        res = bridge.matmul_foreign(kind, a, b, out, be, backend=backend, kernel=kernel,
                                     precision=precision)  # fmt: skip
         if precision is None and kind.lib == "torch":
             torchpath.learn(a, b, backend, kernel)  # the next such call: torchpath.matmul
