@@ -33,6 +33,8 @@ def _plan(m=256, n=256, k=256, dtype="float16", **opts):
 
 def test_takes_16bit_mma_plans_on_compute_capability_9(monkeypatch):
     monkeypatch.delenv("TILEDMM_HOPPER16", raising=False)
+    assert hopper.takes(_plan(), "90") == hopper.DEFAULT_ON
+    monkeypatch.setattr(hopper, "DEFAULT_ON", True)
     assert hopper.takes(_plan(), "90") and hopper.takes(_plan(dtype="bfloat16"), "90")
     assert not hopper.takes(_plan(), "80") and not hopper.takes(_plan(), "100")
     assert not hopper.takes(_plan(dtype="float64"), "90")
@@ -40,6 +42,11 @@ def test_takes_16bit_mma_plans_on_compute_capability_9(monkeypatch):
     assert not hopper.takes(_plan(wgmma=1), "90")  # the older wgmma experiment asked by name
     monkeypatch.setenv("TILEDMM_HOPPER16", "0")
     assert not hopper.takes(_plan(), "90")
+    monkeypatch.setattr(hopper, "DEFAULT_ON", False)
+    monkeypatch.setenv("TILEDMM_HOPPER16", "1")
+    assert hopper.takes(_plan(), "90") and not hopper.takes(_plan(hopper=0), "90")
+    monkeypatch.delenv("TILEDMM_HOPPER16")
+    assert hopper.takes(_plan(hopper=1), "90") and not hopper.takes(_plan(), "90")
 
 
 def test_config_by_rows_and_overrides():
@@ -58,6 +65,10 @@ def test_defines_and_shared_memory():
     big = hopper.defines("float16", hopper.CONFIGS["large"])
     assert hopper.smem_bytes(big) == 4 * (384 * 128 + 16) + 1024
     assert (big["PRODUCER_REGS"], big["CONSUMER_REGS"]) == (40, 232)
+    staged = hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=3, epi=1))
+    assert hopper.smem_bytes(staged) == 3 * (384 * 128 + 16) + 128 * 256 * 2 + 1024
+    with pytest.raises(ValueError, match="shared memory"):  # 4 stages and the C panels
+        hopper.defines("float16", dict(hopper.CONFIGS["large"], epi=1))
     # 40 x 128 + 232 x 256 registers fit the SM's 65536
     assert 128 * big["PRODUCER_REGS"] + 256 * big["CONSUMER_REGS"] <= 65536
     bad = [dict(hopper.CONFIGS["large"], stages=5),  # 240 KiB of stages
@@ -205,6 +216,8 @@ def test_mma_run_routes_16bit_plans(monkeypatch):
     """The CuPy backend's mma family hands 16-bit plans to hopper.run on 9.x devices only."""
     from tiledmm_backends.cupy_cuda import mma
 
+    monkeypatch.setattr(hopper, "DEFAULT_ON", True)
+    monkeypatch.delenv("TILEDMM_HOPPER16", raising=False)
     seen = []
     monkeypatch.setattr(hopper, "run", lambda cp, plan, a, b, out: seen.append(plan.dtype))
     for cc, want in (("90", ["float16"]), ("80", [])):
@@ -222,11 +235,12 @@ def test_mma_run_routes_16bit_plans(monkeypatch):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", sorted(hopper.CONFIGS) + ["cluster2"])
+@pytest.mark.parametrize("name", sorted(hopper.CONFIGS) + ["cluster2", "staged"])
 @pytest.mark.parametrize("dtype", sorted(hopper.DTYPES))
 def test_kernel_builds_for_sm90a(name, dtype, tmp_path):
     """As NVRTC gets it (defines first, no host headers), for sm_90a: no warnings, no spills."""
-    cfg = dict(hopper.CONFIGS["large"], cluster=2) if name == "cluster2" else hopper.CONFIGS[name]
+    extra = {"cluster2": dict(cluster=2), "staged": dict(stages=3, epi=1, cluster=2)}
+    cfg = dict(hopper.CONFIGS["large"], **extra[name]) if name in extra else hopper.CONFIGS[name]
     d = hopper.defines(dtype, cfg)
     src = tmp_path / "k.cu"
     src.write_text("".join(f"#define {k} {v}\n" for k, v in d.items()) + hopper.SRC.read_text())
@@ -253,13 +267,14 @@ def _cc9() -> bool:
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_hopper16():
+def test_gpu_hopper16(monkeypatch):
     """float16 through the backend's mma family on a 9.x device (the Hopper kernel), odd
     shapes, NaN-poisoned outputs, a strided output view, a batch; error at cuBLAS's."""
     import cupy as cp
 
     if not _cc9():
         pytest.skip("not a compute capability 9.x device")
+    monkeypatch.setenv("TILEDMM_HOPPER16", "1")
     be = tiledmm.get_backend("cupy")
     rng = np.random.default_rng()
     for m, n, k in ((1000, 3000, 777), (17, 33, 65), (1, 1, 1), (8, 1000, 512), (513, 257, 64)):
@@ -288,11 +303,12 @@ def test_gpu_hopper16():
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_hopper16_bfloat16_torch(torch_cuda):
+def test_gpu_hopper16_bfloat16_torch(torch_cuda, monkeypatch):
     """bfloat16 torch tensors through tiledmm.halfprec reach the Hopper kernel."""
     torch = torch_cuda
     if not _cc9():
         pytest.skip("not a compute capability 9.x device")
+    monkeypatch.setenv("TILEDMM_HOPPER16", "1")
     a = torch.randn(300, 777, device="cuda").to(torch.bfloat16)
     b = torch.randn(777, 513, device="cuda").to(torch.bfloat16)
     got = tiledmm.matmul(a, b)

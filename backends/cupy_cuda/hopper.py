@@ -55,16 +55,24 @@ _MAPS: LRUCache[Any] = LRUCache(64)
 _DEVICES: dict[int, tuple[str, int]] = {}
 
 
+#: whether 16-bit mma plans on 9.x devices take this kernel unless told otherwise: off until a
+#: GPU run has measured it against today's mma.sync path (docs/mma.md, "The fifth rung")
+DEFAULT_ON = False
+
+
 def takes(plan: Any, cc: str) -> bool:
-    """Whether a plan runs here: a 16-bit mma plan on compute capability 9.x, unless its
-    options say ``hopper`` 0 (or ask for the older ``wgmma`` experiment), or the environment
-    says ``TILEDMM_HOPPER16=0``."""
+    """Whether a plan runs here: a 16-bit mma plan on compute capability 9.x, where its option
+    ``hopper`` (1 / 0), else the environment's ``TILEDMM_HOPPER16`` (1 / 0), else
+    ``DEFAULT_ON`` says so; never a plan that asks for the older ``wgmma`` experiment."""
     if plan.dtype not in DTYPES or not str(cc).startswith("9"):
         return False
     o = plan.options
-    if not int(o.get("hopper", 1)) or int(o.get("wgmma", 0)):
+    if int(o.get("wgmma", 0)):
         return False
-    return os.environ.get("TILEDMM_HOPPER16", "1") != "0"
+    if "hopper" in o:
+        return bool(int(o["hopper"]))
+    env = os.environ.get("TILEDMM_HOPPER16")
+    return env != "0" if env in ("0", "1") else DEFAULT_ON
 
 
 def config(plan: Any) -> dict[str, int]:
@@ -81,14 +89,16 @@ def config(plan: Any) -> dict[str, int]:
 
 def smem_bytes(d: dict[str, int]) -> int:
     """Dynamic shared memory of one block: the stage ring (A: BM rows of 128 bytes, B: BN of
-    them), its 2 x STAGES mbarriers and 1 KiB for the ring's 1024-byte alignment."""
-    return d["STAGES"] * ((d["BM"] + d["BN"]) * 128 + 16) + 1024
+    them), its 2 x STAGES mbarriers, with ``EPI`` 1 the C staging panels (BM x BN 16-bit
+    values), and 1 KiB for the ring's 1024-byte alignment."""
+    c = d["BM"] * d["BN"] * 2 if d.get("EPI") else 0
+    return d["STAGES"] * ((d["BM"] + d["BN"]) * 128 + 16) + c + 1024
 
 
 def defines(dtype: str, cfg: dict[str, int]) -> dict[str, int]:
     """``hopper_gemm.cu``'s defines for ``dtype`` and a configuration (ValueError for one it
     cannot run); ``cfg["wait1"]`` 0 waits for each stage's MMAs before the next (default 1:
-    one group in flight)."""
+    one group in flight); ``cfg["epi"]`` 1 stores C through shared memory and TMA."""
     bm, bn, cm, cn = cfg["bm"], cfg["bn"], cfg["cm"], cfg["cn"]
     stages, cluster = cfg["stages"], cfg["cluster"]
     bad = []
@@ -112,7 +122,7 @@ def defines(dtype: str, cfg: dict[str, int]) -> dict[str, int]:
     two = cm * cn == 2
     d = dict(DTYPE=DTYPES.get(dtype, 0), BM=bm, BN=bn, CM=cm, CN=cn, STAGES=stages,
              CLUSTER=cluster, WAIT1=int(cfg.get("wait1", 1)), PRODUCER_REGS=40 if two else 0,
-             CONSUMER_REGS=232 if two else 0)  # fmt: skip
+             CONSUMER_REGS=232 if two else 0, EPI=int(cfg.get("epi", 0)))  # fmt: skip
     if not bad and smem_bytes(d) > SMEM_LIMIT:
         bad.append(f"{stages} stages need {smem_bytes(d)} bytes of shared memory, over "
                    f"{SMEM_LIMIT}")  # fmt: skip
@@ -265,6 +275,7 @@ class HopperKernel:
 
         self.cp, self.defs, self.sms, self.group_m = cp, defs, sms, group_m
         self.bm, self.bn, self.cluster = defs["BM"], defs["BN"], defs["CLUSTER"]
+        self.epi = bool(defs.get("EPI"))
         self.threads = 128 * (defs["CM"] * defs["CN"] + 1)
         self.smem = smem_bytes(defs)
         src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
@@ -294,9 +305,11 @@ class HopperKernel:
         tm, tn = tile_counts(m, n, self.bm, self.bn, self.cluster)
         grid = grid_size(tm, tn, self.cluster, self.slots)
         ldc = c.strides[0] // 2 if m > 1 else n
-        args = [ma, mb, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(k),
+        store = self.epi and tma_ready(c.shape, c.strides, c.data.ptr, 2)
+        mc = self._map(c, ldc, 64) if store else ma  # unused without TMA stores
+        args = [ma, mb, mc, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(k),
                 C.c_longlong(ldc), C.c_int(tm), C.c_int(tn),
-                C.c_int(group_m or self.group_m)]  # fmt: skip
+                C.c_int(group_m or self.group_m), C.c_int(int(store))]  # fmt: skip
         if stream is None:
             stream = self.cp.cuda.get_current_stream().ptr
         self.drv.call(self.fn.ptr, grid, self.threads, self.smem, stream, args)

@@ -28,7 +28,8 @@
 // Defines (set by the host, backends/cupy_cuda/hopper.py): DTYPE 1 float16 / 2 bfloat16; BM,
 // BN; CM, CN (consumer warpgroups along M and N); STAGES; CLUSTER 1 or 2 (two blocks along M
 // take B halves and multicast them to both); WAIT1; PRODUCER_REGS / CONSUMER_REGS (0: no
-// setmaxnreg).
+// setmaxnreg); EPI 0: C stored from registers (guarded), 1: through shared memory and TMA
+// stores where the launch says C's rows allow (c_tma), else from registers.
 
 #ifndef DTYPE
 #define DTYPE 1
@@ -60,6 +61,9 @@
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS 232
 #endif
+#ifndef EPI
+#define EPI 0
+#endif
 
 #define NCONS (CM * CN)
 #define THREADS (128 * (NCONS + 1))
@@ -74,6 +78,11 @@
 #define B_BYTES (BN * 128)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
 #define EMPTY_COUNT (4 * NCONS * CLUSTER)
+// EPI 1: each consumer's C sub-tile is staged in shared memory (WGM x WN / 64 swizzled panels
+// of 64 rows x 128 bytes) and written by TMA stores, which run on while the next tile starts
+#define C_BYTES (EPI ? WGM * (WN / 64) * PANEL_BYTES : 0)
+#define C_OFF (STAGES * STAGE_BYTES)
+#define BAR_OFF (C_OFF + NCONS * C_BYTES)
 
 #if WM % 64 || WGM > 2 || (WN != 64 && WN != 128 && WN != 256) || WGM * NACC > 128
 #error "hopper_gemm.cu: each consumer owns 1-2 m64 slabs of 64, 128 or 256 columns"
@@ -159,6 +168,14 @@ __device__ __forceinline__ void tma_load_mc(unsigned dst, const TmaMap *map, int
                ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
                ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
 }
+
+#if EPI
+__device__ __forceinline__ void tma_store(const TmaMap *map, unsigned src, int x, int y)
+{
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+               ::"l"(map), "r"(src), "r"(x), "r"(y) : "memory");
+}
+#endif
 
 // ---------------------------------------------------------------- wgmma m64nWNk16
 
@@ -274,6 +291,34 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], unsign
   }
 }
 
+#if EPI
+// the accumulators as 16-bit pairs into this consumer's staging panels (128-byte swizzle, as
+// the TMA store reads them: conflict-free, a warp's 8 rows land in 8 distinct chunks)
+__device__ __forceinline__ void stage_tile(const float (&acc)[WGM][NACC], unsigned cs, int lane,
+                                           int warp)
+{
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 + g + 8 * h;
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j) {
+        const unsigned v = pack2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+        const unsigned addr = cs + (mi * (WN / 64) + j / 8) * PANEL_BYTES + r * 128
+                              + (((j & 7) ^ (r & 7)) << 4) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+      }
+    }
+}
+
+__device__ __forceinline__ void wg_sync(int id)
+{
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+#endif
+
 // ---------------------------------------------------------------- the kernel
 
 // C[M x N] (row stride ldc elements) = A @ B through the maps ma (A: {K, M}, box 64 x BM) and
@@ -285,12 +330,12 @@ __cluster_dims__(CLUSTER, 1, 1)
 #endif
 __launch_bounds__(THREADS, 1)
 hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb,
-            unsigned short *__restrict__ c, int m, int n, int k, long long ldc, int tiles_m,
-            int tiles_n, int group_m)
+            const __grid_constant__ TmaMap mc, unsigned short *__restrict__ c, int m, int n,
+            int k, long long ldc, int tiles_m, int tiles_n, int group_m, int c_tma)
 {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const unsigned full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  const unsigned full = base + BAR_OFF, empty = full + 8 * STAGES;
   const int tid = threadIdx.x, wg = tid >> 7;
 #if CLUSTER > 1
   unsigned rank;
@@ -395,9 +440,34 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
       fence_acc(acc);
       if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
 #endif
-      if (row0 < m)
-        store_tile(acc, c, m, n, ldc, row0 + cm * WM, col0 + cn * WN, lane, warp, pairs);
+      if (row0 >= m) continue;
+#if EPI
+      if (c_tma) {
+        const unsigned cs = base + C_OFF + cw * C_BYTES;
+        const bool lead = (tid & 127) == 0;
+        if (lead) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        wg_sync(1 + cw);  // the previous tile's stores have read the panels
+        stage_tile(acc, cs, lane, warp);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        wg_sync(1 + cw);
+        if (lead) {
+#pragma unroll
+          for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+            for (int p = 0; p < WN / 64; ++p)
+              if (col0 + cn * WN + 64 * p < n && row0 + cm * WM + 64 * mi < m)
+                tma_store(&mc, cs + (mi * (WN / 64) + p) * PANEL_BYTES,
+                          col0 + cn * WN + 64 * p, row0 + cm * WM + 64 * mi);
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+        continue;
+      }
+#endif
+      store_tile(acc, c, m, n, ldc, row0 + cm * WM, col0 + cn * WN, lane, warp, pairs);
     }
+#if EPI
+    if (c_tma && (tid & 127) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
   }
 #if CLUSTER > 1
   // no block leaves while its peer may still multicast into it or signal its barriers
