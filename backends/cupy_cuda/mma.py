@@ -21,7 +21,7 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
-from . import wgmma
+from . import hopper, wgmma
 from .arrays import ARRAYS, cupy_module
 
 __all__ = ["MMA_DTYPES", "build", "run", "run_batched", "MmaFamily", "search_space"]
@@ -85,8 +85,14 @@ def _rows16(cp: Any, x: Any) -> tuple[Any, int]:
 
 def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     """``out[...] = a @ b`` with an mma plan. 4- and 8-byte inputs take the shared launch path
-    (``kernels.launch.run``); 16-bit inputs are brought to aligned rows here; wgmma plans go to
-    :func:`.wgmma.run`."""
+    (``kernels.launch.run``); 16-bit inputs on compute capability 9.x go to the Hopper kernel
+    (:func:`.hopper.run`, issue 38) where :func:`.hopper.takes` says so, else they are brought
+    to aligned rows here; wgmma plans go to :func:`.wgmma.run`."""
+    # --- issue 38: Hopper 16-bit GEMM (TMA + wgmma) where hopper.takes says so ---
+    if plan.dtype in hopper.DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
+        hopper.run(cp, plan, a, b, out)
+        return
+    # ---
     if wgmma.wants(plan):
         wgmma.run(cp, plan, a, b, out)
         return

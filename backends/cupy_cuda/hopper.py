@@ -1,0 +1,366 @@
+"""Hopper float16 / bfloat16 GEMM (issue 38): ``kernels/hopper_gemm.cu`` on CuPy.
+
+The fifth rung of the ``mma`` family on compute capability 9.x: TMA copies into an
+mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups issuing
+``wgmma.mma_async`` from 128-byte-swizzled shared memory (B read N-major, as NumPy stores it),
+``setmaxnreg``, and a persistent grid walking the tiles in a grouped order. A 16-bit mma plan
+on such a device runs here (:func:`takes`) unless its options say ``hopper`` 0; the plan's
+other options (the ``mma.sync`` tiles) are then not used: :func:`config` picks this kernel's.
+
+Host side:
+
+- operands whose rows do not start 16-byte aligned (TMA needs 16-byte aligned row strides and
+  base) or whose columns are not unit-stride are copied into padded rows first
+  (:func:`tma_ready`); everything else is read in place; M, N, K edges are TMA's zero fill;
+- tensor maps (``cuTensorMapEncodeTiled``) and the launch with two 128-byte by-value maps go
+  through ctypes and the CUDA driver, as :mod:`.wgmma` does (CuPy offers neither); maps are
+  cached per (address, shape, stride);
+- the grid is at most one block per multiprocessor (two-block clusters: as many clusters as
+  the driver says fit at once, ``cuOccupancyMaxActiveClusters``).
+
+NVRTC compiles for ``sm_90a`` directly (wgmma and setmaxnreg exist only on the "a" target).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+from pathlib import Path
+from typing import Any
+
+from tiledmm.util.lru import LRUCache
+
+__all__ = [
+    "DTYPES", "CONFIGS", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes",
+    "tma_ready", "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order",
+    "Driver", "HopperKernel", "device_info", "kernel", "run",
+]  # fmt: skip
+
+SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
+#: plan dtype -> the kernel's DTYPE define
+DTYPES = {"float16": 1, "bfloat16": 2}
+#: dynamic shared memory a block may opt into on sm_90
+SMEM_LIMIT = 227 * 1024
+#: named configurations: block tile (bm, bn), consumer warpgroups (cm, cn), stages, cluster
+#: (blocks along M sharing B by multicast), group_m (tile rows per group of the order)
+CONFIGS: dict[str, dict[str, int]] = {
+    "large": dict(bm=128, bn=256, cm=2, cn=1, stages=4, cluster=1, group_m=16),
+    "decode": dict(bm=64, bn=128, cm=1, cn=2, stages=8, cluster=1, group_m=1),
+}
+#: products with at most this many rows take the "decode" configuration
+DECODE_M = 64
+
+_KERNELS: LRUCache[Any] = LRUCache(16)
+_MAPS: LRUCache[Any] = LRUCache(64)
+_DEVICES: dict[int, tuple[str, int]] = {}
+
+
+#: whether 16-bit mma plans on 9.x devices take this kernel unless told otherwise: off until a
+#: GPU run has measured it against today's mma.sync path (docs/mma.md, "The fifth rung")
+DEFAULT_ON = False
+
+
+def takes(plan: Any, cc: str) -> bool:
+    """Whether a plan runs here: a 16-bit mma plan on compute capability 9.x, where its option
+    ``hopper`` (1 / 0), else the environment's ``TILEDMM_HOPPER16`` (1 / 0), else
+    ``DEFAULT_ON`` says so; never a plan that asks for the older ``wgmma`` experiment."""
+    if plan.dtype not in DTYPES or not str(cc).startswith("9"):
+        return False
+    o = plan.options
+    if int(o.get("wgmma", 0)):
+        return False
+    if "hopper" in o:
+        return bool(int(o["hopper"]))
+    env = os.environ.get("TILEDMM_HOPPER16")
+    return env != "0" if env in ("0", "1") else DEFAULT_ON
+
+
+def config(plan: Any) -> dict[str, int]:
+    """This kernel's configuration for a plan: ``CONFIGS["decode"]`` for at most ``DECODE_M``
+    rows, else ``"large"``; the plan's options ``hopper_*`` (bm, bn, cm, cn, stages, cluster,
+    group_m) override single fields."""
+    cfg = dict(CONFIGS["decode" if plan.m <= DECODE_M else "large"])
+    for key in cfg:
+        v = plan.options.get(f"hopper_{key}")
+        if v is not None:
+            cfg[key] = int(v)
+    return cfg
+
+
+def smem_bytes(d: dict[str, int]) -> int:
+    """Dynamic shared memory of one block: the stage ring (A: BM rows of 128 bytes, B: BN of
+    them), its 2 x STAGES mbarriers, with ``EPI`` 1 the C staging panels (BM x BN 16-bit
+    values), and 1 KiB for the ring's 1024-byte alignment."""
+    c = d["BM"] * d["BN"] * 2 if d.get("EPI") else 0
+    return d["STAGES"] * ((d["BM"] + d["BN"]) * 128 + 16) + c + 1024
+
+
+def defines(dtype: str, cfg: dict[str, int]) -> dict[str, int]:
+    """``hopper_gemm.cu``'s defines for ``dtype`` and a configuration (ValueError for one it
+    cannot run); ``cfg["wait1"]`` 0 waits for each stage's MMAs before the next (default 1:
+    one group in flight); ``cfg["epi"]`` 1 stores C through shared memory and TMA."""
+    bm, bn, cm, cn = cfg["bm"], cfg["bn"], cfg["cm"], cfg["cn"]
+    stages, cluster = cfg["stages"], cfg["cluster"]
+    bad = []
+    if dtype not in DTYPES:
+        bad.append(f"dtype {dtype!r} is not float16 or bfloat16")
+    if cm < 1 or cn < 1 or cm * cn > 2:
+        bad.append("one or two consumer warpgroups (cm * cn)")
+    elif bm % cm or bn % cn:
+        bad.append(f"{cm}x{cn} consumers must split the block evenly")
+    else:
+        wm, wn = bm // cm, bn // cn
+        if wm not in (64, 128) or wn not in (64, 128, 256) or wm // 64 * wn > 256:
+            bad.append(f"each consumer owns 64 or 128 rows of 64, 128 or 256 columns, at most "
+                       f"128 accumulators per thread (not {wm}x{wn})")  # fmt: skip
+    if cluster not in (1, 2) or (cluster == 2 and (bn // 64) % 2):
+        bad.append("cluster 1, or 2 with an even number of 64-column B panels")
+    if stages < 2:
+        bad.append("at least 2 stages")
+    if bm > 256:
+        bad.append("BM at most 256 (one TMA box)")
+    two = cm * cn == 2
+    d = dict(DTYPE=DTYPES.get(dtype, 0), BM=bm, BN=bn, CM=cm, CN=cn, STAGES=stages,
+             CLUSTER=cluster, WAIT1=int(cfg.get("wait1", 1)), PRODUCER_REGS=40 if two else 0,
+             CONSUMER_REGS=232 if two else 0, EPI=int(cfg.get("epi", 0)))  # fmt: skip
+    if not bad and smem_bytes(d) > SMEM_LIMIT:
+        bad.append(f"{stages} stages need {smem_bytes(d)} bytes of shared memory, over "
+                   f"{SMEM_LIMIT}")  # fmt: skip
+    if bad:
+        raise ValueError(f"hopper tiles {bm}x{bn}: " + "; ".join(bad))
+    return d
+
+
+# ------------------------------------------------------------------ host logic (CPU-testable)
+
+
+def tma_ready(shape: tuple[int, int], strides: tuple[int, int], ptr: int,
+              itemsize: int = 2) -> bool:  # fmt: skip
+    """Whether a 2-D operand can be read by TMA in place: unit column stride (or one column),
+    a 16-byte aligned base and row stride (or one row), rows that do not overlap."""
+    rows, cols = shape
+    s0, s1 = strides
+    if ptr % 16 or not (s1 == itemsize or cols == 1):
+        return False
+    return rows == 1 or (s0 > 0 and s0 % 16 == 0 and s0 >= cols * itemsize)
+
+
+def padded_ld(cols: int, itemsize: int = 2) -> int:
+    """Row length (elements) of a copy whose rows start 16-byte aligned."""
+    per = 16 // itemsize
+    return max(per, -(-cols // per) * per)
+
+
+def map_args(rows: int, cols: int, row_bytes: int, box_rows: int,
+             itemsize: int = 2) -> tuple[tuple[int, int], int, tuple[int, int]]:  # fmt: skip
+    """(global dims (inner first), row stride in bytes, box (inner first)) of the tensor map
+    of a row-major ``rows`` x ``cols`` matrix read in boxes of 64 columns (128 bytes, the
+    swizzle span) x ``box_rows`` rows; one row: any valid stride."""
+    stride = row_bytes if rows > 1 else -(-cols * itemsize // 16) * 16
+    if stride % 16 or stride >= 1 << 40:
+        raise ValueError(f"TMA row stride {stride} bytes: must be a multiple of 16 under 2^40")
+    if not 1 <= box_rows <= 256:
+        raise ValueError(f"TMA box of {box_rows} rows: 1..256")
+    return (cols, rows), stride, (128 // itemsize, box_rows)
+
+
+def tile_counts(m: int, n: int, bm: int, bn: int, cluster: int) -> tuple[int, int]:
+    """(tiles along M rounded up to whole clusters, tiles along N)."""
+    tm = -(-m // bm)
+    return -(-tm // cluster) * cluster, -(-n // bn)
+
+
+def grid_size(tiles_m: int, tiles_n: int, cluster: int, slots: int) -> int:
+    """Blocks of the persistent grid: one per cluster tile, at most ``slots`` clusters (those
+    resident at once), in whole clusters."""
+    return max(1, min(tiles_m // cluster * tiles_n, slots)) * cluster
+
+
+def tile_order(t: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
+    """Tile ``t`` of the grouped order (``hopper_gemm.cu``'s ``tile_of``): ``group_m`` rows of
+    tiles at a time, down each column of the group before the next column."""
+    per_group = group_m * tiles_n
+    first = (t // per_group) * group_m
+    size = min(tiles_m - first, group_m)
+    r = t % per_group
+    return first + r % size, r // size
+
+
+# ------------------------------------------------------------------ the CUDA side
+
+
+def _cubin(src: str) -> bytes:
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(src, "hopper_gemm.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17"))
+        except Exception as exc:
+            raise RuntimeError(f"hopper_gemm.cu: {exc}: {nvrtc.getProgramLog(prog)}") from exc
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+class _LaunchConfig(C.Structure):
+    _fields_ = [("gx", C.c_uint), ("gy", C.c_uint), ("gz", C.c_uint), ("bx", C.c_uint),
+                ("by", C.c_uint), ("bz", C.c_uint), ("smem", C.c_uint), ("stream", C.c_void_p),
+                ("attrs", C.c_void_p), ("nattrs", C.c_uint)]  # fmt: skip
+
+
+class Driver:
+    """cuTensorMapEncodeTiled, cuLaunchKernel and cuOccupancyMaxActiveClusters from libcuda."""
+
+    def __init__(self) -> None:
+        lib = C.CDLL("libcuda.so.1")
+        self.encode = lib.cuTensorMapEncodeTiled
+        u64p, u32p = C.POINTER(C.c_uint64), C.POINTER(C.c_uint32)
+        self.encode.argtypes = [C.c_void_p, C.c_int, C.c_uint32, C.c_void_p, u64p, u64p, u32p,
+                                u32p, C.c_int, C.c_int, C.c_int, C.c_int]  # fmt: skip
+        self.launch = lib.cuLaunchKernel
+        self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
+        self.occupancy = getattr(lib, "cuOccupancyMaxActiveClusters", None)
+
+    def tensor_map(self, ptr: int, rows: int, cols: int, row_bytes: int, box_rows: int) -> Any:
+        """A 64-byte aligned buffer holding the map of a row-major 16-bit matrix (boxes of 64
+        columns x ``box_rows``, 128-byte swizzle, zero fill outside)."""
+        dims, stride, box = map_args(rows, cols, row_bytes, box_rows)
+        raw = C.create_string_buffer(192)
+        addr = (C.addressof(raw) + 63) & ~63
+        # UINT16 1 (the bits move as they are), no interleave 0, swizzle 128B 3,
+        # L2 promotion 256B 3, out-of-bounds fill zeros 0
+        rc = self.encode(addr, 1, 2, ptr, (C.c_uint64 * 2)(*dims), (C.c_uint64 * 1)(stride),
+                         (C.c_uint32 * 2)(*box), (C.c_uint32 * 2)(1, 1), 0, 3, 3, 0)  # fmt: skip
+        if rc:
+            raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} (dims {dims}, row "
+                               f"stride {stride}, box {box})")  # fmt: skip
+        return raw, addr
+
+    def max_clusters(self, fn: int, cluster: int, threads: int, smem: int, sms: int) -> int:
+        """Clusters of the kernel resident at once (0: unknown)."""
+        if self.occupancy is None:
+            return 0
+        cfg = _LaunchConfig(cluster * sms, 1, 1, threads, 1, 1, smem, None, None, 0)
+        out = C.c_int(0)
+        try:
+            rc = self.occupancy(C.byref(out), C.c_void_p(fn), C.byref(cfg))
+        except Exception:  # noqa: BLE001 - an older driver's signature: fall back
+            return 0
+        return out.value if rc == 0 else 0
+
+    def call(self, fn: int, grid: int, block: int, smem: int, stream: int, args: list) -> None:
+        ptrs = [a[1] if isinstance(a, tuple) else C.addressof(a) for a in args]
+        rc = self.launch(fn, grid, 1, 1, block, 1, 1, smem, stream,
+                         (C.c_void_p * len(ptrs))(*ptrs), None)  # fmt: skip
+        if rc:
+            raise RuntimeError(f"cuLaunchKernel (hopper_gemm): CUresult {rc}")
+
+
+_DRIVER: list[Driver] = []
+
+
+def _driver() -> Driver:
+    if not _DRIVER:
+        _DRIVER.append(Driver())
+    return _DRIVER[0]
+
+
+class HopperKernel:
+    """One compiled ``hopper_gemm.cu`` build; ``kern(a, b, c)`` is ``c[...] = a @ b`` for
+    2-D 16-bit CuPy arrays (``a`` and ``b`` TMA-ready, ``c`` with unit column stride)."""
+
+    def __init__(self, cp: Any, defs: dict[str, int], sms: int, group_m: int = 16) -> None:
+        from cupy.cuda import driver, function
+
+        self.cp, self.defs, self.sms, self.group_m = cp, defs, sms, group_m
+        self.bm, self.bn, self.cluster = defs["BM"], defs["BN"], defs["CLUSTER"]
+        self.epi = bool(defs.get("EPI"))
+        self.threads = 128 * (defs["CM"] * defs["CN"] + 1)
+        self.smem = smem_bytes(defs)
+        src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+        self.mod = function.Module()
+        self.mod.load(_cubin(src))
+        self.fn = self.mod.get_function("hopper_gemm")
+        attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(self.fn.ptr, attr, self.smem)
+        self.drv = _driver()
+        slots = sms
+        if self.cluster > 1:
+            got = self.drv.max_clusters(self.fn.ptr, self.cluster, self.threads, self.smem, sms)
+            slots = got or sms // self.cluster
+        self.slots = slots
+
+    def _map(self, x: Any, ld: int, box_rows: int) -> Any:
+        rows, cols = x.shape
+        key = (x.data.ptr, rows, cols, ld, box_rows)
+        return _MAPS.get_or_make(key, lambda: self.drv.tensor_map(x.data.ptr, rows, cols,
+                                                                  ld * 2, box_rows))  # fmt: skip
+
+    def __call__(self, a: Any, b: Any, c: Any, group_m: int | None = None,
+                 stream: int | None = None) -> None:  # fmt: skip
+        (m, k), n = a.shape, b.shape[1]
+        ma = self._map(a, a.strides[0] // 2, self.bm)
+        mb = self._map(b, b.strides[0] // 2, 64)
+        tm, tn = tile_counts(m, n, self.bm, self.bn, self.cluster)
+        grid = grid_size(tm, tn, self.cluster, self.slots)
+        ldc = c.strides[0] // 2 if m > 1 else n
+        store = self.epi and tma_ready(c.shape, c.strides, c.data.ptr, 2)
+        mc = self._map(c, ldc, 64) if store else ma  # unused without TMA stores
+        args = [ma, mb, mc, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(k),
+                C.c_longlong(ldc), C.c_int(tm), C.c_int(tn),
+                C.c_int(group_m or self.group_m), C.c_int(int(store))]  # fmt: skip
+        if stream is None:
+            stream = self.cp.cuda.get_current_stream().ptr
+        self.drv.call(self.fn.ptr, grid, self.threads, self.smem, stream, args)
+
+
+def device_info(cp: Any) -> tuple[int, str, int]:
+    """(device id, compute capability, multiprocessors) of the current device, looked up once."""
+    dev = cp.cuda.runtime.getDevice()
+    if dev not in _DEVICES:
+        d = cp.cuda.Device(dev)
+        _DEVICES[dev] = (d.compute_capability, int(d.attributes["MultiProcessorCount"]))
+    return (dev, *_DEVICES[dev])
+
+
+def kernel(cp: Any, dtype: str, cfg: dict[str, int], dev: int, sms: int) -> HopperKernel:
+    """The build for ``dtype`` and ``cfg`` on device ``dev`` (one per set of defines)."""
+    defs = defines(dtype, cfg)
+    key = (tuple(sorted(defs.items())), dev)
+    kern = _KERNELS.get_or_make(key, lambda: HopperKernel(cp, defs, sms, cfg["group_m"]))
+    return kern
+
+
+def _ready(cp: Any, x: Any) -> Any:
+    """``x`` itself when TMA can read it in place, else a copy into 16-byte aligned rows."""
+    if tma_ready(x.shape, x.strides, x.data.ptr, x.itemsize):
+        return x
+    rows, cols = x.shape
+    y = cp.empty((rows, padded_ld(cols, x.itemsize)), x.dtype)[:, :cols]
+    y[...] = x
+    return y
+
+
+def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None = None,
+        cc: str | None = None) -> None:  # fmt: skip
+    """``out[...] = a @ b`` for 2-D 16-bit CuPy arrays (bfloat16 as uint16 words), any
+    strides, with the Hopper kernel (``cfg``: :func:`config` of the plan unless given)."""
+    dev, dcc, sms = device_info(cp)
+    if not str(cc or dcc).startswith("9"):
+        raise ValueError(f"hopper_gemm is sm_90a code: compute capability 9.x, not {dcc}")
+    (m, k), n = a.shape, b.shape[1]
+    if not m or not n:
+        return
+    if not k:
+        out.fill(0)
+        return
+    cfg = cfg or config(plan)
+    kern = kernel(cp, plan.dtype, cfg, dev, sms)
+    s0, s1 = out.strides
+    plain = (s1 == 2 or n == 1) and (m == 1 or (s0 % 2 == 0 and s0 >= 2 * n))
+    plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
+    c = out if plain else cp.empty((m, n), out.dtype)
+    kern(_ready(cp, a), _ready(cp, b), c, group_m=cfg["group_m"])
+    if c is not out:
+        out[...] = c

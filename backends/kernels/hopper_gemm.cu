@@ -1,0 +1,476 @@
+// Hopper (sm_90a) float16 / bfloat16 GEMM for tiledmm (issue 38): C = A @ B with float32 sums,
+// C in the input dtype. A is M x K and B is K x N, both row-major as NumPy holds them.
+//
+// What runs (the order of the fast Hopper GEMMs: TMA + wgmma, warp specialization, persistent
+// tiles, raw mbarriers; optional 2-block clusters sharing B by multicast):
+// - a producer warpgroup (warpgroup 0; one thread issues everything) copies stage tiles by TMA
+//   (cp.async.bulk.tensor.2d) into a STAGES-deep ring, each stage guarded by a "full" mbarrier
+//   (the copies' bytes) and an "empty" one (every consumer warp of the cluster has finished
+//   reading it);
+// - CM x CN consumer warpgroups own WM x WN of the BM x BN block tile (WM = 64 WGM), and issue
+//   wgmma.mma_async.m64nWNk16 with both operands read from shared memory: A K-major, B
+//   N-major (the instruction's transpose bit: B is read as NumPy stores it, no transpose pass);
+//   one wgmma group stays in flight while the next stage is awaited (WAIT1);
+// - setmaxnreg moves registers from the producer (PRODUCER_REGS) to the consumers
+//   (CONSUMER_REGS);
+// - the grid is persistent: block b takes tiles b, b + G, b + 2G ... of a grouped order
+//   (group_m tile rows at a time, column by column, so a group's B tiles stay in the L2); the
+//   ring's stage and phase run on across tiles, so the producer fetches the next tile's first
+//   stages while the consumers store the last one.
+// Stage layout (1024-byte aligned, 128-byte swizzle as TMA writes it: 16-byte chunk c of a
+// 128-byte row r sits at chunk c ^ (r % 8)): A: BM rows of 64 K-elements (128 bytes); B: BN / 64
+// panels, each 64 K-rows of 64 N-elements (8 KiB). Descriptors: A SBO 1024 (8-row groups), k-step
+// +32 bytes; B LBO 8192 (next 64-column panel), SBO 1024 (next 8 K-rows), k-step +2048 bytes.
+// Edges: TMA fills what lies outside M, N, K with zeros (tensor maps carry the true extents);
+// B panels wholly right of N and A tiles wholly below M are not fetched (their accumulators are
+// never stored); stores are guarded. Rows must start 16-byte aligned (the host copies others).
+//
+// Defines (set by the host, backends/cupy_cuda/hopper.py): DTYPE 1 float16 / 2 bfloat16; BM,
+// BN; CM, CN (consumer warpgroups along M and N); STAGES; CLUSTER 1 or 2 (two blocks along M
+// take B halves and multicast them to both); WAIT1; PRODUCER_REGS / CONSUMER_REGS (0: no
+// setmaxnreg); EPI 0: C stored from registers (guarded), 1: through shared memory and TMA
+// stores where the launch says C's rows allow (c_tma), else from registers.
+
+#ifndef DTYPE
+#define DTYPE 1
+#endif
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 256
+#endif
+#ifndef CM
+#define CM 2
+#endif
+#ifndef CN
+#define CN 1
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
+#ifndef WAIT1
+#define WAIT1 1
+#endif
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40
+#endif
+#ifndef CONSUMER_REGS
+#define CONSUMER_REGS 232
+#endif
+#ifndef EPI
+#define EPI 0
+#endif
+
+#define NCONS (CM * CN)
+#define THREADS (128 * (NCONS + 1))
+#define WM (BM / CM)
+#define WGM (WM / 64)
+#define WN (BN / CN)
+#define NACC (WN / 2)
+#define BK 64
+#define PANELS (BN / 64)
+#define PANEL_BYTES 8192
+#define A_BYTES (BM * 128)
+#define B_BYTES (BN * 128)
+#define STAGE_BYTES (A_BYTES + B_BYTES)
+#define EMPTY_COUNT (4 * NCONS * CLUSTER)
+// EPI 1: each consumer's C sub-tile is staged in shared memory (WGM x WN / 64 swizzled panels
+// of 64 rows x 128 bytes) and written by TMA stores, which run on while the next tile starts
+#define C_BYTES (EPI ? WGM * (WN / 64) * PANEL_BYTES : 0)
+#define C_OFF (STAGES * STAGE_BYTES)
+#define BAR_OFF (C_OFF + NCONS * C_BYTES)
+
+#if WM % 64 || WGM > 2 || (WN != 64 && WN != 128 && WN != 256) || WGM * NACC > 128
+#error "hopper_gemm.cu: each consumer owns 1-2 m64 slabs of 64, 128 or 256 columns"
+#endif
+#if CLUSTER != 1 && CLUSTER != 2
+#error "hopper_gemm.cu: CLUSTER is 1 or 2"
+#endif
+#if CLUSTER == 2 && PANELS % 2
+#error "hopper_gemm.cu: a 2-block cluster splits B's panels in halves"
+#endif
+
+#if DTYPE == 2
+#define HTYPE "bf16"
+#define HCVT2 "cvt.rn.bf16x2.f32"
+#else
+#define HTYPE "f16"
+#define HCVT2 "cvt.rn.f16x2.f32"
+#endif
+
+struct __align__(64) TmaMap { unsigned long long v[16]; };
+
+__device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+  unsigned r;
+  asm volatile("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n"
+               : "=r"(r) : "l"(p));
+  return r;
+}
+
+// ---------------------------------------------------------------- mbarriers and TMA
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
+{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes)
+{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// wait until the barrier's phase with this parity has completed; a lost signal traps (a
+// failed launch) rather than hanging the device
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
+{
+  unsigned done = 0;
+  for (unsigned tries = 0; !done; ++tries) {
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (tries > (1u << 24)) asm volatile("trap;");
+  }
+}
+
+// the consumer warps' release of a stage: on this block's barrier, or on every cluster block's
+__device__ __forceinline__ void mbar_release(unsigned bar)
+{
+#if CLUSTER == 1
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#else
+#pragma unroll
+  for (unsigned r = 0; r < CLUSTER; ++r)
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n"
+                 ::"r"(bar), "r"(r) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap *map, int x, int y,
+                                         unsigned bar)
+{
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_mc(unsigned dst, const TmaMap *map, int x, int y,
+                                            unsigned bar, unsigned short mask)
+{
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
+}
+
+#if EPI
+__device__ __forceinline__ void tma_store(const TmaMap *map, unsigned src, int x, int y)
+{
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+               ::"l"(map), "r"(src), "r"(x), "r"(y) : "memory");
+}
+#endif
+
+// ---------------------------------------------------------------- wgmma m64nWNk16
+
+#define HG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), \
+                 "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define HG_D32(i) HG_D8(i), HG_D8(i + 8), HG_D8(i + 16), HG_D8(i + 24)
+#define HG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "             \
+              "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define HG_R32 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define HG_R64 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "  \
+               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "  \
+               "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "              \
+               "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "          \
+               "%120, %121, %122, %123, %124, %125, %126, %127"
+#if WN == 64
+#define HG_DOUT HG_D32(0)
+#define HG_REGS HG_R0
+#define HG_TAIL "%32, %33, p"
+#define HG_FLAG "%34"
+#define HG_SHAPE "m64n64k16"
+#elif WN == 128
+#define HG_DOUT HG_D32(0), HG_D32(32)
+#define HG_REGS HG_R0 ", " HG_R32
+#define HG_TAIL "%64, %65, p"
+#define HG_FLAG "%66"
+#define HG_SHAPE "m64n128k16"
+#else
+#define HG_DOUT HG_D32(0), HG_D32(32), HG_D32(64), HG_D32(96)
+#define HG_REGS HG_R0 ", " HG_R32 ", " HG_R64
+#define HG_TAIL "%128, %129, p"
+#define HG_FLAG "%130"
+#define HG_SHAPE "m64n256k16"
+#endif
+
+// d (+)= A(desc da, K-major) x B(desc db, N-major: transpose bit); sd 0: d = product
+__device__ __forceinline__ void wgmma16(float (&d)[NACC], unsigned long long da,
+                                        unsigned long long db, int sd)
+{
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " HG_FLAG ", 0;\n"
+               "wgmma.mma_async.sync.aligned." HG_SHAPE ".f32." HTYPE "." HTYPE
+               " {" HG_REGS "}, " HG_TAIL ", 1, 1, 0, 1;\n}\n"
+               : HG_DOUT
+               : "l"(da), "l"(db), "r"(sd));
+}
+
+// shared-memory matrix descriptor, 128-byte swizzle
+__device__ __forceinline__ unsigned long long sdesc(unsigned addr, unsigned lbo, unsigned sbo)
+{
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
+         | ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void fence_acc(float (&d)[WGM][NACC])
+{
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[mi][i])::"memory");
+}
+
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// ---------------------------------------------------------------- schedule and epilogue
+
+// tile t of the grouped order over tiles_m x tiles_n (units: cluster tiles along M)
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int group_m, int &tm,
+                                        int &tn)
+{
+  const int per_group = group_m * tiles_n, first = (t / per_group) * group_m;
+  const int gsize = min(tiles_m - first, group_m), r = t % per_group;
+  tm = first + r % gsize;
+  tn = r / gsize;
+}
+
+__device__ __forceinline__ unsigned pack2(float lo, float hi)
+{
+  unsigned r;
+  asm(HCVT2 " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// consumer (cm, cn)'s accumulators into C rows row0.. and columns col0.., guarded
+__device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], unsigned short *c,
+                                           int m, int n, long long ldc, int row0, int col0,
+                                           int lane, int warp, bool pairs)
+{
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi) {
+    const int r0 = row0 + mi * 64 + warp * 16 + g;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      if (r >= m) continue;
+      unsigned short *crow = c + (long long)r * ldc;
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j) {
+        const int col = col0 + 8 * j + 2 * t;
+        if (col >= n) continue;
+        const unsigned v = pack2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+        if (pairs && col + 1 < n) {
+          *reinterpret_cast<unsigned *>(crow + col) = v;
+        } else {
+          crow[col] = (unsigned short)(v & 0xFFFF);
+          if (col + 1 < n) crow[col + 1] = (unsigned short)(v >> 16);
+        }
+      }
+    }
+  }
+}
+
+#if EPI
+// the accumulators as 16-bit pairs into this consumer's staging panels (128-byte swizzle, as
+// the TMA store reads them: conflict-free, a warp's 8 rows land in 8 distinct chunks)
+__device__ __forceinline__ void stage_tile(const float (&acc)[WGM][NACC], unsigned cs, int lane,
+                                           int warp)
+{
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 + g + 8 * h;
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j) {
+        const unsigned v = pack2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+        const unsigned addr = cs + (mi * (WN / 64) + j / 8) * PANEL_BYTES + r * 128
+                              + (((j & 7) ^ (r & 7)) << 4) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+      }
+    }
+}
+
+__device__ __forceinline__ void wg_sync(int id)
+{
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+#endif
+
+// ---------------------------------------------------------------- the kernel
+
+// C[M x N] (row stride ldc elements) = A @ B through the maps ma (A: {K, M}, box 64 x BM) and
+// mb (B: {N, K}, box 64 x 64); tiles_m = ceil(M / BM) rounded up to CLUSTER, tiles_n =
+// ceil(N / BN); gridDim.x a multiple of CLUSTER, at most the tiles.
+extern "C" __global__ void
+#if CLUSTER > 1
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
+__launch_bounds__(THREADS, 1)
+hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb,
+            const __grid_constant__ TmaMap mc, unsigned short *__restrict__ c, int m, int n,
+            int k, long long ldc, int tiles_m, int tiles_n, int group_m, int c_tma)
+{
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned full = base + BAR_OFF, empty = full + 8 * STAGES;
+  const int tid = threadIdx.x, wg = tid >> 7;
+#if CLUSTER > 1
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#else
+  const unsigned rank = 0;
+#endif
+  const int kt_n = (k + BK - 1) / BK;
+  const int ctiles_m = tiles_m / CLUSTER, total = ctiles_m * tiles_n;
+  const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, EMPTY_COUNT);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+#if CLUSTER > 1
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+#endif
+
+  if (wg == 0) {  // ------------------------------------------------ producer
+#if PRODUCER_REGS
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+#endif
+    if (tid == 0) {
+      unsigned it = 0;
+      for (int t = first; t < total; t += step) {
+        int ctm, tn;
+        tile_of(t, ctiles_m, tiles_n, group_m, ctm, tn);
+        const int row0 = (ctm * CLUSTER + (int)rank) * BM, col0 = tn * BN;
+        const bool a_in = row0 < m;
+        const int panels = min(PANELS, (n - col0 + 63) / 64);  // B panels left of N
+        const unsigned bytes = (a_in ? A_BYTES : 0) + panels * PANEL_BYTES;
+        for (int kt = 0; kt < kt_n; ++kt, ++it) {
+          const unsigned s = it % STAGES, ph = (it / STAGES) & 1;
+          const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES, bar = full + 8 * s;
+          mbar_wait(empty + 8 * s, ph ^ 1);
+          mbar_expect(bar, bytes);
+          if (a_in) tma_load(sa, &ma, kt * BK, row0, bar);
+#if CLUSTER == 1
+          for (int p = 0; p < panels; ++p)
+            tma_load(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, bar);
+#else
+          for (int p = rank * (PANELS / 2); p < (int)(rank + 1) * (PANELS / 2) && p < panels; ++p)
+            tma_load_mc(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, bar,
+                        (unsigned short)((1 << CLUSTER) - 1));
+#endif
+        }
+      }
+    }
+  } else {  // -------------------------------------------------------- consumers
+#if CONSUMER_REGS
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+#endif
+    const int cw = wg - 1, cm = cw / CN, cn = cw % CN;
+    const int warp = (tid >> 5) & 3, lane = tid & 31;
+    const bool pairs = (ldc & 1) == 0 && ((unsigned long long)c & 3) == 0;
+    float acc[WGM][NACC];
+#pragma unroll
+    for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) acc[mi][i] = 0.f;
+    unsigned it = 0;
+    for (int t = first; t < total; t += step) {
+      int ctm, tn;
+      tile_of(t, ctiles_m, tiles_n, group_m, ctm, tn);
+      const int row0 = (ctm * CLUSTER + (int)rank) * BM, col0 = tn * BN;
+#if WAIT1
+      int prev = -1;
+#endif
+      for (int kt = 0; kt < kt_n; ++kt, ++it) {
+        const unsigned s = it % STAGES, ph = (it / STAGES) & 1;
+        const unsigned sa = base + s * STAGE_BYTES + cm * WGM * 64 * 128;
+        const unsigned sb = base + s * STAGE_BYTES + A_BYTES + cn * (WN / 64) * PANEL_BYTES;
+        mbar_wait(full + 8 * s, ph);
+        fence_acc(acc);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks)
+#pragma unroll
+          for (int mi = 0; mi < WGM; ++mi)
+            wgmma16(acc[mi], sdesc(sa + mi * 64 * 128 + ks * 32, 16, 1024),
+                    sdesc(sb + ks * 2048, PANEL_BYTES, 1024), kt | ks);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#if WAIT1
+        wgmma_wait<1>();
+        fence_acc(acc);
+        if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
+        prev = (int)s;
+#else
+        wgmma_wait<0>();
+        fence_acc(acc);
+        if (lane == 0) mbar_release(empty + 8 * s);
+#endif
+      }
+#if WAIT1
+      wgmma_wait<0>();
+      fence_acc(acc);
+      if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
+#endif
+      if (row0 >= m) continue;
+#if EPI
+      if (c_tma) {
+        const unsigned cs = base + C_OFF + cw * C_BYTES;
+        const bool lead = (tid & 127) == 0;
+        if (lead) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        wg_sync(1 + cw);  // the previous tile's stores have read the panels
+        stage_tile(acc, cs, lane, warp);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        wg_sync(1 + cw);
+        if (lead) {
+#pragma unroll
+          for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+            for (int p = 0; p < WN / 64; ++p)
+              if (col0 + cn * WN + 64 * p < n && row0 + cm * WM + 64 * mi < m)
+                tma_store(&mc, cs + (mi * (WN / 64) + p) * PANEL_BYTES,
+                          col0 + cn * WN + 64 * p, row0 + cm * WM + 64 * mi);
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+        continue;
+      }
+#endif
+      store_tile(acc, c, m, n, ldc, row0 + cm * WM, col0 + cn * WN, lane, warp, pairs);
+    }
+#if EPI
+    if (c_tma && (tid & 127) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+  }
+#if CLUSTER > 1
+  // no block leaves while its peer may still multicast into it or signal its barriers
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
