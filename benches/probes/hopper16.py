@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     recs = []
     for name in args.variants.split(","):
         cmd = [sys.executable, "-m", "benches.probes.hopper16", "--child", name,
-               "--dtypes", args.dtypes, "--shapes", per.get(name, args.shapes)] + (["--library"] if args.library else [])
+               "--dtypes", args.dtypes, "--shapes", per.get(name, args.shapes)]
+        cmd += ["--library"] if args.library else []
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             out, rc = p.stdout, p.returncode
