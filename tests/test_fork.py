@@ -195,7 +195,7 @@ def test_an_interrupted_first_numba_cpu_call_leaves_it_usable(module):
 def test_a_child_forked_while_a_thread_holds_tiledmms_locks_does_not_deadlock():
     code = """
     import os, threading, numpy as np, tiledmm
-    from tiledmm import dispatch, registry
+    from tiledmm.core import dispatch, registry
     from tiledmm.util.atomicfile import locked
     from pathlib import Path
     a = np.ones((8, 8), np.float32)

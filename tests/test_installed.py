@@ -89,14 +89,14 @@ def test_modelcheck_default_is_the_checkouts_committed_results(monkeypatch, caps
 def test_commit_info_outside_a_checkout(tmp_path, monkeypatch):
     """Installed in site-packages (no git there, or some other project's git work tree
     around it): no commit, and no other project's commit either."""
-    pkg = tmp_path / "site-packages" / "tiledmm"
+    pkg = tmp_path / "site-packages" / "tiledmm" / "bench"
     pkg.mkdir(parents=True)
     monkeypatch.setattr(machine, "__file__", str(pkg / "machine.py"))
     assert machine.commit_info()["id"] is None
     git = subprocess.run(["git", "init", "-q", str(tmp_path)], capture_output=True)
     if git.returncode == 0:  # the venv inside another repository
         assert machine.commit_info()["id"] is None
-    monkeypatch.setattr(machine, "__file__", str(ROOT / "tiledmm" / "machine.py"))
+    monkeypatch.setattr(machine, "__file__", str(ROOT / "tiledmm" / "bench" / "machine.py"))
     if (ROOT / ".git").exists():
         assert machine.commit_info()["id"]
 

@@ -262,7 +262,7 @@ def test_cuda_entry_end_to_end_with_host_memory_as_the_device(torch):
     code = """
 import ctypes, numpy as np, torch, tiledmm
 from types import SimpleNamespace as NS
-from tiledmm import torchpath
+from tiledmm.interop import torchpath
 
 class FakeCuda(tiledmm.Backend):
     name, kernels = "fakecuda", ("naive",)

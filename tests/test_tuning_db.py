@@ -44,7 +44,7 @@ def _entry(dev, backend="numpy", family="register", cls="square", bt=(64, 64, 64
 
 WRITER = """
 import sys, time
-from tiledmm import tuning
+from tiledmm.core import tuning
 who, start = sys.argv[1], float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)
@@ -58,7 +58,7 @@ for i in range(100):
 READER = """
 import sys, time
 from pathlib import Path
-from tiledmm import tuning
+from tiledmm.core import tuning
 path, start = Path(sys.argv[1]), float(sys.argv[2])
 torn = reads = 0
 while time.time() < start + 60:
