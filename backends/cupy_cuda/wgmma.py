@@ -28,6 +28,7 @@ from typing import Any
 from tiledmm.util.lru import LRUCache
 
 from ..kernels import mma_spec
+from . import hopper
 
 __all__ = ["wants", "defines", "fit_tiles", "run", "WgmmaKernel", "HALF"]
 
@@ -101,17 +102,8 @@ def _cubin(src: str) -> bytes:
         nvrtc.destroyProgram(prog)
 
 
-class _Driver:
-    """cuTensorMapEncodeTiled and cuLaunchKernel from libcuda."""
-
-    def __init__(self) -> None:
-        lib = C.CDLL("libcuda.so.1")
-        self.encode = lib.cuTensorMapEncodeTiled
-        u64p, u32p = C.POINTER(C.c_uint64), C.POINTER(C.c_uint32)
-        self.encode.argtypes = [C.c_void_p, C.c_int, C.c_uint32, C.c_void_p, u64p, u64p, u32p,
-                                u32p, C.c_int, C.c_int, C.c_int, C.c_int]  # fmt: skip
-        self.launch = lib.cuLaunchKernel
-        self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
+class _Driver(hopper.Driver):
+    """The driver entry points (:class:`.hopper.Driver`), with this kernel's float32 maps."""
 
     def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int) -> tuple[Any, int]:
         """(buffer, 64-byte aligned address) of a map of a row-major float32 [rows x cols]:
