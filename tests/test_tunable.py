@@ -77,7 +77,6 @@ def test_tune_numpy_runs(tmp_path, monkeypatch, capsys):
 def test_shortlist_check_ranks_tuner_logs(tmp_path, capsys):
     """The model-as-shortlister check: ranks, reach and rank correlation from a tuner log."""
     from tiledmm.tune import shortlist_check as sc
-    from tiledmm.tune.task import geo_key
 
     assert sc.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert sc.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
@@ -88,7 +87,7 @@ def test_shortlist_check_ranks_tuner_logs(tmp_path, capsys):
         g = tiledmm.Geometry(bt, (8, 8) if bt[0] >= 64 else (4, 4))
         plan = make_plan(512, 512, 512, dtype="float32", kernel="register", device=dev,
                          geometry=g, backend="numpy")  # fmt: skip
-        recs.append(dict(task="float32|register|1x512x512x512", geometry=geo_key(g),
+        recs.append(dict(task="float32|register|1x512x512x512", geometry=g.key(),
                          family="register", shape=[1, 512, 512, 512], status="ok",
                          gflops=1.0 / plan.predicted_seconds))  # fmt: skip
     res = sc.rank_task(recs, dev, "numpy", "float32")  # measured exactly as predicted

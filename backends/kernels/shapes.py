@@ -13,6 +13,7 @@ resolve it before planning). Every resolved candidate passes ``kernels.defines``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tiledmm import DeviceSpec, Geometry
@@ -23,8 +24,8 @@ from . import tables
 __all__ = ["CANDIDATES", "candidates", "shipped_gflops", "auto_split", "resolve_split"]
 
 
-def _g(bt, tt=(1, 1), **opts) -> dict:
-    return {"block_tile": list(bt), "thread_tile": list(tt), "options": opts}
+def _g(bt, tt=(1, 1), **opts) -> Geometry:
+    return Geometry(bt, tt, tuple(sorted(opts.items())))
 
 
 _REG = dict(use_local=1, vm=4, vn=4, pad=4)
@@ -138,7 +139,7 @@ _GEMV_SKINNY = [
 ]
 
 #: float32 GPU candidates: shape class -> family -> geometry dicts (float64 halves TM/TN).
-CANDIDATES: dict[str, dict[str, list[dict]]] = {
+CANDIDATES: dict[str, dict[str, list[Geometry]]] = {
     "square": {"register": _SQUARE + _SMALL_GRID[1:4] + [_MB3, _AUTO128]},
     "odd": {"register": _SQUARE + _SMALL_GRID[1:3] + [_MB3, _AUTO128]},
     "skinny_k": {"register": _SQUARE[:2] + [_SMALL_GRID[0], _SMALL_GRID[4], _MB3]},
@@ -154,13 +155,12 @@ CANDIDATES: dict[str, dict[str, list[dict]]] = {
 def candidates(kernel: str, dtype: str, shape_class: str) -> list[Geometry]:
     """The candidate geometries of ``kernel`` for ``shape_class`` (GPU, gemm-c sources)."""
     out = []
-    for e in CANDIDATES.get(shape_class, {}).get(kernel, []):
-        opts = dict(e["options"])
-        tm, tn = e["thread_tile"]
+    for g in CANDIDATES.get(shape_class, {}).get(kernel, []):
+        opts = dict(g.options)
         if dtype == "float64" and kernel == "register":  # 16-byte vectors hold 2 doubles
             opts.update(vm=min(2, opts.get("vm", 2)), vn=min(2, opts.get("vn", 2)), pad=2)
-        out.append(Geometry(tuple(e["block_tile"]), (tm, tn), tuple(sorted(opts.items())),
-                            source=f"shape candidate ({shape_class})"))  # fmt: skip
+        out.append(replace(g, options=tuple(sorted(opts.items())),
+                           source=f"shape candidate ({shape_class})"))  # fmt: skip
     return out
 
 

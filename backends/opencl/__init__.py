@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from dataclasses import replace
 from functools import cache
@@ -39,6 +40,7 @@ from ..kernels import launch
 from ..kernels.probe import probe_source
 from . import platforms
 from .device import device_spec
+from .mma import MmaFamily
 from .state import OpenCLState, cl_modules
 
 __all__ = ["OpenCLBackend", "OpenCLState", "NoUsableDevice", "register_backends"]
@@ -149,7 +151,9 @@ def _pick(choice: str):
 SPIN_NS = 1_000_000
 
 
-class OpenCLBackend(K.SharedSourceTables, Backend):
+class OpenCLSharedSource(K.SharedSourceTables, Backend):
+    """The OpenCL backend's shared-source families (:class:`OpenCLBackend` adds mma)."""
+
     name = "opencl"
     aliases = ("cl",)
     kernels = K.FAMILIES
@@ -169,6 +173,18 @@ class OpenCLBackend(K.SharedSourceTables, Backend):
         if st is None:
             st = self._states[choice] = OpenCLState(_pick(choice))
         return st
+
+    def selected_device(self) -> Any:
+        """The pyopencl device ``TILEDMM_OPENCL_DEVICE`` selects now (its open state's), or
+        None before pyopencl has been imported in this process (this never imports it, so
+        ``import tiledmm`` stays light); the device is picked, not opened."""
+        choice = os.environ.get(ENV, "")
+        st = self._states.get(choice)
+        if st is not None:
+            return st.dev
+        if "pyopencl" not in sys.modules:
+            return None
+        return _pick(choice)
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -351,9 +367,9 @@ def _with_notes(spec: DeviceSpec) -> DeviceSpec:
     return _noted(spec, notes) if notes else spec
 
 
-from .mma import install as _install_mma  # noqa: E402 - the class must exist first
-
-_install_mma(OpenCLBackend, OpenCLState, ENV, _pick)  # mma on NVIDIA cc 8.0+ (see mma.py)
+class OpenCLBackend(MmaFamily, OpenCLSharedSource):
+    """The OpenCL backend: the shared-source families and, on NVIDIA GPUs of compute
+    capability 8.0+, the tensor-core family (:mod:`.mma`)."""
 
 
 @hookimpl

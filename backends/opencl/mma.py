@@ -9,13 +9,13 @@ What differs from CuPy: OpenCL has no dynamic shared memory above the 48 KiB of 
 memory a work-group may declare, so the stage tiles must fit 48 KiB (fewer stages and smaller
 blocks than on CuPy: :data:`GEOMETRY`), and the inputs are 4- and 8-byte only (float64 on DMMA,
 float32 as TF32 when the plan asks for it): 16-bit operands are not offered here.
-:func:`install` adds the family to the backend and state classes.
+:class:`MmaFamily` adds the family to the backend class (its ``kernels`` gain ``"mma"`` on
+supported devices, ``geometry``/``search_space`` answer for mma) and :class:`MmaState` to the
+per-device state class (its ``_build`` compiles mma plans here), mixed in before their bases.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from functools import cache
 from typing import Any
 
@@ -25,7 +25,7 @@ from .. import kernels as K
 from ..kernels import mma_spec
 
 __all__ = ["MMA_DTYPES", "GEOMETRY", "STATIC_LOCAL", "supports", "offered", "geometry",
-           "search_space", "build", "install"]  # fmt: skip
+           "search_space", "build", "MmaFamily", "MmaState"]  # fmt: skip
 
 #: input dtypes of the family here (float32 only with precision="tf32")
 MMA_DTYPES = ("float64", "float32")
@@ -60,19 +60,14 @@ def supports(dev: Any) -> bool:
     return cc >= (8, 0)
 
 
-def offered(backend: Any, env: str, pick: Any) -> bool:
+def offered(backend: Any) -> bool:
     """Whether the device ``TILEDMM_OPENCL_DEVICE`` selects now gets the family. Never raises
     (no device: no) and never imports pyopencl itself (``import tiledmm`` stays light): before
-    the backend has been touched in this process the answer is no. ``pick``: the backend's
-    device choice (``TILEDMM_OPENCL_DEVICE`` value -> pyopencl device)."""
-    choice = os.environ.get(env, "")
-    st = backend._states.get(choice)
+    the backend has been touched in this process the answer is no (``backend.selected_device``
+    is None then)."""
     try:
-        if st is not None:
-            return supports(st.dev)
-        if "pyopencl" not in sys.modules:
-            return False
-        return supports(pick(choice))
+        dev = backend.selected_device()
+        return dev is not None and supports(dev)
     except Exception:  # noqa: BLE001
         return False
 
@@ -123,33 +118,40 @@ def build(state: Any, plan: Any, aligned: bool) -> tuple:
     return kern, g, lsz, (*g, 1), (*lsz, 1)
 
 
-def install(cls: type, state_cls: type, env: str, pick: Any) -> type:
-    """Give the OpenCL backend class (and its per-device state class) the mma family: its
-    ``kernels`` gain ``"mma"`` on supported devices, ``geometry``/``search_space`` answer for
-    mma, and the state's ``_build`` compiles mma plans here."""
-    base_build, base_geometry, base_space = state_cls._build, cls.geometry, cls.search_space
+class MmaFamily:
+    """The mma family for the OpenCL backend class, mixed in before its base (see the module
+    docstring): the base's families plus ``"mma"`` where :func:`offered`, and mma tiles and
+    candidates from here; every other family goes to the base. The class mixing it in
+    provides ``selected_device()``."""
 
+    mma_dtypes = MMA_DTYPES
+
+    @property
     def kernels(self) -> tuple[str, ...]:
-        return K.FAMILIES + ((K.MMA,) if offered(self, env, pick) else ())
+        """naive/tiled/register, plus mma where supported"""
+        return K.FAMILIES + ((K.MMA,) if offered(self) else ())
+
+    def geometry(self, kernel, dtype, device, shape_class=None):
+        """Tiles from the geometry database (mma: :func:`geometry`); ``shape_class``
+        (tiledmm.core.tuning's classes) picks a class entry before the general one
+        (docs/shapes.md)."""
+        if kernel == K.MMA:
+            return geometry(dtype)
+        return super().geometry(kernel, dtype, device, shape_class=shape_class)
+
+    def search_space(self, kernel, dtype, device):
+        """The geometries ``tiledmm tune`` tries (backends/kernels/space.py; mma:
+        :func:`search_space`)."""
+        if kernel == K.MMA:
+            return search_space(dtype)
+        return super().search_space(kernel, dtype, device)
+
+
+class MmaState:
+    """The mma family for the OpenCL state class, mixed in before its base: mma plans are
+    compiled by :func:`build`, every other plan by the base."""
 
     def _build(self, plan, aligned: bool, single: bool = False):
         if plan.kernel == K.MMA:
             return build(self, plan, aligned)
-        return base_build(self, plan, aligned, single)
-
-    def geometry_(self, kernel, dtype, device, shape_class=None):
-        if kernel == K.MMA:
-            return geometry(dtype)
-        return base_geometry(self, kernel, dtype, device, shape_class=shape_class)
-
-    def search_space_(self, kernel, dtype, device):
-        if kernel == K.MMA:
-            return search_space(dtype)
-        return base_space(self, kernel, dtype, device)
-
-    cls.kernels = property(kernels, doc="naive/tiled/register, plus mma where supported")
-    cls.mma_dtypes = MMA_DTYPES
-    state_cls._build = _build
-    geometry_.__doc__, search_space_.__doc__ = base_geometry.__doc__, base_space.__doc__
-    cls.geometry, cls.search_space = geometry_, search_space_
-    return cls
+        return super()._build(plan, aligned, single)

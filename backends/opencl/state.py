@@ -14,8 +14,9 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
+from .mma import MmaState
 
-__all__ = ["OpenCLState", "cl_modules"]
+__all__ = ["OpenCLState", "SharedSourceState", "cl_modules"]
 
 _COPY2D = """
 #if REAL_BYTES == 8
@@ -43,9 +44,10 @@ def cl_modules():
     return cl, cla
 
 
-class OpenCLState:
+class SharedSourceState:
     """Context, queue and compiled programs for one device; also the array model that the
-    shared launch path (``kernels.launch.Adapter``) runs with on this device."""
+    shared launch path (``kernels.launch.Adapter``) runs with on this device (the shared-source
+    families; :class:`OpenCLState` adds mma)."""
 
     def __init__(self, dev) -> None:
         cl, _ = cl_modules()
@@ -190,3 +192,8 @@ def _strided(x) -> tuple[int, int, int]:
     """(offset, row stride, column stride) of a 2-D pyopencl array, in elements."""
     s = x.dtype.itemsize
     return x.offset // s, x.strides[0] // s, x.strides[1] // s
+
+
+class OpenCLState(MmaState, SharedSourceState):
+    """One device's state: the shared-source families, and the mma family (:mod:`.mma`:
+    NVIDIA cc 8.0+ through inline PTX)."""

@@ -229,8 +229,7 @@ def main() -> int:
         rows.append({
             "backend": "cupy", "kernel": family, "dtype": dtype,
             "m": shape[0], "n": shape[1], "k": shape[2],
-            "block_tile": list(geo.block_tile), "thread_tile": list(geo.thread_tile),
-            "options": dict(geo.options), "counters": counters,
+            **geo.to_dict(), "counters": counters,
             "model": model_counters(tiledmm.make_plan(
                 *shape, dtype=dtype, kernel=family, device=reference_h200(),
                 geometry=geo, backend="cupy")),

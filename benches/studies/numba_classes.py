@@ -122,8 +122,7 @@ def _entry(device: str, dtype: str, fam: str, cls: str, geo: Geometry, g: float,
     where += f" x batch {list(bshape)}" if bshape else ""
     return dict(
         kernels="numba", device=device, dtype=dtype, shape_class=cls, family=fam,
-        block_tile=list(geo.block_tile), thread_tile=list(geo.thread_tile),
-        options=dict(geo.options),
+        **geo.to_dict(),
         source=f"benches/studies/numba_classes.py on {device}, {today}: {g:.0f} GFLOP/s geomean "
         f"over {where}",
         measured=[dict(backend="numba-cuda", gflops=round(g, 1), date=today,

@@ -16,7 +16,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..core import tuning
-from .task import Task, geo_text, geometry_of
+from ..planner.geometry import Geometry
+from .task import Task
 
 if TYPE_CHECKING:  # pragma: no cover
     from .search import Tuner
@@ -43,15 +44,14 @@ def _failures(t: Task) -> dict[str, int]:
 
 def entry(tuner: Tuner, t: Task) -> dict:
     """The tuning-database entry of a task's winner."""
-    g, dev, c = geometry_of(t.choice["geometry"]), tuner.device, t.choice
+    g, dev, c = Geometry.from_key(t.choice["geometry"]), tuner.device, t.choice
     vendor = tuner.vendor.get(t.key)
     meas = dict(gflops=float(f"{c['gflops']:.6g}"), seconds=c["seconds"], shape=list(t.shape),
                 date=tuner.run_id, of_vendor=round(c["gflops"] / vendor, 4) if vendor else None,
                 default_gflops=float(f"{t.default_gflops:.6g}") if t.default_gflops else None,
-                default=geo_text(t.default), candidates=len(t.results))  # fmt: skip
+                default=str(t.default), candidates=len(t.results))  # fmt: skip
     e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=tuner.be.name,
-             dtype=tuner.dtype, family=t.family, shape_class=t.cls, block_tile=list(g.block_tile),
-             thread_tile=list(g.thread_tile), options=dict(g.options), measured=meas,
+             dtype=tuner.dtype, family=t.family, shape_class=t.cls, **g.to_dict(), measured=meas,
              source=f"tiledmm tune on {dev.name}, {tuner.run_id[:10]}")  # fmt: skip
     if tuning.device_arch(dev):
         e["arch"] = tuning.device_arch(dev)
@@ -71,7 +71,7 @@ def closing(tuner: Tuner, tasks: list[Task]) -> list[dict]:
         c = t.choice
         rows.append(dict(shape_class=t.cls, shape=t.shape, family=t.family,
                          best=c["tiles"] if c else None, gflops=c["gflops"] if c else None,
-                         default=geo_text(t.default), default_gflops=t.default_gflops,
+                         default=str(t.default), default_gflops=t.default_gflops,
                          vendor_gflops=tuner.vendor.get(t.key), tried=len(t.results),
                          space=len(t.space), failures=_failures(t), outcome=outcome(t),
                          note=t.note))  # fmt: skip

@@ -45,7 +45,6 @@ from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import PlanError, default_geometry, make_plan
 from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
-from .task import geo_key, geo_text, geometry_of
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
            "ENABLE", "BUDGET", "SIZE", "GPU_BUDGET", "CPU_BUDGET", "SHORTLIST", "REFINE_FLOPS"]
@@ -297,7 +296,7 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
         log.info("first use: %s: nothing to choose from (one candidate plans)", what)
         return None, True
     task.operands()
-    base, (first, *rest) = geo_key(current), task.candidates
+    base, (first, *rest) = current.key(), task.candidates
     need = CALLS_PER_CANDIDATE * max(1, len(rest))
     rec = task.evaluate(first, REPEAT_SHARE * conf.budget, max_call=conf.budget / need)
     # the current tiles' first run (their compile) is what the untuned call pays anyway
@@ -356,8 +355,8 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
     gain = times[base] / times[win] if base in times else math.nan
     log.info("first use: %s: %s at %s, %.2fx the tiles before (%s), of %d candidates "
              "(%d failed) timed on %s in %.2f s; saved to %s (%s=0 turns this off)", what,
-             geo_text(geometry_of(win)), _rate(task.flops / times[win]), gain,
-             geo_text(current), tried, tried - len(ok), "x".join(map(str, task.shape)),
+             Geometry.from_key(win), _rate(task.flops / times[win]), gain,
+             current, tried, tried - len(ok), "x".join(map(str, task.shape)),
              clock() - start, path, ENABLE)  # fmt: skip
     return entry, False
 
@@ -392,7 +391,7 @@ def prewarm(be: Backend, dtype: str, families, tasks) -> int:
                 print(f"  {cls:10} {text:>20} {fam:8} {why}")
                 continue
             meas = e["measured"]
-            print(f"  {cls:10} {text:>20} {fam:8} {geo_text(Geometry.from_dict(e)):44} "
+            print(f"  {cls:10} {text:>20} {fam:8} {Geometry.from_dict(e)!s:44} "
                   f"{meas['gflops']:9.4g} GFLOP/s (before: {meas['default']}, "
                   f"{meas['default_gflops'] or math.nan:.4g}), {meas['candidates']} timed in "
                   f"{time.monotonic() - t0:.1f} s")  # fmt: skip

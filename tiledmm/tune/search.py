@@ -23,9 +23,9 @@ from ..planner.geometry import Geometry
 from ..util.accuracy import reference, rel_error
 from ..util.atomicfile import append_line
 from .log import log_path, read_log
-from .task import Task, geo_key, geo_text, geometry_of
+from .task import Task
 
-__all__ = ["Task", "Tuner", "log_path", "geo_key", "geo_text", "geometry_of"]
+__all__ = ["Task", "Tuner", "log_path"]
 
 EXHAUSTIVE_MAX = 64
 EXPLORE_SHARE = 0.4  # of a task's time: random exploring stops after it (local search follows)
@@ -129,14 +129,14 @@ class Tuner:
 
     def evaluate(self, task: Task, g: Geometry, data) -> dict:
         """Check, then time one candidate; the record (logged) says what happened."""
-        gk = geo_key(g)
+        gk = g.key()
         old = self.history.get((task.key, gk))
         if old is not None:
             task.results[gk] = old
             return old
         rec: dict[str, Any] = dict(task=task.key, geometry=gk, family=task.family,
                                    shape=list(task.shape), cls=task.cls, run=self.run_id,
-                                   tiles=geo_text(g))  # fmt: skip
+                                   tiles=str(g))  # fmt: skip
         _, _, ref, A, B, _ = data
         plan = task.plan(g)
         t0 = time.perf_counter()
@@ -218,8 +218,8 @@ class Tuner:
         if exhaustive:
             yield from rest
             return
-        done = {geo_key(space[0])}
-        by_key = {geo_key(g): g for g in rest}
+        done = {space[0].key()}
+        by_key = {g.key(): g for g in rest}
         won = self.winners.get(task.family, [])
 
         def seeds(keys):
@@ -230,33 +230,33 @@ class Tuner:
 
         yield from seeds(task.siblings + [gk for cls, gk in won if cls == task.cls])
         pred = task.predicted  # every candidate of the space has its prediction
-        ranked = sorted((g for g in rest if geo_key(g) not in done), key=lambda g: pred[geo_key(g)])
+        ranked = sorted((g for g in rest if g.key() not in done), key=lambda g: pred[g.key()])
         tiles: set = set()  # one per block/thread tile: the model rarely tells options apart
-        bar = pred[geo_key(space[0])] / MODEL_GAIN
+        bar = pred[space[0].key()] / MODEL_GAIN
         for g in ranked:
-            if len(tiles) == MODEL_FIRST or pred[geo_key(g)] >= bar:
+            if len(tiles) == MODEL_FIRST or pred[g.key()] >= bar:
                 break
             if (g.block_tile, g.thread_tile) not in tiles:
                 tiles.add((g.block_tile, g.thread_tile))
-                done.add(geo_key(g))
+                done.add(g.key())
                 yield g
         # a skinny task's 4-8 tries (numba-cuda: ~8 s of compiling each) went to the squares'
         # winners before its K slices (H200, logs/h200-tune-coldstart-numba-cuda-s10a.log)
         yield from seeds([gk for cls, gk in won if cls != task.cls])
-        pool = [g for g in rest if geo_key(g) not in done]
+        pool = [g for g in rest if g.key() not in done]
         self.rng.shuffle(pool)
         explore = max(8, len(pool) // 10)
         for i, g in enumerate(pool[:explore]):
             if i >= 8 and time.monotonic() > explore_until:
                 break
-            done.add(geo_key(g))
+            done.add(g.key())
             yield g
         while len(done) < len(space):
             best = task.best()
-            near = [g for g in rest if geo_key(g) not in done and best
+            near = [g for g in rest if g.key() not in done and best
                     and _distance(g, json.loads(best["geometry"])) == 1]  # fmt: skip
-            nxt = near[0] if near else next(g for g in pool if geo_key(g) not in done)
-            done.add(geo_key(nxt))
+            nxt = near[0] if near else next(g for g in pool if g.key() not in done)
+            done.add(nxt.key())
             yield nxt
 
     def confirm(self, task: Task, data) -> None:
@@ -265,7 +265,7 @@ class Tuner:
         those rounds wins, and the default stays when it is that fastest (``--cold``: the
         default only competes if the search itself reached it). Sets ``task.choice`` and
         ``task.default_gflops``."""
-        dk = geo_key(task.default)
+        dk = task.default.key()
         base = task.results.get(dk)
         base = base if base and base["status"] == "ok" else None
         task.choice = None if self.cold else base
@@ -274,7 +274,7 @@ class Tuner:
         for cand in sorted(task.ok(), key=lambda r: -r["gflops"]):
             if len(top) == 3:
                 break
-            if cand["geometry"] == dk or self.odd_ok(task, geometry_of(cand["geometry"])):
+            if cand["geometry"] == dk or self.odd_ok(task, Geometry.from_key(cand["geometry"])):
                 top.append(cand)
             else:
                 cand.update(status="wrong result", error=f"wrong on {ODD_CHECK}")
@@ -285,7 +285,7 @@ class Tuner:
         won.extend((task.cls, c["geometry"]) for c in top if (task.cls, c["geometry"]) not in won)
         racers = [c for c in top if c["geometry"] != dk]
         fits = task.plan(task.default) is not None
-        geos = ([task.default] if fits else []) + [geometry_of(c["geometry"]) for c in racers]
+        geos = ([task.default] if fits else []) + [Geometry.from_key(c["geometry"]) for c in racers]
         try:
             times = self.rounds(task, geos, data)
         except Exception:  # noqa: BLE001 - the default itself fails here: no race
@@ -293,7 +293,7 @@ class Tuner:
         if fits:
             tb, times = times[0], times[1:]
             task.default_gflops = task.flops / tb / 1e9
-            racers.append(dict(base or {}, geometry=dk, status="ok", tiles=geo_text(task.default)))
+            racers.append(dict(base or {}, geometry=dk, status="ok", tiles=str(task.default)))
             times.append(tb)
         eligible = [(t, i) for i, (t, c) in enumerate(zip(times, racers, strict=True))
                     if not (self.cold and c["geometry"] == dk and dk not in task.results)
@@ -316,7 +316,7 @@ class Tuner:
             if t.choice:
                 groups.setdefault((t.family, t.cls), []).append(t)
         for group in (g for g in groups.values() if len(g) > 1):
-            dk = geo_key(group[0].default)
+            dk = group[0].default.key()
             keys = [t.choice["geometry"] for t in group]
             if not self.cold or all(dk in t.results for t in group):
                 keys.append(dk)
@@ -344,10 +344,10 @@ class Tuner:
     def _measured(self, task: Task, gk: str) -> dict | None:
         """``task``'s ok record of geometry ``gk``, measuring it if the search did not."""
         r = task.results.get(gk)
-        if r is None and task.host is not None and task.plan(geometry_of(gk)) is not None:
+        if r is None and task.host is not None and task.plan(Geometry.from_key(gk)) is not None:
             dt = np.dtype(self.dtype)
             out = self.be.asarray(np.zeros(task.shape[1:3], dt), dt)
-            r = self.evaluate(task, geometry_of(gk), (*task.host, out))
+            r = self.evaluate(task, Geometry.from_key(gk), (*task.host, out))
         return r if r is not None and r["status"] == "ok" else None
 
     def odd_ok(self, task: Task, g: Geometry) -> bool:

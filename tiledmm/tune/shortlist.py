@@ -35,7 +35,7 @@ from ..planner.geometry import Geometry
 from ..planner.make import default_geometry
 from ..util.accuracy import rel_error
 from .search import TOL, Tuner
-from .task import Task, geo_key, geo_text, geometry_of, runs_as
+from .task import Task, runs_as
 
 __all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
 
@@ -66,7 +66,7 @@ class Shortlist(Task):
         model = replace(default_geometry(family, dtype, dev), source="model default")
         shipped = tuning.select(be, family, dtype, dev, cls, user=False)
         self.default = shipped or model
-        self.siblings = [geo_key(Geometry.from_dict(e)) for e in
+        self.siblings = [Geometry.from_dict(e).key() for e in
                          tuning.sibling_entries(be.name, dtype, family, dev, cls)]  # fmt: skip
         self.space = be.search_space(family, dtype, dev) or []
         self.candidates = self._pick(size, [current, self.default], model, deadline, clock)
@@ -84,14 +84,14 @@ class Shortlist(Task):
             if plan is None:
                 return
             runs = runs_as(plan)
-            if geo_key(g) not in seen and runs not in seen:
-                seen.update((geo_key(g), runs))
+            if g.key() not in seen and runs not in seen:
+                seen.update((g.key(), runs))
                 out.append(g)
-                self.predicted[geo_key(g)] = plan.predicted_seconds
+                self.predicted[g.key()] = plan.predicted_seconds
 
         for g in first:
             add(g)
-        by_key = {geo_key(g): g for g in self.space}
+        by_key = {g.key(): g for g in self.space}
         for gk in self.siblings:
             add(by_key.get(gk))
         for g in self.ranked(deadline, clock) or [model]:
@@ -168,7 +168,7 @@ class Shortlist(Task):
         """Check and time one candidate; the record says what happened (``"slow"``: one warm
         call took over ``max_call`` seconds, so it was not timed further)."""
         be, tuner = self.tuner.be, self.tuner
-        rec: dict[str, Any] = dict(geometry=geo_key(g), tiles=geo_text(g))
+        rec: dict[str, Any] = dict(geometry=g.key(), tiles=str(g))
         plan = self.plan(g)
         t0 = time.perf_counter()
         try:
@@ -208,19 +208,18 @@ class Shortlist(Task):
     def entry(self, win: str, times: dict[str, float], call_shape, extra: dict) -> dict:
         """The database entry of geometry ``win`` in ``tiledmm tune``'s schema (its
         ``measured.default``: the tiles that ran before), ``extra`` added to ``measured``."""
-        g, dev, dtype = geometry_of(win), self.tuner.device, self.tuner.dtype
-        base = times.get(geo_key(self.current))
+        g, dev, dtype = Geometry.from_key(win), self.tuner.device, self.tuner.dtype
+        base = times.get(self.current.key())
         date = self.tuner.run_id
         meas = dict(gflops=float(f"{self.flops / times[win] / 1e9:.6g}"), seconds=times[win],
                     shape=list(self.shape), date=date, of_vendor=None,
                     default_gflops=float(f"{self.flops / base / 1e9:.6g}") if base else None,
-                    default=geo_text(self.current), candidates=len(self.results),
+                    default=str(self.current), candidates=len(self.results),
                     call_shape=list(call_shape), tolerance=TOL.get(dtype, 1e-4),
                     **extra)  # fmt: skip
         e = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=self.tuner.be.name,
                  dtype=dtype, family=self.family, shape_class=self.cls,
-                 block_tile=list(g.block_tile), thread_tile=list(g.thread_tile),
-                 options=dict(g.options), measured=meas,
+                 **g.to_dict(), measured=meas,
                  source=f"first use on {dev.name}, {date[:10]}")  # fmt: skip
         if tuning.device_arch(dev):
             e["arch"] = tuning.device_arch(dev)
@@ -228,7 +227,7 @@ class Shortlist(Task):
 
     def race(self, keys: list[str]) -> dict[str, float]:
         """Seconds per call of ``keys``' geometries timed in alternating rounds."""
-        by_key = {geo_key(g): g for g in self.candidates}
+        by_key = {g.key(): g for g in self.candidates}
         _, _, _, _, A, B, C = self.host
         times = self.tuner.rounds(self, [by_key[k] for k in keys], (None, None, None, A, B, C))
         return dict(zip(keys, times, strict=True))

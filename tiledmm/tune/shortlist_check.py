@@ -30,8 +30,8 @@ from pathlib import Path
 from ..core import tuning
 from ..device.spec import DeviceSpec, reference_h200
 from ..planner import shapefit
+from ..planner.geometry import Geometry
 from ..planner.make import PlanError, make_plan
-from .task import geometry_of
 
 __all__ = ["rank_task", "check_log", "spearman", "device_from_record", "main", "KS"]
 
@@ -94,7 +94,7 @@ def rank_task(records: list[dict], device: DeviceSpec, backend: str, dtype: str)
     pred, meas, tiles = [], [], []
     for r in records:
         b, m, n, k = r["shape"]
-        g = geometry_of(r["geometry"])
+        g = Geometry.from_key(r["geometry"])
         cls = tuning.shape_class(m, n, k, b)
         g = shapefit.for_product(g, r["family"], m, n, k, device, cls, b, dtype, backend)
         try:

@@ -1,8 +1,8 @@
 """A tuning task of `tiledmm tune`: one family on one shape, its candidate geometries (the
 shipped default, the model's, the backend's search space, pruned to those that plan, that the
 backend's kernels accept (``Backend.plan_problem``) and that run differently on the shape;
-what other backends tuned on this device, to try first) and their results; and the geometry
-keys the tuner's log stores. :mod:`tiledmm.tune.search` runs the tasks.
+what other backends tuned on this device, to try first) and their results, by geometry key
+(``Geometry.key``, what the tuner's log stores). :mod:`tiledmm.tune.search` runs the tasks.
 """
 
 from __future__ import annotations
@@ -16,22 +16,7 @@ from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import PlanError, default_geometry, make_plan
 
-__all__ = ["Task", "geo_key", "geo_text", "geometry_of"]
-
-
-def geo_key(g: Geometry) -> str:
-    return json.dumps([list(g.block_tile), list(g.thread_tile), sorted(map(list, g.options))])
-
-
-def geo_text(g: Geometry) -> str:
-    bm, bn, bk = g.block_tile
-    opts = ",".join(f"{k}={v}" for k, v in g.options)
-    return f"{bm}x{bn}x{bk}/{g.thread_tile[0]}x{g.thread_tile[1]}" + (f" {opts}" if opts else "")
-
-
-def geometry_of(key: str) -> Geometry:
-    bt, tt, opts = json.loads(key)
-    return Geometry(tuple(bt), tuple(tt), tuple(tuple(o) for o in opts), source="tiledmm tune")
+__all__ = ["Task"]
 
 
 class Task:
@@ -55,16 +40,16 @@ class Task:
         self.predicted: dict[str, float] = {}
         for g in [x for x in base if x is not None] + list(space):
             plan = self.plan(g)
-            if plan is None or geo_key(g) in seen:
+            if plan is None or g.key() in seen:
                 continue
             runs = _runs_as(plan)  # two stored geometries that run alike on this shape: one
             if runs not in seen:
-                seen.update((geo_key(g), runs))
+                seen.update((g.key(), runs))
                 self.space.append(g)
-                self.predicted[geo_key(g)] = plan.predicted_seconds
+                self.predicted[g.key()] = plan.predicted_seconds
         self.pruned = len(space) + len(base) - len(self.space)
         #: what other backends tuned on this device (first guesses, when in this space)
-        self.siblings = [geo_key(Geometry.from_dict(e)) for e in
+        self.siblings = [Geometry.from_dict(e).key() for e in
                          tuning.sibling_entries(tuner.be.name, dt, family, dev, cls)]  # fmt: skip
         self.choice: dict | None = None
         self.default_gflops: float | None = None
