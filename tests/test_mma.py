@@ -201,10 +201,15 @@ def test_zero_k_writes_zeros(pocl):
 
 @pytest.mark.parametrize("kind", list(mma_spec.KINDS))
 def test_padding_rule_is_one_rule(kind):
-    """The planner's shared-memory size uses the same padded rows as the kernel's defines."""
-    for bk, bn in ((16, 64), (32, 128), (8, 256)):
-        for fk in {s[2] for s in mma_spec.SHAPES[kind]}:
-            assert tc.padded_lds(kind, bk, bn, fk) == mma_spec.leading_dims(kind, bk, bn, fk)
+    """The planner's shared-memory size uses the same padded rows as the kernel's defines,
+    over a grid of stage-tile widths, fragment depths and (TF32) swizzled B rows."""
+    for bk in range(4, 129, 4):
+        for bn in range(8, 257, 8):
+            for fk in {s[2] for s in mma_spec.SHAPES[kind]}:
+                for bvec in (False, True):
+                    assert tc.padded_lds(kind, bk, bn, fk, bvec=bvec) == mma_spec.leading_dims(
+                        kind, bk, bn, fk, bvec=bvec
+                    ), (bk, bn, fk, bvec)
 
 
 def test_defines_reject_bad_tiles():

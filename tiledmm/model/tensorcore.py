@@ -130,17 +130,24 @@ def _sheet(device: DeviceSpec, k: str) -> tuple[float, str]:
 
 
 def _pad_to(x: int, residue: int, modulus: int) -> int:
+    """The smallest value >= x that is ``residue`` mod ``modulus``."""
     return x + (residue - x) % modulus
 
 
-def padded_lds(k: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
-    """Row lengths (elements) of the A and B stage tiles of ``mma.cl`` (bank-conflict padding;
-    the same rule as ``tiledmm_backends.kernels.mma_spec``, checked by tests/test_mma.py)."""
+def padded_lds(k: str, bk: int, bn: int, fk: int, bvec: bool = False) -> tuple[int, int]:
+    """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles of
+    ``mma.cl``, chosen so its fragment loads hit distinct banks (and rows stay 16-byte aligned):
+    f64: 8-byte (g, t + 4q) / (t + 4q, g) loads in half-warp phases -> both 4 mod 16 doubles;
+    f16/bf16: ldmatrix rows of 16 bytes -> an odd number of 16-byte chunks per row;
+    tf32: 4-byte (g, t) / (t, g) loads, one wavefront per warp -> 4 and 8 mod 32 floats;
+    ``bvec`` (TF32_BVEC): B rows unpadded, their 16-byte chunks XOR-swizzled instead. The one
+    rule: the planner's shared-memory size and the kernel's defines
+    (``tiledmm_backends.kernels.mma_spec``) both use it."""
     if k == "f64":
         return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
     if k in ("f16", "bf16"):
         return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
-    return _pad_to(bk, 4, 32), _pad_to(bn, 8, 32)
+    return _pad_to(bk, 4, 32), bn if bvec else _pad_to(bn, 8, 32)
 
 
 def accumulator_bytes(k: str) -> int:
