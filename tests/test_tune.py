@@ -18,6 +18,7 @@ from tiledmm.core.tuning import TuningWarning, shape_class
 from tiledmm.planner import shapefit
 from tiledmm.tune import command as tune
 from tiledmm.tune import search as tune_search
+from tiledmm.tune.task import geo_key
 from tiledmm.util.accuracy import rel_error
 
 
@@ -236,9 +237,9 @@ def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
     small = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
     big = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
-    k16 = tune.geo_key(Geometry((16, 16, 16)))
+    k16 = geo_key(Geometry((16, 16, 16)))
     tuner.winners["tiled"] = [("square", k16)]
-    order = [tune.geo_key(g) for g in tuner.order(big)]
+    order = [geo_key(g) for g in tuner.order(big)]
     assert order[1] == k16 and len(order) == len(set(order)) == len(big.space)
     speed = {8: 1.0, 16: 3.0, 32: 2.0, 64: 2.5}  # fake GFLOP/s by block size and task
 
@@ -257,11 +258,11 @@ def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch
             tuner.evaluate(t, g, data)
     small.choice, big.choice = (
         dict(small.results[k16]),
-        dict(big.results[tune.geo_key(Geometry((64, 64, 64)))]),
+        dict(big.results[geo_key(Geometry((64, 64, 64)))]),
     )
     tuner.unify([small, big])  # 16: 3 x 3; 64: 2.5 x 5 -> 64 has the better geometric mean
     assert (
-        small.choice["geometry"] == big.choice["geometry"] == tune.geo_key(Geometry((64, 64, 64)))
+        small.choice["geometry"] == big.choice["geometry"] == geo_key(Geometry((64, 64, 64)))
     )
 
 
@@ -286,9 +287,9 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
     tuning.save_entries(entries)
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
     task = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
-    tuner.winners["tiled"] = [("square", tune.geo_key(Geometry((16, 16, 16))))]
-    order = [tune.geo_key(g) for g in tuner.order(task)]
-    keys = [tune.geo_key(Geometry(t)) for t in ((8, 8, 8), (64, 64, 64), (16, 16, 16))]
+    tuner.winners["tiled"] = [("square", geo_key(Geometry((16, 16, 16))))]
+    order = [geo_key(g) for g in tuner.order(task)]
+    keys = [geo_key(Geometry(t)) for t in ((8, 8, 8), (64, 64, 64), (16, 16, 16))]
     assert order[1:4] == keys  # its class first, then the other class, then earlier winners
     assert len(order) == len(set(order)) == len(task.space)
 
@@ -299,11 +300,11 @@ def test_random_local_tries_the_planners_fastest_predictions_before_the_random_s
     prediction by MODEL_GAIN, then other classes' winners, then the rest of the space."""
     be = Fake()
     tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
-    square_won = tune.geo_key(Geometry((64, 64, 64)))
+    square_won = geo_key(Geometry((64, 64, 64)))
     tuner.winners["tiled"] = [("square", square_won)]
     for shape, n_first in (((1, 4, 4096, 256), tune_search.MODEL_FIRST), ((1, 96, 96, 96), 0)):
         task = tune.Task(tuner, "tiled", "skinny_mn", shape)
-        order = [tune.geo_key(g) for g in tuner.order(task)]
+        order = [geo_key(g) for g in tuner.order(task)]
         bar = task.predicted[order[0]] / tune_search.MODEL_GAIN
         fast = sorted((gk for gk in order[1:] if task.predicted[gk] < bar), key=task.predicted.get)
         # 4 x 4096: smaller tiles predicted far faster than the 32x32 default; 96^3: near-ties
@@ -343,14 +344,14 @@ def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):
     winner = max(task.ok(), key=lambda r: r["gflops"])
     for r in task.ok():  # make a non-default candidate the sweep's best
         r["gflops"] = 1.0 if r is not winner else 100.0
-    dflt = tune.geo_key(task.default)
+    dflt = geo_key(task.default)
     if winner["geometry"] == dflt:
         pytest.skip("the default won the sweep")
 
     def race(default_first: bool):
         def rounds(task, geos, data, n=3):
-            assert tune.geo_key(geos[0]) == dflt  # the default always races
-            won = [1.0 if tune.geo_key(g) == winner["geometry"] else 3.0 for g in geos[1:]]
+            assert geo_key(geos[0]) == dflt  # the default always races
+            won = [1.0 if geo_key(g) == winner["geometry"] else 3.0 for g in geos[1:]]
             return [2.0 if not default_first else 0.5, *won]
 
         return rounds

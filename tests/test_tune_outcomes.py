@@ -21,6 +21,7 @@ import tiledmm
 from tiledmm import Backend, Geometry, cli
 from tiledmm.core import dispatch, registry, tuning
 from tiledmm.tune import command as tune
+from tiledmm.tune.task import geo_key
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +153,7 @@ def _tasks(speed: dict, default: int = 32):
 
 
 def _won(tuner, task, bm):
-    task.choice = dict(task.results[tune.geo_key(Geometry((bm,) * 3))])
+    task.choice = dict(task.results[geo_key(Geometry((bm,) * 3))])
     task.default_gflops = 1.0  # the race's; unify replaces it with the search's
 
 
@@ -164,7 +165,7 @@ def test_a_class_keeps_the_default_when_the_winners_lose_to_it_over_the_class():
     _won(tuner, small, 8)
     _won(tuner, big, 16)
     tuner.unify([small, big])  # 8: sqrt(5) = 2.24, 16: 2.24, the default: 3
-    dk = tune.geo_key(Geometry((32, 32, 32)))
+    dk = geo_key(Geometry((32, 32, 32)))
     assert small.choice["geometry"] == big.choice["geometry"] == dk
     assert small.default_gflops == big.default_gflops == 3.0 and not small.note
 
@@ -176,7 +177,7 @@ def test_a_shape_where_the_class_geometry_is_slower_says_so(capsys):
     _won(tuner, small, 32)
     _won(tuner, big, 8)
     tuner.unify([small, big])  # 8: sqrt(18) = 4.24 over the class beats the default's 3
-    k8 = tune.geo_key(Geometry((8, 8, 8)))
+    k8 = geo_key(Geometry((8, 8, 8)))
     assert small.choice["geometry"] == big.choice["geometry"] == k8
     assert small.note.startswith("slower than the default on this shape (0.67); 1.41x it over")
     assert not big.note
