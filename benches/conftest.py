@@ -25,8 +25,9 @@ import pytest
 
 import tiledmm
 from tiledmm.bench.busy import busy_reasons, cpus, load_average, load_text
+from tiledmm.bench.machine import tiledmm_machine_info
 from tiledmm.bench.pace import Pace
-from tiledmm.bench.results import bench_name, tiledmm_machine_info
+from tiledmm.bench.results import bench_name
 from tiledmm.bench.sweep import Settings, default_shapes
 from tiledmm.util.args import parse_shapes
 

@@ -6,8 +6,9 @@ backends, and every import edge that can run: module level, function-local, type
 - the rank table: a module imports its own wing or a lower one; wings of equal rank do not
   import each other; the backends and plugins import only the face, util, device, model and
   planner; nothing in ``tiledmm`` names ``tiledmm_backends``;
-- re-exports only in the faces (``tiledmm``, ``tiledmm.dask``, ``tiledmm_backends.kernels``);
-  a wing's ``__init__`` is a docstring, and a module imports its sibling, not its own package;
+- re-exports only in the faces (``tiledmm``, ``tiledmm.dask``, ``tiledmm_backends.kernels``), no
+  ``import X as X`` shim elsewhere; a wing's ``__init__`` is a docstring, and a module imports
+  its sibling, not its own package;
 - no module reaches into another module's ``_private`` names (relative aliases included), in
   tiledmm, the backends, plugins and benches;
 - at most 400 lines per module; no ``sys.path`` edit in benches/.
@@ -276,4 +277,21 @@ def test_benches_do_not_edit_sys_path():
                 and node.value.id == "sys"
             ):
                 bad.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_same_name_reexport_shims():
+    """``from m import X as X`` (a re-export shim) only in the three faces; everywhere else a
+    name is imported from the module that defines it."""
+    faces = {ROOT / "tiledmm" / "__init__.py", ROOT / "tiledmm" / "dask" / "__init__.py",
+             ROOT / "backends" / "kernels" / "__init__.py"}  # fmt: skip
+    bad = []
+    for f in _sources():
+        if f in faces:
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                bad += [f"{f.relative_to(ROOT)}:{node.lineno} imports {a.name} as {a.asname}"
+                        for a in node.names
+                        if a.asname and a.asname == a.name.rpartition(".")[2]]  # fmt: skip
     assert not bad, "\n".join(bad)

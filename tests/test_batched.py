@@ -266,7 +266,7 @@ def test_gemv_defines_carry_the_shuffles_and_the_register_budget():
     H200's CuPy vector entries ask for one group per SM (measured: docs/shapes.md)."""
     from tiledmm_backends import kernels as K
 
-    from tiledmm.device.spec import reference_h200
+    from tiledmm.device.nvidia import reference_h200
 
     dev = reference_h200()
 

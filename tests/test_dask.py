@@ -17,7 +17,8 @@ da = pytest.importorskip("dask.array")
 import tiledmm  # noqa: E402
 import tiledmm.dask as td  # noqa: E402
 from tiledmm.dask import product as dask_product  # noqa: E402
-from tiledmm.dask.cluster import Cluster, cluster_plan  # noqa: E402
+from tiledmm.dask.cluster import cluster_plan  # noqa: E402
+from tiledmm.dask.cluster_model import Cluster  # noqa: E402
 from tiledmm.util.accuracy import matmul_error  # noqa: E402
 
 RNG = np.random.default_rng(20261201)

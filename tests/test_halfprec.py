@@ -16,7 +16,7 @@ import pytest
 import tiledmm
 from tiledmm.core import registry, semantics
 from tiledmm.core.backend import Backend
-from tiledmm.device.spec import reference_h200
+from tiledmm.device.nvidia import reference_h200
 from tiledmm.interop import bridge as arrays
 from tiledmm.interop import halfprec, kinds
 from tiledmm.interop.kinds import Kind

@@ -15,7 +15,7 @@ import pytest
 from tiledmm_backends.cupy_cuda import hopper
 
 import tiledmm
-from tiledmm.device.spec import reference_h200
+from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner.make import make_plan
 
 from .conftest import requires_backend

@@ -98,7 +98,7 @@ def test_kind_of_imports_no_array_library():
     code = (
         "import sys, numpy as np; from tiledmm.interop import bridge as arrays, kinds\n"
         "x = np.ones(3); arrays.kind_of(x); kinds.route(x, [1.0]).kind\n"
-        "libs = arrays.array_libraries()\n"
+        "libs = kinds.array_libraries()\n"
         "assert ('numpy', np.__version__) in libs, libs\n"
         "bad = [m for m in ('torch', 'jax', 'cupy', 'numba', 'pyopencl') if m in sys.modules]\n"
         "assert not bad, bad\n"
@@ -107,7 +107,7 @@ def test_kind_of_imports_no_array_library():
 
 
 def test_array_libraries_lists_what_is_installed():
-    libs = dict(arrays.array_libraries())
+    libs = dict(kinds.array_libraries())
     assert libs["numpy"] == np.__version__
     for name in ("torch", "jax", "pyopencl"):
         assert (name in libs) == (importlib.util.find_spec(name) is not None)

@@ -17,7 +17,8 @@ from tiledmm_backends.kernels import mma_spec
 import tiledmm
 from tests.helpers import nvcc_build
 from tiledmm.bench.sweep import peak_of
-from tiledmm.device.spec import host_cpu, reference_h200
+from tiledmm.device.nvidia import reference_h200
+from tiledmm.device.spec import host_cpu
 from tiledmm.model import tensorcore as tc
 from tiledmm.planner.make import PlanError, default_mma_geometry, make_plan
 
@@ -200,10 +201,23 @@ def test_zero_k_writes_zeros(pocl):
 
 @pytest.mark.parametrize("kind", list(mma_spec.KINDS))
 def test_padding_rule_is_one_rule(kind):
-    """The planner's shared-memory size uses the same padded rows as the kernel's defines."""
-    for bk, bn in ((16, 64), (32, 128), (8, 256)):
-        for fk in {s[2] for s in mma_spec.SHAPES[kind]}:
-            assert tc.padded_lds(kind, bk, bn, fk) == mma_spec.leading_dims(kind, bk, bn, fk)
+    """The kernel's defines carry the one padding rule (``tc.padded_lds``, which the planner's
+    shared-memory size uses) over a grid of tiles, fragment shapes and (TF32) swizzled B rows."""
+    checked = 0
+    for bk in (8, 16, 24, 32, 48, 64, 128):
+        for bn in (32, 64, 96, 128, 192, 256):
+            for shape in mma_spec.SHAPES[kind]:
+                for bvec in (False, True) if kind == "tf32" else (False,):
+                    try:
+                        d = mma_spec.mma_defines(kind, 64, bn, bk, 2, 1 if bn % 64 else 2, 3,
+                                                 shape, tf32_bvec=bvec)  # fmt: skip
+                    except ValueError:
+                        continue
+                    want = tc.padded_lds(kind, bk, bn, shape[2], bvec=bvec)
+                    assert (d["SA_LD"], d["SB_LD"]) == want, (bk, bn, shape, bvec)
+                    assert d["SMEM_ELEMS"] == 3 * (64 * want[0] + bk * want[1])
+                    checked += 1
+    assert checked >= 12
 
 
 def test_defines_reject_bad_tiles():

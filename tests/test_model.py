@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from tiledmm import Geometry, make_plan
-from tiledmm.device.spec import calibration_problem, reference_h200
-from tiledmm.model.hierarchy import L2_SHARED_FRACTION, miss_fraction, shared_wavefronts
+from tiledmm.device.calibration import calibration_problem
+from tiledmm.device.nvidia import reference_h200
+from tiledmm.model.dram import L2_SHARED_FRACTION
+from tiledmm.model.hierarchy import miss_fraction, shared_wavefronts
 from tiledmm.model.warps import c_store_sectors
 from tiledmm.report.modelcheck import (
     CPU_BAND,
@@ -67,7 +69,7 @@ def test_lockstep_waves_pay_their_prologue_and_epilogue():
 def test_measured_ceilings_are_used_as_measured(monkeypatch):
     """A level in H200_MEASURED replaces the estimate and is not scaled by ``sustained``;
     estimated SM-side ceilings are."""
-    import tiledmm.device.spec as device
+    import tiledmm.device.nvidia as device
 
     measured = {**device.H200_MEASURED, "levels": {"shared memory": 30e12, "L2": 9e12}}
     monkeypatch.setattr(device, "H200_MEASURED", measured)
@@ -93,12 +95,13 @@ def test_measured_ceilings_are_used_as_measured(monkeypatch):
 def test_calibrated_levels_count_as_loaded(monkeypatch, tmp_path):
     """A calibration record's levels and FMA peaks were measured under load: the spec marks
     them, so ``sustained`` scales only the estimates that remain."""
+    import tiledmm.device.calibration as calibration
     import tiledmm.device.spec as device
 
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     rec = {"peak_flops": {"float32": 5e13}, "bandwidth": 4e12,
            "levels": {"shared memory": 2.9e13}, "fma_peaks": {"float32": 5.9e13}}  # fmt: skip
-    device.save_calibration("test gpu", rec)
+    calibration.save_calibration("test gpu", rec)
     spec = device.DeviceSpec(name="test gpu", kind="gpu", sustained=0.5).with_calibration()
     assert set(spec.loaded) == {"shared memory", "compute"}
     assert spec.clocked("shared memory", 2.9e13) == 2.9e13
@@ -474,7 +477,7 @@ def test_modelcheck_checks_a_calibration_before_it_is_copied(tmp_path, capsys):
     """``--calibration FILE`` prints the H200 record as H200_MEASURED (the one edit that
     updates the reference) and checks the rows on those ceilings: a shared-memory ceiling
     half the reference's predicts the (shared-bound) tiled rows twice as slow."""
-    from tiledmm.device.spec import H200_MEASURED
+    from tiledmm.device.nvidia import H200_MEASURED
     from tiledmm.report import modelcheck
 
     shared = 0.5 * H200.clocked("shared memory", H200.level("shared memory"))

@@ -16,7 +16,7 @@ from tiledmm_backends.numba_cuda.kernels import source
 
 from tiledmm import Geometry
 from tiledmm.core import dispatch
-from tiledmm.device.spec import reference_h200
+from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner import shapefit
 
 NUMBA = (("layout", "strided"), ("min_tile", 32), ("pad", 4), ("stages", 2))

@@ -201,7 +201,7 @@ def test_unknown_backend_message():
 
 # --------------------------------------------------------------- the hierarchy on new geometries
 
-from tiledmm.device.spec import reference_h200  # noqa: E402
+from tiledmm.device.nvidia import reference_h200  # noqa: E402
 
 REF = reference_h200()
 _REG = (("vm", 4), ("vn", 4), ("stages", 2), ("pad", 4))

@@ -8,7 +8,7 @@ import pytest
 import tiledmm
 from tiledmm import Backend, PlanError
 from tiledmm.core import dispatch, registry
-from tiledmm.device.spec import reference_h200
+from tiledmm.device.nvidia import reference_h200
 
 
 class FakeH200(Backend):

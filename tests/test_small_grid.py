@@ -11,7 +11,7 @@ import pytest
 import tiledmm
 from tiledmm import Geometry
 from tiledmm.core import dispatch
-from tiledmm.device.spec import reference_h200
+from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner import shapefit
 
 REG = (("pad", 4), ("stages", 2), ("use_local", 1), ("vm", 4), ("vn", 4))

@@ -318,7 +318,7 @@ def test_numba_cuda_space_is_fitted_per_product_and_has_k_slices():
     K slices."""
     from tiledmm_backends.kernels.space import space
 
-    from tiledmm.device.spec import reference_h200
+    from tiledmm.device.nvidia import reference_h200
 
     dev = reference_h200()
     geos = space("register", "float32", dev, kernels="numba")

@@ -14,7 +14,7 @@ import pytest
 from tiledmm_backends.cupy_cuda import wgmma
 
 import tiledmm
-from tiledmm.device.spec import reference_h200
+from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner.make import make_plan
 
 H200 = reference_h200()

@@ -19,7 +19,8 @@ from .core.registry import (
     plugins,
     register_backend,
 )
-from .device.spec import CalibrationWarning, DeviceSpec, host_cpu
+from .device.calibration import CalibrationWarning
+from .device.spec import DeviceSpec, host_cpu
 from .planner.geometry import KERNEL_FAMILIES, Geometry
 from .planner.make import Occupancy, Plan, PlanError, make_plan
 

@@ -1,9 +1,9 @@
 """The ``mma`` family's compile-time layout (``mma.cl``): defines and shared-memory size.
 
-Standalone on purpose (imports nothing from tiledmm): ``benches/probes/mma.py`` loads this file by
-path
-on a GPU machine. One place computes the padded shared-memory leading dimensions, so the kernel
-and the host agree on the dynamic shared-memory size.
+Imports only the padding rule from tiledmm (:func:`tiledmm.model.tensorcore.padded_lds`, the one
+place the padded shared-memory leading dimensions are computed), so the kernel and the planner
+agree on the dynamic shared-memory size. ``benches/probes/mma.py`` loads this file by path, run
+as ``python -m benches.probes.mma`` from the checkout (which puts ``tiledmm`` on the path).
 
 Kinds (``MMA_KIND``): ``f64`` (DMMA, f64 in and out), ``f16`` / ``bf16`` (16-bit in, f32
 accumulate, 16-bit out), ``tf32`` (f32 in and out, inputs rounded to TF32 by ``cvt.rna`` or
@@ -14,9 +14,11 @@ Fragment shapes (``mma.sync`` M x N x K per warp instruction): f64 8x8x4 (sm_80)
 
 from __future__ import annotations
 
+from tiledmm.model.tensorcore import padded_lds
+
 __all__ = [
     "KINDS", "SHAPES", "DTYPE_KIND", "ELEM_BYTES", "mma_defines", "smem_bytes", "check",
-    "leading_dims", "wgmma_defines", "wgmma_smem_bytes", "WGMMA_SMEM_LIMIT",
+    "wgmma_defines", "wgmma_smem_bytes", "WGMMA_SMEM_LIMIT",
 ]  # fmt: skip
 
 KINDS = {"f64": 1, "f16": 2, "bf16": 3, "tf32": 4}
@@ -30,25 +32,6 @@ SHAPES = {
     "bf16": ((16, 8, 16),),
     "tf32": ((16, 8, 8),),
 }
-
-
-def _pad_to(x: int, residue: int, modulus: int) -> int:
-    """The smallest value >= x that is ``residue`` mod ``modulus``."""
-    return x + (residue - x) % modulus
-
-
-def leading_dims(kind: str, bk: int, bn: int, fk: int, bvec: bool = False) -> tuple[int, int]:
-    """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles, chosen so
-    the fragment loads of ``mma.cl`` hit distinct banks (and rows stay 16-byte aligned):
-    f64: 8-byte (g, t + 4q) / (t + 4q, g) loads in half-warp phases -> both 4 mod 16 doubles;
-    f16/bf16: ldmatrix rows of 16 bytes -> an odd number of 16-byte chunks per row;
-    tf32: 4-byte (g, t) / (t, g) loads, one wavefront per warp -> 4 and 8 mod 32 floats;
-    ``bvec`` (TF32_BVEC): B rows unpadded, their 16-byte chunks XOR-swizzled instead."""
-    if kind == "f64":
-        return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
-    if kind in ("f16", "bf16"):
-        return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
-    return _pad_to(bk, 4, 32), bn if bvec else _pad_to(bn, 8, 32)
 
 
 def check(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int,
@@ -118,7 +101,7 @@ def mma_defines(kind: str, bm: int, bn: int, bk: int, warps_m: int, warps_n: int
         raise ValueError(f"mma tiles {bm}x{bn}x{bk} ({kind}): {threads} threads must be a "
                          f"multiple of the copies per tile row ({bk // va} of A, {bn // vb} of B; "
                          "unaligned rows copy one element at a time)")  # fmt: skip
-    sa, sb = leading_dims(kind, bk, bn, fk, bvec=tf32_bvec)
+    sa, sb = padded_lds(kind, bk, bn, fk, bvec=tf32_bvec)
     es = ELEM_BYTES[kind]
     extra = {"MIN_BLOCKS": min_blocks} if min_blocks else {}
     if copy_after:

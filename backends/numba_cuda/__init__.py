@@ -31,7 +31,6 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from .compat import numpy_incompatibility
-from .device import SIM_NAME as SIM_NAME  # re-exported: these lived here
 from .device import current_spec, device_spec_from
 
 __all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]

@@ -2,7 +2,8 @@
 
     python -m benches.probes.mma --out $OUT/h200-mma.json        (after bash .whl/setup.sh)
 
-Standalone: compiles ``mma.cl`` with CuPy (NVRTC) straight from this checkout (no tiledmm import),
+Compiles ``mma.cl`` with CuPy (NVRTC) straight from this checkout (``mma_spec`` by path; it imports
+only tiledmm's padding rule),
 for a few tile configurations per kind (f64 DMMA, f16/bf16 with f32 accumulate, TF32), checks
 each against a float64 host reference on sampled rows (NaN-poisoned output first), then times it
 with CUDA events (median after warm-up) beside cupy.matmul on the same data in the same run

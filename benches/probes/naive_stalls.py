@@ -164,7 +164,7 @@ def per_load(c: dict) -> dict:
 def latency(ncu: str, out: Path) -> int:
     """The follow-up run (module docstring): writes ``naive-latency.json``."""
     import tiledmm
-    from tiledmm.device.spec import reference_h200
+    from tiledmm.device.nvidia import reference_h200
 
     rows = []
     for backend, dtype, shape in LATENCY_CASES:
@@ -220,7 +220,7 @@ def main() -> int:
         reprint(args.from_json)
         return 0
     import tiledmm
-    from tiledmm.device.spec import reference_h200
+    from tiledmm.device.nvidia import reference_h200
 
     rows = []
     for dtype, shape in CASES:

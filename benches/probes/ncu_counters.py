@@ -217,7 +217,7 @@ def main() -> int:
         child(f, d, *map(int, mnk), block="" if block == "-" else block)
         return 0
     import tiledmm
-    from tiledmm.device.spec import reference_h200
+    from tiledmm.device.nvidia import reference_h200
     from tiledmm.report.modelcheck import model_counters
 
     be = tiledmm.get_backend("cupy")
@@ -242,7 +242,8 @@ def main() -> int:
         "source": f"measured: {' '.join(sys.argv)} (ncu --clock-control none)",
         "metrics": list(METRICS),
         "measured_in": "Nsight Compute on this device (real counters, not seeded)",
-        "model": "tiledmm.report.modelcheck.model_counters on tiledmm.device.spec.reference_h200()",
+        "model": "tiledmm.report.modelcheck.model_counters on "
+        "tiledmm.device.nvidia.reference_h200()",
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ Peak FLOP/s per dtype is the best median rate of the vendor GEMM (``vendor_matmu
 ``backend.vendor_backend()``) over a few sizes large enough to saturate the device; memory
 bandwidth is a large device-to-device copy, counted as read + write bytes over the median
 time. Both are timed with ``backend.timings`` (device events on GPU backends). The record
-goes to :func:`tiledmm.device.spec.save_calibration` under the device's name, where
+goes to :func:`tiledmm.device.calibration.save_calibration` under the device's name, where
 ``DeviceSpec.with_calibration`` (and so every plan) picks it up.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend
-from ..device.spec import calibration_path, save_calibration
+from ..device.calibration import calibration_path, save_calibration
 
 __all__ = [
     "calibrate",

@@ -192,7 +192,8 @@ def bench_dask(args: argparse.Namespace) -> int:
     """Run the sweep described in the module docstring; the JSON is rewritten after every row."""
     from distributed import Client
 
-    from ..dask.cluster import Cluster, cluster_plan
+    from ..dask.cluster import cluster_plan
+    from ..dask.cluster_model import Cluster
     from ..dask.host import from_host, host_source, release, shared_dir
 
     gpu = dm.gpu_wanted(args)

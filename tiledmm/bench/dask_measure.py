@@ -250,7 +250,7 @@ def device_memory(gpu: bool) -> float:
         import cupy
 
         return float(cupy.cuda.Device().mem_info[1])
-    from ..dask.cluster import local_cluster
+    from ..dask.cluster_model import local_cluster
 
     return local_cluster().worker_memory / 2
 

@@ -60,7 +60,7 @@ class Rows:
 def write_json(rows: list[dict], args, gpu: bool, quiet: bool = False) -> Path:
     import datetime as _dt
 
-    from .results import commit_info, machine_info
+    from .machine import commit_info, machine_info
 
     outdir = Path(getattr(args, "output", None) or "tiledmm-results")
     outdir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Results files: pytest-benchmark's JSON schema (stats, machine_info, commit_info) with the
 tiledmm details: GPU (nvidia-smi), OpenCL (pyopencl), CPU, ceilings. The machine and commit
-blocks come from :mod:`tiledmm.bench.machine` (the only module importing pyopencl for them; its
-functions are re-exported here); this module writes and reads the files."""
+blocks come from :mod:`tiledmm.bench.machine` (the only module importing pyopencl for them);
+this module writes and reads the files."""
 
 from __future__ import annotations
 
@@ -19,18 +19,12 @@ import numpy as np
 
 from ..core.backend import Backend
 from ..planner.geometry import KERNEL_FAMILIES
-from .machine import commit_info, machine_info  # re-exported: these lived here
-from .machine import cpu_info as cpu_info
-from .machine import gpu_info as gpu_info
-from .machine import opencl_info as opencl_info
-from .machine import tiledmm_machine_info as tiledmm_machine_info
+from .machine import commit_info, machine_info
 
 __all__ = [
     "stats_dict",
     "bench_name",
     "benchmark_entry",
-    "machine_info",
-    "commit_info",
     "document",
     "write_document",
     "write_results",

@@ -3,16 +3,14 @@ planner one level up (``cluster``, ``cluster_model``, ``cluster_text``). Imports
 core and below; never interop. This face re-exports the ``tiledmm.dask`` names.
 """
 
+from .cluster import cluster_plan
+from .cluster_model import Cluster, ClusterPlan, k_bounds
 from .product import (
-    Cluster,
-    ClusterPlan,
     RechunkWarning,
-    cluster_plan,
     current_cluster,
     explain,
     from_host,
     is_dask_array,
-    k_bounds,
     matmul,
     release,
 )

@@ -6,8 +6,9 @@ time from tiledmm's own planner on the worker's device, :func:`cluster_plan` sea
 (cm, cn, ck) and returns a :class:`ClusterPlan`.
 
 The traffic and time model of one chunking (:class:`Cluster`, :class:`ClusterPlan`,
-:func:`~tiledmm.dask.cluster_model.evaluate`, :func:`k_bounds`) is :mod:`tiledmm.dask.cluster_model`
-(re-exported here); :mod:`tiledmm.dask.cluster_text` has the plan in words and the CLI helpers.
+:func:`~tiledmm.dask.cluster_model.evaluate`, :func:`k_bounds`) is
+:mod:`tiledmm.dask.cluster_model`; :mod:`tiledmm.dask.cluster_text` has the plan in words and
+the CLI helpers.
 """
 
 from __future__ import annotations
@@ -17,12 +18,9 @@ from dataclasses import replace
 from typing import Any
 
 from .cluster_model import MIN_CHUNK, MODELLED, Cluster, ClusterPlan, evaluate, local_cluster
-from .cluster_model import PLACEMENTS as PLACEMENTS  # re-exported: these lived here
-from .cluster_model import k_bounds as k_bounds
 from .cluster_text import cli_cluster_fields, cli_plan_fields
 
-__all__ = ["Cluster", "ClusterPlan", "cluster_plan", "k_bounds", "local_cluster",
-           "plan_from_args"]  # fmt: skip
+__all__ = ["cluster_plan", "plan_from_args"]
 
 _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # chunks along M and N
 _GRID_K = (1, 2, 4, 8, 16, 32)

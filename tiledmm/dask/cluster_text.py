@@ -47,8 +47,8 @@ def as_dict(plan: Any) -> dict:
 
 
 def describe(plan: Any) -> str:
-    """A :class:`~tiledmm.dask.cluster.ClusterPlan` explained: placement, chunks, intensity, the
-    time terms per worker, memory, the prediction and the ranked alternatives."""
+    """A :class:`~tiledmm.dask.cluster_model.ClusterPlan` explained: placement, chunks,
+    intensity, the time terms per worker, memory, the prediction and the ranked alternatives."""
     p, c = plan, plan.cluster
     cm, cn, ck = p.chunks
     gm, gn, gk = p.grid
@@ -94,7 +94,7 @@ def describe(plan: Any) -> str:
 
 
 def cli_cluster_fields(args: Any, host_memory: float, host_name: str) -> dict:
-    """The :class:`~tiledmm.dask.cluster.Cluster` fields of ``tiledmm plan M N K --workers W
+    """The :class:`~tiledmm.dask.cluster_model.Cluster` fields of ``tiledmm plan M N K --workers W
     [--worker-memory 80GiB] [--link-bandwidth 25GB/s]``. Without --link-bandwidth a multi-worker
     cluster gets 10 GB/s (a PCIe-class link), which ``str(plan)`` shows; without
     --worker-memory, this host's memory (16 GiB for GPU workers is a safer guess: pass it)."""

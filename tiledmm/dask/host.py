@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..core import engine
-from .cluster import k_bounds
+from .cluster_model import k_bounds
 
 __all__ = [
     "RUN_LOCK", "HostSource", "from_host", "host_source", "mapped", "release", "shared_dir",

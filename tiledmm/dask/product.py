@@ -28,7 +28,8 @@ import numpy as np
 
 from ..core import engine
 from ..core.semantics import check_like_numpy
-from .cluster import Cluster, ClusterPlan, cluster_plan, k_bounds, local_cluster
+from .cluster import cluster_plan
+from .cluster_model import Cluster, ClusterPlan, k_bounds, local_cluster
 from .host import RUN_LOCK, from_host, host_source, release, staged_matmul
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The calibration cache: measured ceilings per device name (``tiledmm calibrate`` writes it,
 ``DeviceSpec.with_calibration`` reads it), validated record by record; a corrupt file or
 record is ignored with one warning that says why and how to repair it. Split out of
-``tiledmm.device.spec``, which re-exports every public name here.
+``tiledmm.device.spec`` (import these names from here).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ so the three agree on lanes per SM and on the peak-FLOP estimate.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .spec import DeviceSpec
 
 __all__ = [
@@ -20,6 +22,12 @@ __all__ = [
     "SHARED_BYTES_PER_CLOCK",
     "TRIP_CYCLES",
     "SUSTAINED_CLOCK",
+    "FLOP_PER_CLOCK",
+    "tensor_flop_per_clock",
+    "H200_CC",
+    "H200_MEASURED",
+    "reference_h200",
+    "measured_from_record",
 ]
 
 #: FP32 and FP64 FMA lanes per SM by compute capability (CUDA C Programming Guide, "Arithmetic
@@ -36,9 +44,19 @@ LANES: dict[tuple[int, int], tuple[int, int]] = {
     (10, 0): (128, 64),  # B200
     (12, 0): (128, 2),  # Blackwell consumer (RTX 50)
 }
+#: Dense tensor-core FLOP per clock per SM by compute capability and kind (NVIDIA's architecture
+#: whitepapers, A100 and H100); a missing kind or part has no such path.
+FLOP_PER_CLOCK: dict[tuple[int, int], dict[str, int]] = {
+    (8, 0): {"f64": 128, "f16": 2048, "bf16": 2048, "tf32": 1024},  # A100
+    (8, 6): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # GA10x (f32 accumulate)
+    (8, 9): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # AD10x
+    (9, 0): {"f64": 256, "f16": 4096, "bf16": 4096, "tf32": 2048},  # H100 / H200
+}
+#: The H200's compute capability (the reference device, :func:`reference_h200`).
+H200_CC = (9, 0)
 #: Static ``__shared__`` arrays are capped at 48 KiB per block (the kernels use only those).
 STATIC_SHARED = 48 * 1024
-#: The SM-side figures of the hierarchical model, as tiledmm.device.spec.reference_h200 holds them
+#: The SM-side figures of the hierarchical model, as :func:`reference_h200` holds them
 #: for the H200 (the model the committed results are checked with): warp schedulers per SM
 #: (each issues one instruction per clock, Volta and later), shared memory / L1 bytes per clock
 #: per SM, the memory trip latency in SM clocks, and the clock sustained under full load as a
@@ -78,6 +96,13 @@ def lanes(cc: tuple[int, int]) -> tuple[int, int]:
     cc = (int(cc[0]), int(cc[1]))
     known = [k for k in sorted(LANES) if k <= cc]
     return LANES[known[-1]] if known else (64, 2)
+
+
+def tensor_flop_per_clock(cc: tuple[int, int]) -> dict[str, int]:
+    """Dense tensor-core FLOP per clock per SM by kind for compute capability ``cc``
+    (:data:`FLOP_PER_CLOCK`): the nearest older listed part's, empty before sm_80."""
+    known = [c for c in sorted(FLOP_PER_CLOCK) if c <= cc]
+    return FLOP_PER_CLOCK[known[-1]] if known else {}
 
 
 def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_overhead: float,
@@ -132,3 +157,77 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
         ),
         extra=facts + tuple(extra),
     )
+
+
+#: The H200's measured ceilings, copied from `tiledmm calibrate --backend cupy` (its record's
+#: "levels" and "fma_peaks"; probes.cl). Every entry replaces the datasheet estimate in
+#: :func:`reference_h200` and counts as measured under load (not scaled by ``sustained``).
+#: Updating the reference is this one edit (docs/model.md, "Calibrating the reference").
+H200_MEASURED: dict[str, Any] = {
+    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl)",
+    "levels": {"DRAM": 4529500000000.0, "L2": 12335000000000.0, "shared memory": 32719000000000.0},
+    "fma_peaks": {"float32": 58525000000000.0, "float64": 32768000000000.0},
+}
+
+
+def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
+    """The measured-reference NVIDIA H200 (GPU.md, 2026-11-29/30): what the offline model
+    checker rebuilds committed GPU results against. The ceilings in :data:`H200_MEASURED` as
+    measured; the others datasheet/derived SM-side ceilings at the 1.98 GHz boost clock,
+    scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67 TFLOP/s datasheet FP32
+    peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk), and an L2 of 6.6 TB/s,
+    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute).
+    ``measured``: another set in H200_MEASURED's form (``python -m tiledmm.report.modelcheck
+    --calibration FILE`` checks a new calibration this way before it is copied in)."""
+    measured = H200_MEASURED if measured is None else measured
+    sms, clock = 132, 1.98e9
+    l32, l64 = lanes(H200_CC)
+    estimates = {
+        "shared memory": sms * SHARED_BYTES_PER_CLOCK * clock,
+        "L1": sms * SHARED_BYTES_PER_CLOCK * clock,
+        "L2": 6.6e12,
+        "DRAM": 4.1e12,
+    }
+    fma = {"float32": sms * l32 * 2 * clock, "float64": sms * l64 * 2 * clock}
+    levels = estimates | measured.get("levels", {})
+    fma |= measured.get("fma_peaks", {})
+    loaded = set(measured.get("levels", {})) | ({"compute"} if measured.get("fma_peaks") else set())
+    return DeviceSpec(
+        name="NVIDIA H200",
+        kind="gpu",
+        vendor="NVIDIA",
+        compute_units=sms,
+        warp_size=32,
+        max_threads_per_block=1024,
+        max_threads_per_unit=2048,
+        max_blocks_per_unit=32,
+        max_shared_per_block=STATIC_SHARED,
+        shared_per_unit=228 * 1024,
+        registers_per_unit=65536,
+        max_registers_per_thread=255,
+        caches=(("L2", 60 << 20),),
+        peak_flops=(("float32", 50.8e12), ("float64", 60.7e12)),
+        bandwidth=levels["DRAM"],
+        launch_overhead=5e-6,
+        levels=tuple(levels.items()),
+        fma_peaks=tuple(sorted(fma.items())),
+        issue_rate=sms * SCHEDULERS_PER_SM * clock,
+        sustained=SUSTAINED_CLOCK,
+        latency=TRIP_CYCLES / clock,
+        loaded=tuple(sorted(loaded)),
+        ceilings_source=(
+            "measured reference (GPU.md, 2026-11-29/30; tiledmm.device.nvidia.reference_h200; "
+            f"{measured.get('source', 'measured')})"
+        ),
+        extra=(("compute capability", f"{H200_CC[0]}.{H200_CC[1]}"),),
+    )
+
+
+def measured_from_record(record: dict) -> dict[str, Any]:
+    """A calibration record (``tiledmm calibrate``) in :data:`H200_MEASURED`'s form."""
+    return {
+        "source": f"tiledmm calibrate --backend {record.get('backend', '?')}, "
+        f"{record.get('date', '?')} (probes.cl)",
+        "levels": {k: float(f"{v:.5g}") for k, v in sorted(record.get("levels", {}).items())},
+        "fma_peaks": {k: float(f"{v:.5g}") for k, v in sorted(record.get("fma_peaks", {}).items())},
+    }

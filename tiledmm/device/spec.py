@@ -17,31 +17,14 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
 
-from .calibration import (
-    CalibrationWarning,
-    calibration_path,
-    calibration_problem,
-    load_calibration,
-    read_calibration,
-    save_calibration,
-)
+from .calibration import load_calibration
 
 __all__ = [
     "DeviceSpec",
     "host_cpu",
     "cpu_cores",
     "cpu_model",
-    "CalibrationWarning",
-    "calibration_path",
-    "calibration_problem",
-    "read_calibration",
-    "load_calibration",
-    "save_calibration",
-    "reference_h200",
-    "H200_MEASURED",
-    "measured_from_record",
 ]
 
 
@@ -282,76 +265,3 @@ def cpu_levels(
     c = cores * clock_hz
     levels = (("L1", 2 * simd_bytes * c), ("L2", 32 * c), ("L3", 32 * c), ("DRAM", dram))
     return levels, 4 * c
-
-
-#: The H200's measured ceilings, copied from `tiledmm calibrate --backend cupy` (its record's
-#: "levels" and "fma_peaks"; probes.cl). Every entry replaces the datasheet estimate in
-#: :func:`reference_h200` and counts as measured under load (not scaled by ``sustained``).
-#: Updating the reference is this one edit (docs/model.md, "Calibrating the reference").
-H200_MEASURED: dict[str, Any] = {
-    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl)",
-    "levels": {"DRAM": 4529500000000.0, "L2": 12335000000000.0, "shared memory": 32719000000000.0},
-    "fma_peaks": {"float32": 58525000000000.0, "float64": 32768000000000.0},
-}
-
-
-def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
-    """The measured-reference NVIDIA H200 (GPU.md, 2026-11-29/30): what the offline model
-    checker rebuilds committed GPU results against. The ceilings in :data:`H200_MEASURED` as
-    measured; the others datasheet/derived SM-side ceilings at the 1.98 GHz boost clock,
-    scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67 TFLOP/s datasheet FP32
-    peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk), and an L2 of 6.6 TB/s,
-    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute).
-    ``measured``: another set in H200_MEASURED's form (``python -m tiledmm.report.modelcheck
-    --calibration FILE`` checks a new calibration this way before it is copied in)."""
-    measured = H200_MEASURED if measured is None else measured
-    sms, clock = 132, 1.98e9
-    estimates = {
-        "shared memory": sms * 128 * clock,
-        "L1": sms * 128 * clock,
-        "L2": 6.6e12,
-        "DRAM": 4.1e12,
-    }
-    fma = {"float32": sms * 128 * 2 * clock, "float64": sms * 64 * 2 * clock}
-    levels = estimates | measured.get("levels", {})
-    fma |= measured.get("fma_peaks", {})
-    loaded = set(measured.get("levels", {})) | ({"compute"} if measured.get("fma_peaks") else set())
-    return DeviceSpec(
-        name="NVIDIA H200",
-        kind="gpu",
-        vendor="NVIDIA",
-        compute_units=sms,
-        warp_size=32,
-        max_threads_per_block=1024,
-        max_threads_per_unit=2048,
-        max_blocks_per_unit=32,
-        max_shared_per_block=48 * 1024,
-        shared_per_unit=228 * 1024,
-        registers_per_unit=65536,
-        max_registers_per_thread=255,
-        caches=(("L2", 60 << 20),),
-        peak_flops=(("float32", 50.8e12), ("float64", 60.7e12)),
-        bandwidth=levels["DRAM"],
-        launch_overhead=5e-6,
-        levels=tuple(levels.items()),
-        fma_peaks=tuple(sorted(fma.items())),
-        issue_rate=sms * 4 * clock,
-        sustained=0.77,
-        latency=263 / clock,
-        loaded=tuple(sorted(loaded)),
-        ceilings_source=(
-            "measured reference (GPU.md, 2026-11-29/30; tiledmm.device.spec.reference_h200; "
-            f"{measured.get('source', 'measured')})"
-        ),
-        extra=(("compute capability", "9.0"),),
-    )
-
-
-def measured_from_record(record: dict) -> dict[str, Any]:
-    """A calibration record (``tiledmm calibrate``) in :data:`H200_MEASURED`'s form."""
-    return {
-        "source": f"tiledmm calibrate --backend {record.get('backend', '?')}, "
-        f"{record.get('date', '?')} (probes.cl)",
-        "levels": {k: float(f"{v:.5g}") for k, v in sorted(record.get("levels", {}).items())},
-        "fma_peaks": {k: float(f"{v:.5g}") for k, v in sorted(record.get("fma_peaks", {}).items())},
-    }

@@ -37,7 +37,6 @@ from ..core.backend import Backend
 from ..core.semantics import unwrap_out
 from . import halfprec
 from .kinds import RUN_DTYPES, Kind, kind_of, lib_of, optional_module, result_kind, torch_dtype
-from .kinds import array_libraries as array_libraries  # re-exported: these lived here
 from .torchpath import TorchStream, stream_for, view
 
 __all__ = [
@@ -51,7 +50,6 @@ __all__ = [
     "matmul_foreign",
     "stream_for",
     "TorchStream",
-    "array_libraries",
 ]
 
 

@@ -28,9 +28,14 @@ from dataclasses import replace
 
 from ..device.spec import DeviceSpec
 from .cpu import cpu_levels
-from .dram import L2_SHARED_FRACTION as L2_SHARED_FRACTION  # re-exported: these lived here
-from .dram import LOCKSTEP_BLOCKS as LOCKSTEP_BLOCKS
-from .dram import dram_key, dram_traffic, dram_traffic_cached, miss_fraction
+from .dram import (
+    L2_SHARED_FRACTION,
+    LOCKSTEP_BLOCKS,
+    dram_key,
+    dram_traffic,
+    dram_traffic_cached,
+    miss_fraction,
+)
 from .levels import Level
 from .warps import (
     FILL_ACCESSES,
@@ -45,7 +50,6 @@ from .warps import (
     shared_wavefronts,
     staged_counts,
 )
-from .warps import SHARED_REQUEST_THREADS as SHARED_REQUEST_THREADS  # re-exported
 
 __all__ = [
     "Level",
@@ -55,7 +59,6 @@ __all__ = [
     "shared_wavefronts",
     "dram_traffic",
     "miss_fraction",
-    "SHARED_REQUEST_THREADS",
 ]
 
 

@@ -2,23 +2,25 @@
 shared-memory layout of the kernel, the peak per compute capability and dtype, and the levels
 of an mma plan.
 
-Pure Python, imports only :mod:`tiledmm.device.spec`, :mod:`tiledmm.model.dram` and ``Level``. Peaks
-are FLOP per clock per SM, dense, from NVIDIA's architecture whitepapers (A100, H100): they
-become FLOP/s through the device's own FP32 FMA peak (SMs x FP32 lanes x 2 x clock), so the
-clock comes from the same place as every other GPU estimate. A measured ceiling for the dtype
-(``tiledmm calibrate`` times the vendor GEMM, which runs on the tensor cores) replaces the
-estimate. ``mma.sync`` (warp-level, what ``backends/kernels/mma.cl`` issues) does not reach
-Hopper's 16-bit peak, which needs the asynchronous warpgroup ``wgmma``: MMA_SYNC_FRACTION.
+Pure Python, imports only :mod:`tiledmm.device` (``spec``, and ``nvidia`` for the per-architecture
+datasheet facts: tensor-core FLOP per clock per SM, FP32 lanes), :mod:`tiledmm.model.dram` and
+``Level``. The tensor-core rates become FLOP/s through the device's own FP32 FMA peak (SMs x
+FP32 lanes x 2 x clock), so the clock comes from the same place as every other GPU estimate. A
+measured ceiling for the dtype (``tiledmm calibrate`` times the vendor GEMM, which runs on the
+tensor cores) replaces the estimate. ``mma.sync`` (warp-level, what ``backends/kernels/mma.cl``
+issues) does not reach Hopper's 16-bit peak, which needs the asynchronous warpgroup ``wgmma``:
+MMA_SYNC_FRACTION.
 """
 
 from __future__ import annotations
 
+from ..device.nvidia import lanes, tensor_flop_per_clock
 from ..device.spec import DeviceSpec
 from .dram import dram_traffic
 from .hierarchy import Level
 
 __all__ = [
-    "INPUTS", "ITEMSIZE", "FRAGMENTS", "FLOP_PER_CLOCK", "MMA_SYNC_FRACTION", "compute_capability",
+    "INPUTS", "ITEMSIZE", "FRAGMENTS", "MMA_SYNC_FRACTION", "compute_capability",
     "kind", "supported", "roof", "peak", "padded_lds", "accumulator_bytes", "describe",
     "optin_shared", "default_fragment", "mma_levels", "OPTIN_SHARED_KIB", "WARPS_FULL",
 ]  # fmt: skip
@@ -37,13 +39,6 @@ FRAGMENTS = {
     "f16": {(16, 8, 16): (8, 0)},
     "bf16": {(16, 8, 16): (8, 0)},
     "tf32": {(16, 8, 8): (8, 0)},
-}
-#: dense tensor-core FLOP per clock per SM by compute capability and kind (None: no such path)
-FLOP_PER_CLOCK: dict[tuple[int, int], dict[str, int]] = {
-    (8, 0): {"f64": 128, "f16": 2048, "bf16": 2048, "tf32": 1024},  # A100
-    (8, 6): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # GA10x (f32 accumulate)
-    (8, 9): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # AD10x
-    (9, 0): {"f64": 256, "f16": 4096, "bf16": 4096, "tf32": 2048},  # H100 / H200
 }
 #: the share of the peak that warp-level mma.sync can issue (Hopper: 16-bit and TF32 peaks
 #: need wgmma; DMMA runs at its full rate through mma.sync)
@@ -67,11 +62,6 @@ def kind(dtype: str, precision: str | None = None) -> str | None:
     if dtype == "float32":
         return "tf32" if precision == "tf32" else None
     return INPUTS.get(dtype, (None,))[0]
-
-
-def _table(cc: tuple[int, int]) -> dict[str, int]:
-    known = [c for c in sorted(FLOP_PER_CLOCK) if c <= cc]
-    return FLOP_PER_CLOCK[known[-1]] if known else {}
 
 
 def supported(device: DeviceSpec, dtype: str, precision: str | None = None,
@@ -102,7 +92,8 @@ def roof(device: DeviceSpec, dtype: str, precision: str | None = None) -> tuple[
     """(FLOP/s, where it comes from): the tensor cores' ceiling for ``dtype`` inputs, the roof
     a result is held to. Measured when the device's ceilings are (``tiledmm calibrate`` times
     the vendor GEMM per dtype; bfloat16, which CuPy cannot time, at the measured float16 rate:
-    both run at one rate per clock, ``FLOP_PER_CLOCK``), else :func:`_sheet`."""
+    both run at one rate per clock, ``tiledmm.device.nvidia.FLOP_PER_CLOCK``), else
+    :func:`_sheet`."""
     k = kind(dtype, precision) or ""
     keys = ("tf32",) if k == "tf32" else (dtype, "float16") if k == "bf16" else (dtype,)
     table = dict(device.peak_flops) if device.ceilings_measured else {}
@@ -132,24 +123,31 @@ def _sheet(device: DeviceSpec, k: str) -> tuple[float, str]:
     """The whitepaper's dense rate for kind ``k``, scaled by the device's FP32 FMA peak (same
     clock)."""
     cc = compute_capability(device) or (0, 0)
-    per_clock = _table(cc).get(k, 0)
-    fp32_per_clock = 128 if cc == (8, 0) else 256  # 2 x FP32 lanes per SM
+    per_clock = tensor_flop_per_clock(cc).get(k, 0)
+    fp32_per_clock = 2 * lanes(cc)[0]  # FLOP per clock per SM of the FP32 FMA pipes
     value = device.fma_peak("float32") * per_clock / fp32_per_clock
     return value, f"estimate: {per_clock} FLOP/clock/SM on sm_{cc[0]}{cc[1]}"
 
 
 def _pad_to(x: int, residue: int, modulus: int) -> int:
+    """The smallest value >= x that is ``residue`` mod ``modulus``."""
     return x + (residue - x) % modulus
 
 
-def padded_lds(k: str, bk: int, bn: int, fk: int) -> tuple[int, int]:
-    """Row lengths (elements) of the A and B stage tiles of ``mma.cl`` (bank-conflict padding;
-    the same rule as ``tiledmm_backends.kernels.mma_spec``, checked by tests/test_mma.py)."""
+def padded_lds(k: str, bk: int, bn: int, fk: int, bvec: bool = False) -> tuple[int, int]:
+    """Padded row lengths (elements) of the A (BM x BK) and B (BK x BN) stage tiles of
+    ``mma.cl``, chosen so its fragment loads hit distinct banks (and rows stay 16-byte aligned):
+    f64: 8-byte (g, t + 4q) / (t + 4q, g) loads in half-warp phases -> both 4 mod 16 doubles;
+    f16/bf16: ldmatrix rows of 16 bytes -> an odd number of 16-byte chunks per row;
+    tf32: 4-byte (g, t) / (t, g) loads, one wavefront per warp -> 4 and 8 mod 32 floats;
+    ``bvec`` (TF32_BVEC): B rows unpadded, their 16-byte chunks XOR-swizzled instead. The one
+    rule: the planner's shared-memory size and the kernel's defines
+    (``tiledmm_backends.kernels.mma_spec``) both use it."""
     if k == "f64":
         return _pad_to(bk, 4, 16), _pad_to(bn, 4, 16)
     if k in ("f16", "bf16"):
         return _pad_to(bk, 8, 16), _pad_to(bn, 8, 16)
-    return _pad_to(bk, 4, 32), _pad_to(bn, 8, 32)
+    return _pad_to(bk, 4, 32), bn if bvec else _pad_to(bn, 8, 32)
 
 
 def accumulator_bytes(k: str) -> int:

@@ -196,7 +196,7 @@ def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> l
     device, and each family's measured FLOP/s at each level's intensity (the headline shape,
     first backend), so naive -> tiled -> register climbs the hierarchy. GPU rows of the
     reference H200 only (the device whose levels are on record); [] otherwise."""
-    from ..device.spec import reference_h200
+    from ..device.nvidia import reference_h200
     from ..planner.make import PlanError
     from .modelcheck import plan_for_row
 

@@ -43,7 +43,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             out.append(d)
         print(json.dumps(out, indent=2, default=str))
         return 0
-    from ..interop.bridge import array_libraries
+    from ..interop.kinds import array_libraries
 
     libs = ", ".join(f"{n} {v}" if v else n for n, v in array_libraries())
     print(f"array libraries: {libs or 'none'}")

@@ -2,7 +2,7 @@
 
 Each row of a pytest-benchmark JSON in ``benches/results`` records the problem, backend,
 kernel family and tiles; :func:`check_rows` rebuilds its plan with today's model on a
-reference device (GPU rows: :func:`tiledmm.device.spec.reference_h200`; CPU rows: the device the
+reference device (GPU rows: :func:`tiledmm.device.nvidia.reference_h200`; CPU rows: the device the
 file recorded: its measured level ceilings where its calibration had them, else estimates)
 and reports measured / predicted time.
 ``python -m tiledmm.report.modelcheck [files]`` prints the table and the worst case per band.
@@ -15,14 +15,9 @@ import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from ..device.spec import (
-    CPU_DRAM_LATENCY,
-    DeviceSpec,
-    cpu_levels,
-    measured_from_record,
-    read_calibration,
-    reference_h200,
-)
+from ..device.calibration import read_calibration
+from ..device.nvidia import measured_from_record, reference_h200
+from ..device.spec import CPU_DRAM_LATENCY, DeviceSpec, cpu_levels
 from ..planner.geometry import Geometry
 from ..planner.make import Plan, batch_plan, make_plan
 

@@ -26,8 +26,6 @@ from ..planner.geometry import KERNEL_FAMILIES
 from ..util.args import checked, non_negative_int, positive_int
 from .closing import closing, entry, verdict
 from .search import EXHAUSTIVE_MAX, Task, Tuner, log_path
-from .search import ODD_CHECK as ODD_CHECK  # re-exported: these lived here
-from .search import TOL as TOL
 
 __all__ = ["add_arguments", "main", "Tuner", "parse_budget", "tasks_for", "log_path"]
 

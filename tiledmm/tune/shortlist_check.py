@@ -7,7 +7,7 @@ against the tuner's logs (issue 37).
 Every JSON-lines record of ``tiledmm tune`` names a task (family, shape), a geometry and what
 it measured. Per task with at least :data:`MIN_CANDIDATES` correct candidates, each
 geometry's plan is rebuilt with today's model on the device the log was measured on (GPU logs:
-:func:`tiledmm.device.spec.reference_h200`; CPU logs: the device recorded in a results file of the
+:func:`tiledmm.device.nvidia.reference_h200`; CPU logs: the device recorded in a results file of the
 same machine, ``--device FILE``) as dispatch would run it (``shapefit.for_product``), and the
 candidates are ranked by predicted time. Printed per log and overall: how often the measured
 best is among the model's top k (k = 1..8), what the best of the model's top k reaches of the
@@ -28,7 +28,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..core import tuning
-from ..device.spec import DeviceSpec, reference_h200
+from ..device.nvidia import reference_h200
+from ..device.spec import DeviceSpec
 from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import PlanError, make_plan
