@@ -21,6 +21,19 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture
+def tuning_cache(tmp_path, monkeypatch):
+    """A fresh, empty user cache (tuning database, logs), the shipped tables visible, and no
+    cached plans before or after: for tests of the tuner and the tuning database."""
+    from tiledmm.core import dispatch, tuning
+
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(tuning.IGNORE_SHIPPED, raising=False)
+    dispatch.clear_caches()
+    yield tmp_path
+    dispatch.clear_caches()
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng()
 

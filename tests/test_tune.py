@@ -22,12 +22,8 @@ from tiledmm.util.accuracy import rel_error
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(tuning.IGNORE_SHIPPED, raising=False)
-    dispatch.clear_caches()
-    yield tmp_path
-    dispatch.clear_caches()
+def cache(tuning_cache):
+    return tuning_cache
 
 
 def _entry(dev, backend="numpy", family="register", cls="square", gflops=10.0, bt=(32, 32, 32),

@@ -23,12 +23,8 @@ from tiledmm.tune import command as tune
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(tuning.IGNORE_SHIPPED, raising=False)
-    dispatch.clear_caches()
-    yield tmp_path
-    dispatch.clear_caches()
+def cache(tuning_cache):
+    return tuning_cache
 
 
 def _entry(dev, backend="numpy", family="register", cls="square", bt=(64, 64, 64), tt=(8, 8),

@@ -102,7 +102,7 @@ def fake_cupy(monkeypatch):
     cp.may_share_memory = np.may_share_memory
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
-    monkeypatch.setattr(wgmma, "_cubin", lambda src: b"")
+    monkeypatch.setattr(wgmma.hopper, "sm90a_cubin", lambda *args: b"")
     monkeypatch.setattr(wgmma, "_KERNELS", type(wgmma._KERNELS)(16))
     monkeypatch.setattr(wgmma, "_BY_PLAN", type(wgmma._BY_PLAN)(16))
     monkeypatch.setattr(wgmma, "_DEVICES", {})

@@ -189,15 +189,17 @@ def tile_order(t: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, i
 # ------------------------------------------------------------------ the CUDA side
 
 
-def _cubin(src: str) -> bytes:
+def sm90a_cubin(src: str, name: str = "hopper_gemm.cu", options: tuple = ()) -> bytes:
+    """``src`` compiled by NVRTC for ``sm_90a`` (wgmma and setmaxnreg exist only there), with
+    ``options`` added; a failure raises with NVRTC's log."""
     from cupy_backends.cuda.libs import nvrtc
 
-    prog = nvrtc.createProgram(src, "hopper_gemm.cu", (), ())
+    prog = nvrtc.createProgram(src, name, (), ())
     try:
         try:
-            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17"))
+            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17", *options))
         except Exception as exc:
-            raise RuntimeError(f"hopper_gemm.cu: {exc}: {nvrtc.getProgramLog(prog)}") from exc
+            raise RuntimeError(f"{name}: {exc}: {nvrtc.getProgramLog(prog)}") from exc
         return nvrtc.getCUBIN(prog)
     finally:
         nvrtc.destroyProgram(prog)
@@ -280,7 +282,7 @@ class HopperKernel:
         self.smem = smem_bytes(defs)
         src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
         self.mod = function.Module()
-        self.mod.load(_cubin(src))
+        self.mod.load(sm90a_cubin(src))
         self.fn = self.mod.get_function("hopper_gemm")
         attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
         driver.funcSetAttribute(self.fn.ptr, attr, self.smem)

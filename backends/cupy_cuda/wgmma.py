@@ -88,20 +88,6 @@ def defines(plan: Any, sms: int = 0) -> dict[str, int]:
     )  # fmt: skip
 
 
-def _cubin(src: str) -> bytes:
-    from cupy_backends.cuda.libs import nvrtc
-
-    prog = nvrtc.createProgram(src, "wgmma.cu", (), ())
-    try:
-        try:
-            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17", "-ftz=true"))
-        except Exception as exc:
-            raise RuntimeError(f"wgmma.cu: {exc}: {nvrtc.getProgramLog(prog)}") from exc
-        return nvrtc.getCUBIN(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
-
-
 class _Driver(hopper.Driver):
     """The driver entry points (:class:`.hopper.Driver`), with this kernel's float32 maps."""
 
@@ -139,7 +125,7 @@ class WgmmaKernel:
         self.smem = mma_spec.wgmma_smem_bytes(defs)
         src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
         self.mod = function.Module()
-        self.mod.load(_cubin(src))
+        self.mod.load(hopper.sm90a_cubin(src, "wgmma.cu", ("-ftz=true",)))
         self.half = bool(defs["HALF"])
         name = "wgmma_gemm_h" if self.half else "wgmma_gemm_tma" if self.tma else "wgmma_gemm"
         self.gemm = self.mod.get_function(name)

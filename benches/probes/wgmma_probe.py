@@ -126,17 +126,9 @@ class Driver:
 
 def compile_cubin(src: str) -> bytes:
     """NVRTC cubin for sm_90a (cupy's RawModule would add its own -arch=sm_90)."""
-    from cupy_backends.cuda.libs import nvrtc
+    from tiledmm_backends.cupy_cuda.hopper import sm90a_cubin
 
-    prog = nvrtc.createProgram(src, "wgmma.cu", (), ())
-    try:
-        try:
-            nvrtc.compileProgram(prog, ("-arch=sm_90a", "-std=c++17", "-ftz=true"))
-        except Exception as exc:  # noqa: BLE001 - add NVRTC's log
-            raise RuntimeError(f"{exc}: {nvrtc.getProgramLog(prog)}") from exc
-        return nvrtc.getCUBIN(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
+    return sm90a_cubin(src, "wgmma.cu", ("-ftz=true",))
 
 
 class Kernel:

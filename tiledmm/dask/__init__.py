@@ -5,15 +5,8 @@ core and below; never interop. This face re-exports the ``tiledmm.dask`` names.
 
 from .cluster import cluster_plan
 from .cluster_model import Cluster, ClusterPlan, k_bounds
-from .product import (
-    RechunkWarning,
-    current_cluster,
-    explain,
-    from_host,
-    is_dask_array,
-    matmul,
-    release,
-)
+from .host import from_host, release
+from .product import RechunkWarning, current_cluster, explain, is_dask_array, matmul
 
 __all__ = [
     "is_dask_array",

@@ -29,22 +29,10 @@ import numpy as np
 from ..core import engine
 from ..core.semantics import check_like_numpy
 from .cluster import cluster_plan
-from .cluster_model import Cluster, ClusterPlan, k_bounds, local_cluster
-from .host import RUN_LOCK, from_host, host_source, release, staged_matmul
+from .cluster_model import Cluster, ClusterPlan, local_cluster
+from .host import RUN_LOCK, host_source, staged_matmul
 
-__all__ = [
-    "is_dask_array",
-    "matmul",
-    "explain",
-    "current_cluster",
-    "RechunkWarning",
-    "Cluster",
-    "ClusterPlan",
-    "cluster_plan",
-    "k_bounds",
-    "from_host",
-    "release",
-]
+__all__ = ["is_dask_array", "matmul", "explain", "current_cluster", "RechunkWarning"]
 
 _GAIN = 1.25  # rechunk="auto" rechunks when the plan predicts at least this speed-up
 
