@@ -17,8 +17,8 @@ from tiledmm_backends.kernels import mma_spec
 import tiledmm
 from tests.helpers import nvcc_build
 from tiledmm.bench.sweep import peak_of
+from tiledmm.device.host import host_cpu
 from tiledmm.device.nvidia import reference_h200
-from tiledmm.device.spec import host_cpu
 from tiledmm.model import tensorcore as tc
 from tiledmm.planner.make import PlanError, default_mma_geometry, make_plan
 

@@ -695,7 +695,7 @@ def test_numba_tiled_reads_its_b_tile_from_the_cache_that_holds_it():
     tile again per C row: a B tile past L1 adds a vector of B per vector of multiply-adds to
     the level that holds it (beside the block panels); within L1 it adds nothing there.
     Packing is serial time on every level."""
-    from tiledmm.device.spec import host_cpu
+    from tiledmm.device.host import host_cpu
 
     dev = host_cpu()
     bk_big = 2 * dev.cache("L1") // (4 * 128)  # a 128-wide B tile of twice L1

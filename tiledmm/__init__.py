@@ -20,7 +20,8 @@ from .core.registry import (
     register_backend,
 )
 from .device.calibration import CalibrationWarning
-from .device.spec import DeviceSpec, host_cpu
+from .device.host import host_cpu
+from .device.spec import DeviceSpec
 from .planner.geometry import KERNEL_FAMILIES, Geometry
 from .planner.make import Occupancy, Plan, PlanError, make_plan
 

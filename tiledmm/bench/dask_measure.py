@@ -260,7 +260,7 @@ def device_name(gpu: bool) -> str:
         import cupy
 
         return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    from ..device.spec import host_cpu
+    from ..device.host import host_cpu
 
     return host_cpu().name
 

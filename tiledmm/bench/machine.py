@@ -64,7 +64,7 @@ def opencl_info() -> list[dict]:
 
 
 def cpu_info() -> dict:
-    from ..device.spec import cpu_cores, cpu_model
+    from ..device.host import cpu_cores, cpu_model
 
     info = {"brand_raw": cpu_model(), "count": cpu_cores(), "arch": platform.machine()}
     try:

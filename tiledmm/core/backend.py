@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..device.spec import DeviceSpec, host_cpu
+from ..device.host import host_cpu
+from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,4 +1,4 @@
-"""Rank 1, device: what a device is (``spec``: DeviceSpec, the host CPU, the
-reference devices), its measured ceilings (``calibration``) and the NVIDIA facts
-(``nvidia``). Imports util only.
+"""Rank 1, device: what a device is (``spec``: DeviceSpec), the host CPU (``host``), the
+NVIDIA facts and reference devices (``nvidia``) and measured ceilings (``calibration``).
+Imports util only.
 """

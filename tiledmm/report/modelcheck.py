@@ -16,8 +16,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from ..device.calibration import read_calibration
+from ..device.host import CPU_DRAM_LATENCY, cpu_levels
 from ..device.nvidia import measured_from_record, reference_h200
-from ..device.spec import CPU_DRAM_LATENCY, DeviceSpec, cpu_levels
+from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
 from ..planner.make import Plan, batch_plan, make_plan
 
