@@ -70,7 +70,7 @@ def check_fma(be: Backend, dtype: str) -> None:
 def check_levels(be: Backend, quick: bool = True) -> dict:
     """``measure_gpu_levels`` runs every probe: positive, finite ceilings for each level and
     each dtype of the backend; returns them."""
-    from tiledmm.bench.calibrate import measure_gpu_levels
+    from tiledmm.tune.calibrate import measure_gpu_levels
 
     got = measure_gpu_levels(be, quick=quick)
     assert set(got["levels"]) == {"DRAM", "L2", "shared memory"}

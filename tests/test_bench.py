@@ -14,9 +14,9 @@ import pytest
 
 import tiledmm
 from tiledmm import cli
-from tiledmm.bench import calibrate
 from tiledmm.bench import sweep as bench
 from tiledmm.bench.results import stats_dict, write_results
+from tiledmm.tune import calibrate
 from tiledmm.util import args as cli_args
 
 REQUIRED = {

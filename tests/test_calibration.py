@@ -17,8 +17,8 @@ import pytest
 
 import tiledmm
 from tiledmm import cli
-from tiledmm.bench import calibrate
 from tiledmm.device.calibration import CalibrationWarning, load_calibration, save_calibration
+from tiledmm.tune import calibrate
 
 GOOD = {"peak_flops": {"float32": 2e11, "float64": 1e11}, "bandwidth": 3e10, "date": "2026-01-01"}
 

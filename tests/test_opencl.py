@@ -218,7 +218,7 @@ def test_pocl_refuses_double_buffering():
 
 
 def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
-    from tiledmm.bench import calibrate
+    from tiledmm.tune import calibrate
 
     if BE.device().is_gpu:
         pytest.skip("CPU devices: the host's ceilings are the ones OpenCL plans read")

@@ -91,7 +91,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .bench.calibrate import calibrate
+    from .tune.calibrate import calibrate
 
     for name, rec, path in calibrate(args.backend, quick=args.quick):
         peaks = ", ".join(f"{k} {v / 1e9:.4g} GFLOP/s" for k, v in rec["peak_flops"].items())
@@ -145,7 +145,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.sizes) if args.sizes else None
     outdir = output_folder(args.output)
     if getattr(args, "calibrate", False):
-        from .bench.calibrate import calibrate
+        from .tune.calibrate import calibrate
 
         for be in backends:
             for dev, rec, path in calibrate(be, quick=args.quick):

@@ -1,5 +1,5 @@
 """Why the quick DRAM probe reads low (3.58 TB/s in the GPU tests, 4.53 in the full calibration):
-the same probe launches (``tiledmm.bench.calibrate.probe_runs``), quick and full buffers, timed cold
+the same probe launches (``tiledmm.tune.calibrate.probe_runs``), quick and full buffers, timed cold
 (right after setup, as the tests do) and again after ~1 s of back-to-back launches, per run.
 
     python3 -m benches.probes.dram_probe_warmup        # on the GPU machine; prints one line per
@@ -14,8 +14,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from tiledmm.bench.calibrate import probe_runs
 from tiledmm.core.registry import get_backend
+from tiledmm.tune.calibrate import probe_runs
 
 
 def rates(be, quick: bool, warm_s: float) -> list[float]:

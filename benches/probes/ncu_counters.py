@@ -18,7 +18,7 @@ and the model's numbers for the same plan (``tiledmm.report.modelcheck.model_cou
 
     python3 -m benches.probes.ncu_counters --probes -o $OUT
 
-profiles the calibration probes instead (``tiledmm.bench.calibrate.probe_runs``, one launch each)
+profiles the calibration probes instead (``tiledmm.tune.calibrate.probe_runs``, one launch each)
 and writes ``h200-probe-counters.json``: per probe the bytes it claims to read, the counters
 (DRAM and L2 bytes, L1 hit rate, shared-load wavefronts and bank conflicts) and its rate in
 the profiled time, so each ceiling is checked to come from the level it names (DRAM probe:
@@ -102,7 +102,7 @@ def probe_child() -> None:
     import cupy as cp
 
     import tiledmm
-    from tiledmm.bench.calibrate import probe_runs
+    from tiledmm.tune.calibrate import probe_runs
 
     for table, name, run, amount in probe_runs(tiledmm.get_backend("cupy")):
         run()

@@ -1,5 +1,6 @@
 """Rank 5, tune: the tuner's search (``search``, ``task``, ``log``, ``closing``),
 first-use tuning (``first_use``, ``shortlist``), where a plan's tiles came from
 (``provenance``), the ranking check (``shortlist_check``) and ``tiledmm tune``
-(``command``). Imports core and below; never interop or dask.
+(``command``); the device's measured ceilings (``calibrate``: ``tiledmm calibrate``).
+Imports core and below; never interop or dask.
 """
