@@ -12,6 +12,11 @@ from hypothesis import HealthCheck, settings
 # tuning database: off for the suite (slow, host-speed dependent, and the database is the
 # user's); tests/test_first_use.py turns it on for its own tests, in a temporary cache.
 os.environ["TILEDMM_FIRST_USE_TUNING"] = "0"
+# First-use calibration (tiledmm.tune.first_calibration) measures the device and the backend's
+# per-call host cost on its first call and writes the calibration cache: off for the suite as
+# well, also where a test turns first-use tuning on; tests/test_first_calibration.py turns it
+# on for its own tests, in a temporary cache.
+os.environ["TILEDMM_FIRST_USE_CALIBRATION"] = "0"
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -130,6 +130,8 @@ def test_calibrate_writes_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     dev = tiledmm.host_cpu()
     assert dev.name == name and dev.ceilings_measured
     assert np.isclose(dev.peak("float32"), rec["peak_flops"]["float32"])
+    cost = saved["host_cost"]["numpy"]  # the backend's per-call host cost, in its plans
+    assert cost["wall"] > 0 and dev.host_cost("numpy") == cost["seconds"]
 
 
 def test_benches_suite_quick_mode(tmp_path: Path) -> None:

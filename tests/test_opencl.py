@@ -228,6 +228,11 @@ def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
     [(name, rec, _)] = list(calibrate.calibrate("opencl", quick=True))
     assert name == tiledmm.host_cpu().name and rec["backend"] == "opencl"
     assert tiledmm.host_cpu().ceilings_measured
+    # OpenCL's own host cost (enqueue, buffers, the wait), from device-array and host-array
+    # calls, reaches its device spec in this process (PoCL's spec is the host's)
+    cost = rec["host_cost"]["opencl"]
+    assert "device time" in cost["kernel_from"] and cost["host_arrays"] >= 0
+    assert BE.device().host_cost("opencl") == cost["seconds"]
 
 
 @pytest.mark.parametrize("geo", GPU_STYLE[:2], ids=str)

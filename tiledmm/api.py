@@ -28,11 +28,12 @@ from .core.semantics import unwrap_out
 from .dask import product as dask
 from .interop import bridge, keyword_matmul, kinds, torchpath
 from .interop.kinds import lib_by_type, lib_of
-from .tune import first_use
+from .tune import first_calibration
 
 __all__ = ["matmul"]
 
-engine.set_untuned_hook(first_use.prepare)  # first-use tuning runs inside the engine's path
+# first-use calibration, then first-use tuning, run inside the engine's path
+engine.set_untuned_hook(first_calibration.before_plan)
 
 #: HOST_LIBS: array kinds (``tiledmm.interop.kinds``) whose objects with ``__array__`` are host data
 HOST_LIBS = frozenset({"host", "numpy", "dask"})

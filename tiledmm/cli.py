@@ -95,7 +95,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     for name, rec, path in calibrate(args.backend, quick=args.quick):
         peaks = ", ".join(f"{k} {v / 1e9:.4g} GFLOP/s" for k, v in rec["peak_flops"].items())
-        print(f"{name}: {peaks}; bandwidth {rec['bandwidth'] / 1e9:.4g} GB/s -> {path}")
+        costs = "; ".join(f"{b} host cost {e['seconds'] * 1e6:.3g} us per call"
+                          + (f" ({e['host_arrays'] * 1e6:.3g} us from host arrays)"
+                             if "host_arrays" in e else "")
+                          for b, e in rec.get("host_cost", {}).items())  # fmt: skip
+        print(f"{name}: {peaks}; bandwidth {rec['bandwidth'] / 1e9:.4g} GB/s; {costs} -> {path}")
     return 0
 
 

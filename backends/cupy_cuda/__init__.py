@@ -46,7 +46,7 @@ def _spec(dev_id: int) -> DeviceSpec:
     name = rt.getDeviceProperties(dev_id)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
     cc = (a["cc_major"], a["cc_minor"])
-    return nvidia.device_spec(name, cc, a, launch_overhead=5e-6).with_calibration()
+    return nvidia.device_spec(name, cc, a, launch_overhead=5e-6)
 
 
 class CupySharedSource(K.SharedSourceTables, Backend):
@@ -83,7 +83,7 @@ class CupySharedSource(K.SharedSourceTables, Backend):
         spec = self._specs.get(dev)
         if spec is None:
             spec = self._specs[dev] = _spec(dev)
-        return spec
+        return spec.with_calibration()  # the cache as it is now (first use may just have run)
 
     def device_key(self) -> int:
         """CuPy's current device (plans and launches are per device)."""
@@ -91,7 +91,8 @@ class CupySharedSource(K.SharedSourceTables, Backend):
 
     def devices(self) -> list[DeviceSpec]:
         n = cupy_module().cuda.runtime.getDeviceCount()
-        return [self._specs.get(i) or self._specs.setdefault(i, _spec(i)) for i in range(n)]
+        return [(self._specs.get(i) or self._specs.setdefault(i, _spec(i))).with_calibration()
+                for i in range(n)]  # fmt: skip
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""

@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -213,7 +213,7 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
             return ("float32",)
 
     def device(self) -> DeviceSpec:
-        return _with_notes(_spec_cached(self.state().dev))
+        return _with_notes(device_spec(self.state().dev))
 
     def device_key(self) -> str:
         """The device choice (``TILEDMM_OPENCL_DEVICE``) the next call runs on."""
@@ -221,7 +221,7 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
 
     def devices(self) -> list[DeviceSpec]:
         """The usable devices (every one probed); skipped ones are named in ``extra``."""
-        return [_with_notes(_spec_cached(d)) for d in _usable()]
+        return [_with_notes(device_spec(d)) for d in _usable()]
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
@@ -348,12 +348,7 @@ def _check_size(shape: tuple[int, ...]) -> None:
         )
 
 
-@cache
-def _spec_cached(dev) -> DeviceSpec:
-    return device_spec(dev)
-
-
-@cache
+@lru_cache(maxsize=16)  # a spec per calibration state: bounded
 def _noted(spec: DeviceSpec, notes: tuple[tuple[str, str], ...]) -> DeviceSpec:
     return replace(spec, extra=spec.extra + notes)
 

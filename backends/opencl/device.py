@@ -5,6 +5,7 @@ OpenCL reports, other GPUs an estimate that ``tiledmm calibrate`` replaces."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 from tiledmm import DeviceSpec, host_cpu
 from tiledmm.device import nvidia
@@ -13,30 +14,42 @@ __all__ = ["device_spec"]
 
 
 def device_spec(dev) -> DeviceSpec:
-    """The description of OpenCL device ``dev`` (a ``pyopencl.Device``)."""
+    """The description of OpenCL device ``dev`` (a ``pyopencl.Device``), with the calibration
+    cache as it is now (ceilings and this backend's measured host cost)."""
+    facts = _facts(dev)
+    if facts is not None:  # PoCL's CPU device is this host: reuse its caches and ceilings
+        h = host_cpu()
+        name, cu, wg, simd, via = facts
+        return replace(h, name=name, compute_units=cu, max_threads_per_block=wg,
+                       max_threads_per_unit=wg, simd_bytes=simd, extra=h.extra + via)  # fmt: skip
+    return _gpu_estimate(dev).with_calibration()
+
+
+@cache
+def _facts(dev) -> tuple | None:
+    """What a CPU device reports (name, units, group size, vector bytes, platform); None on a
+    GPU. Read once per device."""
     import pyopencl as cl
 
+    if dev.type & cl.device_type.GPU:
+        return None
+    via = (("opencl", f"{dev.platform.name} / {dev.version}"),)
+    simd = 4 * max(1, dev.native_vector_width_float)
+    return dev.name.strip(), dev.max_compute_units, dev.max_work_group_size, simd, via
+
+
+@cache
+def _gpu_estimate(dev) -> DeviceSpec:
+    """A GPU's description, estimated (once per device)."""
     name = dev.name.strip()
     cu, wg, lmem = dev.max_compute_units, dev.max_work_group_size, dev.local_mem_size
-    if not dev.type & cl.device_type.GPU:
-        h = host_cpu()  # PoCL's CPU device is this host: reuse its caches and ceilings
-        return replace(
-            h,
-            name=name,
-            compute_units=cu,
-            max_threads_per_block=wg,
-            max_threads_per_unit=wg,
-            simd_bytes=4 * max(1, dev.native_vector_width_float),
-            extra=h.extra + (("opencl", f"{dev.platform.name} / {dev.version}"),),
-        )
     via = (("opencl", f"{dev.platform.name} / {dev.version}"),)
     clock_khz = dev.max_clock_frequency * 1e3
     if "NVIDIA" in dev.vendor.upper():  # the CUDA backends' description, as OpenCL reports it
         cc = _nv_compute_capability(dev)
         a = dict(sms=cu, clock_khz=clock_khz, bandwidth=3e12, threads_per_block=wg,
                  shared_optin=lmem, l2=dev.global_mem_cache_size)  # fmt: skip
-        spec = nvidia.device_spec(name, cc, a, launch_overhead=8e-6, extra=via)
-        return spec.with_calibration()
+        return nvidia.device_spec(name, cc, a, launch_overhead=8e-6, extra=via)
     peak32 = cu * 64 * 2 * clock_khz * 1e3  # 64 FP32 lanes per compute unit: a guess
     return DeviceSpec(
         name=name,
@@ -57,7 +70,7 @@ def device_spec(dev) -> DeviceSpec:
             "guess (OpenCL does not report it); run `tiledmm calibrate` to measure"
         ),
         extra=via,
-    ).with_calibration()
+    )
 
 
 def _nv_compute_capability(dev) -> tuple[int, int]:

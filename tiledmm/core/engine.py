@@ -52,9 +52,9 @@ def _result_dtype(da: np.dtype, db: np.dtype) -> tuple[np.dtype | None, str]:
 
 
 #: Called as ``hook(backend, m, n, k, dtype, family, batch)`` before a product is planned: the
-#: front door (:mod:`tiledmm.api`) installs first-use tuning here (``tiledmm.tune.first_use``),
-#: which
-#: lives above the engine; None runs nothing.
+#: front door (:mod:`tiledmm.api`) installs first-use calibration and tuning here
+#: (``tiledmm.tune.first_calibration.before_plan``), which live above the engine; None runs
+#: nothing.
 _untuned_hook: Callable[..., None] | None = None
 
 

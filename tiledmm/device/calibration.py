@@ -1,4 +1,5 @@
-"""The calibration cache: measured ceilings per device name (``tiledmm calibrate`` writes it,
+"""The calibration cache: measured ceilings per device name and each backend's per-call host
+cost on it (``tiledmm calibrate`` and first-use calibration write it,
 ``DeviceSpec.with_calibration`` reads it), validated record by record; a corrupt file or
 record is ignored with one warning that says why and how to repair it. Split out of
 ``tiledmm.device.spec`` (import these names from here).
@@ -21,6 +22,7 @@ __all__ = [
     "read_calibration",
     "load_calibration",
     "save_calibration",
+    "has_ceilings",
 ]
 
 
@@ -52,10 +54,19 @@ def calibration_problem(record: Any) -> str | None:
     Schema: ``{"peak_flops": {dtype: FLOP/s, ...}, "bandwidth": bytes/s, "date": str,
     "method": str, ...}``; every rate positive and finite, at least one dtype; optional
     ``"levels": {level: bytes/s}``, ``"fma_peaks": {dtype: FLOP/s}`` (per-level calibration,
-    same rule) and ``"sustained"`` (0 < x <= 1); other keys free (older files stay valid).
+    same rule) and ``"sustained"`` (0 < x <= 1); optional ``"host_cost": {backend: {"seconds":
+    s, ...}}``, each backend's measured per-call host cost (s >= 0, finite). A record of host
+    costs alone (no ``peak_flops`` and no ``bandwidth``: a first-use calibration that ran out
+    of time before the ceilings) is valid too. Other keys free (older files stay valid).
     """
     if not isinstance(record, dict):
         return f"it is a {type(record).__name__}, not an object"
+    if "host_cost" in record:
+        why = _host_cost_problem(record["host_cost"])
+        if why:
+            return why
+        if "peak_flops" not in record and "bandwidth" not in record:
+            return _common_problem(record)
     peaks = record.get("peak_flops")
     if not isinstance(peaks, dict) or not peaks:
         return "peak_flops is missing or not an object of {dtype: FLOP/s}"
@@ -77,10 +88,31 @@ def calibration_problem(record: Any) -> str | None:
                 return f"{key}[{name!r}] is {value!r}, not a positive finite number"
     if "sustained" in record and not (_rate(record["sustained"]) and record["sustained"] <= 1):
         return f"sustained is {record['sustained']!r}, not a fraction in (0, 1]"
+    return _common_problem(record)
+
+
+def _common_problem(record: dict) -> str | None:
     for key in ("date", "method"):
         if key in record and not isinstance(record[key], str):
             return f"{key} is {record[key]!r}, not a string"
     return None
+
+
+def _host_cost_problem(table: Any) -> str | None:
+    """Why ``table`` is not a ``{backend: {"seconds": s, ...}}`` of host costs (None if it is)."""
+    if not isinstance(table, dict):
+        return f"host_cost is {table!r}, not an object of {{backend: {{'seconds': s}}}}"
+    for name, entry in table.items():
+        value = entry.get("seconds") if isinstance(entry, dict) else None
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (ok and math.isfinite(value) and value >= 0):
+            return f"host_cost[{name!r}] is {entry!r}, not an object with seconds >= 0"
+    return None
+
+
+def has_ceilings(record: dict) -> bool:
+    """Whether a valid ``record`` holds measured ceilings (not host costs alone)."""
+    return "peak_flops" in record
 
 
 def read_calibration(path: Path) -> tuple[dict, list[str]]:
@@ -131,13 +163,18 @@ _CALIBRATION = CachedFile(
 
 def save_calibration(device_name: str, record: dict) -> Path:
     """Store ``record`` for ``device_name``, keeping the file's other valid records; a corrupt
-    file (or record) is overwritten. Raises ValueError for an invalid ``record``."""
+    file (or record) is overwritten. The stored record's host costs of other backends stay
+    (``host_cost`` is per backend, and several backends share a device); a record of host
+    costs alone keeps the stored ceilings. Raises ValueError for an invalid ``record``."""
     why = calibration_problem(record)
     if why:
         raise ValueError(f"calibration record for {device_name!r} not saved: {why}")
     path = calibration_path()
     with locked(path):  # another process's records, saved meanwhile, stay (atomicfile)
         data, _ = read_calibration(path)
-        data[device_name] = record
+        old = data.get(device_name, {})
+        costs = old.get("host_cost", {}) | record.get("host_cost", {})
+        new = record if has_ceilings(record) else old | record
+        data[device_name] = new | ({"host_cost": costs} if costs else {})
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
     return path

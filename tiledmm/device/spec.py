@@ -6,14 +6,16 @@ block's tiles must stay in (L2 per core), and a "block" runs on one core.
 
 Ceilings (peak FLOP/s per dtype, memory bandwidth) are either measured (``tiledmm calibrate``,
 cached with platformdirs) or estimated from the hardware description; ``ceilings_source`` says
-which, and the plan repeats it.
+which, and the plan repeats it. So is each backend's per-call host cost: measured per backend
+(``host_costs``, from the calibration record), else the estimate ``launch_overhead``;
+:meth:`DeviceSpec.host_cost` gives the one a plan adds, and the plan says which.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from .calibration import load_calibration
+from .calibration import has_ceilings, load_calibration
 
 __all__ = ["DeviceSpec"]
 
@@ -38,7 +40,7 @@ class DeviceSpec:
     caches: tuple[tuple[str, int], ...] = ()  # (("L1", bytes), ("L2", bytes), ...)
     peak_flops: tuple[tuple[str, float], ...] = ()  # (("float32", 6.7e13), ...)
     bandwidth: float = 0.0  # bytes/s between global memory and the chip
-    launch_overhead: float = 0.0  # seconds per kernel launch, as seen from Python
+    launch_overhead: float = 0.0  # seconds per call on the host, as seen from Python: estimated
     ceilings_source: str = "estimate"  # "measured <date> ..." or "estimate from ..."
     extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts for `tiledmm info`
     # The memory hierarchy (docs/model.md). ``levels``: bandwidth ceilings in bytes/s by level,
@@ -56,6 +58,10 @@ class DeviceSpec:
     sustained: float = 1.0
     latency: float = 0.0
     loaded: tuple[str, ...] = ()
+    # ``host_costs``: (backend, seconds) per backend whose per-call host cost `tiledmm calibrate`
+    # measured on this device (launch path, argument packing, enqueue, allocation, dispatcher);
+    # a backend not listed costs ``launch_overhead`` (the estimate).
+    host_costs: tuple[tuple[str, float], ...] = ()
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (falls back to half the float32 figure for float64)."""
@@ -97,6 +103,18 @@ class DeviceSpec:
         ``sustained`` (an estimate at the boost clock)."""
         return value if name in self.loaded else value * (self.sustained or 1.0)
 
+    def host_cost(self, backend: str = "") -> float:
+        """Seconds one call of ``backend`` costs on the host beyond its kernel: measured
+        (``host_costs``) where `tiledmm calibrate` or first use measured it, else
+        ``launch_overhead`` (an estimate). What a plan adds to the kernel's time."""
+        return dict(self.host_costs).get(backend, self.launch_overhead)
+
+    def host_cost_source(self, backend: str = "") -> str:
+        """Where :meth:`host_cost` comes from, in words."""
+        if backend in dict(self.host_costs):
+            return "measured by `tiledmm calibrate`"
+        return "estimate; `tiledmm calibrate` measures it"
+
     @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
@@ -107,16 +125,21 @@ class DeviceSpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks"):
+        for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks", "host_costs"):
             d[key] = dict(d[key])
         d["loaded"] = list(d["loaded"])
         return d
 
     def with_calibration(self) -> DeviceSpec:
-        """This spec with ceilings replaced by cached measurements, if valid ones exist."""
+        """This spec with ceilings and host costs replaced by cached measurements, if valid
+        ones exist (a record of host costs alone leaves the ceilings estimated)."""
         cal = load_calibration().get(self.name)
         if not cal:
             return self
+        costs = {k: float(v["seconds"]) for k, v in cal.get("host_cost", {}).items()}
+        costs = tuple(sorted((dict(self.host_costs) | costs).items()))
+        if not has_ceilings(cal):
+            return replace(self, host_costs=costs)
         levels = dict(self.levels) | {k: float(v) for k, v in cal.get("levels", {}).items()}
         fma = dict(self.fma_peaks) | {k: float(v) for k, v in cal.get("fma_peaks", {}).items()}
         loaded = set(self.loaded) | set(cal.get("levels", {}))
@@ -129,5 +152,6 @@ class DeviceSpec:
             fma_peaks=tuple(sorted(fma.items())),
             sustained=float(cal.get("sustained", self.sustained)),
             loaded=tuple(sorted(loaded)),
+            host_costs=costs,
             ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
         )

@@ -150,13 +150,13 @@ def make_plan(
     if levels:
         top = max(levels, key=lambda lv: lv.seconds)
         bound = top.name
-        predicted = device.launch_overhead + top.seconds
+        predicted = device.host_cost(backend) + top.seconds
     else:  # the single DRAM roofline for devices that do not describe their levels
         peak = device.peak(dtype) * occ.wave_efficiency
         t_compute = executed / peak if peak else 0.0
         t_memory = global_bytes / device.bandwidth if device.bandwidth else 0.0
         bound = "memory" if t_memory > t_compute else "compute"
-        predicted = device.launch_overhead + max(t_compute, t_memory)
+        predicted = device.host_cost(backend) + max(t_compute, t_memory)
         levels = (
             Level("compute", executed, peak, t_compute, "", "FLOP"),
             Level("DRAM", global_bytes, device.bandwidth, t_memory, "tiling formula"),

@@ -135,6 +135,6 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
         flops=flops, global_bytes=global_bytes,
         intensity=flops / global_bytes if global_bytes else 0.0, shared_bytes=shared,
         registers_per_thread=regs, bound=top.name if top else "compute",
-        predicted_seconds=device.launch_overhead + (top.seconds if top else 0.0),
+        predicted_seconds=device.host_cost(backend) + (top.seconds if top else 0.0),
         occupancy=occ, device=device, options=opts, geometry_source=geo.source, levels=levels,
     )  # fmt: skip

@@ -104,6 +104,8 @@ class Plan:
         d["explanation"] = self.explanation
         d["device"] = self.device.name
         d["ceilings"] = self.device.ceilings_source
+        d["host_cost"] = self.device.host_cost(self.backend)
+        d["host_cost_source"] = self.device.host_cost_source(self.backend)
         return d
 
     def __str__(self) -> str:
@@ -163,6 +165,8 @@ class Plan:
                 f"predicted {_time(self.predicted_seconds)}"
                 f" ({self.predicted_gflops:.4g} GFLOP/s)"
             )
+        lines.append(f"  host cost per call {_time(dev.host_cost(self.backend))} "
+                     f"({dev.host_cost_source(self.backend)}), in the prediction")
         lines.append(f"  ceilings: {dev.ceilings_source}; tiles: {self.geometry_source}")
         return "\n".join(lines)
 

@@ -215,7 +215,7 @@ def compare_counters(path: Path, device: DeviceSpec | None = None) -> list[dict]
 def _cpu_device(info: dict) -> DeviceSpec:
     known = {f.name for f in fields(DeviceSpec)}
     d = {k: v for k, v in info.items() if k in known}
-    for key in ("caches", "peak_flops", "extra"):
+    for key in ("caches", "peak_flops", "extra", "host_costs"):  # host costs: measured ones
         d[key] = tuple(sorted(dict(d.get(key, {})).items()))
     spec = DeviceSpec(**d)
     lanes = max(1, spec.simd_bytes // 4)

@@ -1,5 +1,8 @@
-"""``tiledmm calibrate``: measure a device's ceilings and cache them for the planner.
+"""``tiledmm calibrate``: measure a device's ceilings and a backend's per-call host cost, and
+cache them for the planner (first-use calibration, ``tiledmm.tune.first_calibration``, runs
+the same measurements, bounded).
 
+The host cost is :func:`tiledmm.tune.host_cost.measure_host_cost` of the backend asked for.
 Peak FLOP/s per dtype is the best median rate of the vendor GEMM (``vendor_matmul`` of
 ``backend.vendor_backend()``) over a few sizes large enough to saturate the device; memory
 bandwidth is a large device-to-device copy, counted as read + write bytes over the median
@@ -13,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +25,11 @@ import numpy as np
 
 from ..core.backend import Backend
 from ..device.calibration import calibration_path, save_calibration
+from .host_cost import measure_host_cost
 
 __all__ = [
     "calibrate",
+    "measure",
     "measure_peak",
     "measure_bandwidth",
     "measure_cpu_levels",
@@ -53,12 +59,20 @@ def _repeats(quick: bool) -> tuple[int, int]:
     return (3, 1) if quick else (7, 2)
 
 
-def measure_peak(be: Backend, dtype: str, sizes: tuple[int, ...], quick: bool = False) -> dict:
-    """{N: FLOP/s} of the vendor GEMM at each size (median of ``repeat`` timed calls)."""
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def measure_peak(be: Backend, dtype: str, sizes: tuple[int, ...], quick: bool = False,
+                 deadline: float | None = None) -> dict:  # fmt: skip
+    """{N: FLOP/s} of the vendor GEMM at each size (median of ``repeat`` timed calls); sizes
+    not begun by ``deadline`` (``time.monotonic``) are left out, the first always runs."""
     repeat, warmup = _repeats(quick)
     rng = np.random.default_rng(0)
     rates = {}
     for n in sizes:
+        if rates and _late(deadline):
+            break
         host = (rng.random((n, n)) * 2 - 1).astype(dtype)
         a, b = be.asarray(host, np.dtype(dtype)), be.asarray(host.T.copy(), np.dtype(dtype))
         times = be.timings(lambda a=a, b=b: be.vendor_matmul(a, b), repeat=repeat, warmup=warmup)
@@ -189,13 +203,17 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
         yield "fma_peaks", dtype, lambda f=fma, a=args: f(groups, a), items * FMA_REPS * 16
 
 
-def measure_gpu_levels(be: Backend, quick: bool = False) -> dict[str, Any]:
+def measure_gpu_levels(be: Backend, quick: bool = False,
+                       deadline: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Per-level ceilings of a GPU: each of :func:`probe_runs` timed (median of device-event
     timings after warm-up), its amount over its time. Returns ``{"levels": {...},
-    "fma_peaks": {...}}``, empty when the backend has no probe hook."""
+    "fma_peaks": {...}}``, empty when the backend has no probe hook; probes not begun by
+    ``deadline`` are left out."""
     repeat, warmup = _repeats(quick)
     out: dict[str, Any] = {}
     for table, name, run, amount in probe_runs(be, quick):
+        if _late(deadline):
+            break
         t = statistics.median(be.timings(run, repeat=repeat, warmup=warmup))
         out.setdefault(table, {})[name] = amount / t
     if out:
@@ -224,50 +242,77 @@ def writable_cache() -> Path:
 def calibrate(
     backend: str | Backend = "numpy", quick: bool = False
 ) -> Iterator[tuple[str, dict, Path]]:
-    """Measure and cache the ceilings of ``backend``'s device; yields (device, record, path).
-
-    The measuring is done by ``backend.vendor_backend()``, the backend whose vendor GEMM the
-    benchmarks compare against: cuBLAS through CuPy for OpenCL on an NVIDIA GPU, the host
-    (numpy) for OpenCL on a CPU, whose plans read the host's ceilings.
-    """
+    """Measure and cache the ceilings of ``backend``'s device and ``backend``'s host cost;
+    yields (device, record, path). See :func:`measure`."""
     writable_cache()
     if isinstance(backend, str):
         from ..core.registry import get_backend
 
         backend = get_backend(backend)
+    name, record = measure(backend, quick)
+    yield name, record, save_calibration(name, record)
+
+
+def measure(backend: Backend, quick: bool = False, deadline: float | None = None,
+            ceilings: bool = True, dtype: str = "float32") -> tuple[str, dict]:  # fmt: skip
+    """(device name, calibration record): ``backend``'s per-call host cost (``host_cost``,
+    measured with ``dtype``) and, with ``ceilings``, its device's ceilings.
+
+    The ceilings are measured by ``backend.vendor_backend()``, the backend whose vendor GEMM
+    the benchmarks compare against: cuBLAS through CuPy for OpenCL on an NVIDIA GPU, the host
+    (numpy) for OpenCL on a CPU, whose plans read the host's ceilings; the record is that
+    device's. A step not begun by ``deadline`` (``time.monotonic``; first use's budget) is left
+    out and ``cut`` names it: without a peak and the copy bandwidth the record holds the host
+    cost alone (the ceilings stay estimated).
+    """
     asked, backend = backend, backend.vendor_backend()
     dev = backend.device()
+    record: dict[str, Any] = {
+        "host_cost": {asked.name: measure_host_cost(asked, quick, dtype, deadline)},
+        "date": _dt.date.today().isoformat(),
+        "backend": asked.name,
+        "quick": bool(quick),
+    }
+    if not ceilings:
+        return dev.name, record
     cls = (dev.kind if dev.kind in ("cpu", "gpu") else "cpu", bool(quick))
     dtypes = [d for d in ("float32", "float64") if d in backend.dtypes]
     if dev.kind == "gpu" and "float16" in backend.mma_dtypes:
         dtypes.append("float16")  # the tensor cores' 16-bit roof (tensorcore.roof)
-    samples, peaks = {}, {}
-    for dtype in dtypes:
-        rates = measure_peak(backend, dtype, _SIZES[cls], quick)
-        samples[dtype] = {str(n): r for n, r in rates.items()}
-        peaks[dtype] = max(rates.values())
+    samples, peaks, cut = {}, {}, []
+    for dt in dtypes:
+        if _late(deadline):
+            cut.append(f"the {dt} peak")
+            continue
+        rates = measure_peak(backend, dt, _SIZES[cls], quick, deadline)
+        samples[dt] = {str(n): r for n, r in rates.items()}
+        peaks[dt] = max(rates.values())
     nbytes = _COPY_BYTES[cls]
-    bw = measure_bandwidth(backend, nbytes, quick)
+    if not peaks:
+        record["cut"] = "the ceilings (first use's budget ran out)"
+        return dev.name, record
+    bw = measure_bandwidth(backend, nbytes, quick)  # short: a peak without it is no record
     repeat, _ = _repeats(quick)
     sizes = "/".join(str(n) for n in _SIZES[cls])
     extra: dict[str, Any] = {}
-    if dev.kind == "gpu":
-        extra = measure_gpu_levels(backend, quick)  # ceilings at the loaded clock
+    if _late(deadline):
+        cut.append("the level ceilings")
+    elif dev.kind == "gpu":
+        extra = measure_gpu_levels(backend, quick, deadline)  # ceilings at the loaded clock
     else:
         levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}
-    record = {
-        **extra,
-        "peak_flops": peaks,
-        "bandwidth": bw,
-        "date": _dt.date.today().isoformat(),
-        "method": (
+    record.update(extra)
+    record.update(
+        peak_flops=peaks,
+        bandwidth=bw,
+        method=(
             f"{backend.name} vendor_matmul, best median of {repeat} at N={sizes}; "
             f"copy of {nbytes >> 20} MiB (read+write)"
         ),
-        "backend": asked.name,
-        "quick": bool(quick),
-        "samples": samples,
-    }
-    yield dev.name, record, save_calibration(dev.name, record)
+        samples=samples,
+    )
+    if cut:
+        record["cut"] = ", ".join(cut) + " (first use's budget ran out)"
+    return dev.name, record

@@ -63,6 +63,8 @@ def device_record(be: Backend, dev: DeviceSpec) -> dict[str, Any]:
     return {
         "calibrated": bool(dev.ceilings_measured),
         "ceilings": dev.ceilings_source,
+        "host_cost": dev.host_cost(be.name),
+        "host_cost_source": dev.host_cost_source(be.name),
         "first_use_entries": sorted(by["first use"]),
         "tune_entries": sorted(by["tiledmm tune"]),
         "shipped": shipped.get(layer, "none (the model's tiles)"),
@@ -97,6 +99,7 @@ def describe(be: Backend, dev: DeviceSpec) -> list[str]:
                f"candidates, {fu['budget']:.3g} s (`tiledmm tune --quick` pre-warms)")  # fmt: skip
     else:
         how = f"first use off ({first_use.ENABLE}=0)"
+    cal += f"; host cost {r['host_cost'] * 1e6:.3g} us per call ({r['host_cost_source']})"
     return [
         f"calibration: {cal}",
         f"tiles: {'; '.join(tuned)}; shipped: {r['shipped']}",

@@ -1,0 +1,232 @@
+"""Measured host costs (issue 37): each backend's per-call host cost, from the calibration
+record, in every plan's predicted time; first-use calibration measures it (and the device's
+ceilings where none are cached) on a backend's first call, once per device and backend per
+process, bounded, with first-use tuning's opt-out. A fake host backend on a device of its own,
+with tiny calibration sizes (no test depends on this machine's speed)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import tiledmm
+from tiledmm import Backend
+from tiledmm.core import dispatch
+from tiledmm.device.calibration import load_calibration, save_calibration
+from tiledmm.tune import calibrate, first_calibration, first_use, host_cost
+from tiledmm.util.accuracy import rel_error
+
+DEVICE = "fake calibration device"
+
+
+class Fake(Backend):
+    """A host backend on a device of its own; ``slow`` seconds added to each vendor GEMM (the
+    ceilings' probe) or each product (the host-cost probe), ``broken`` vendor GEMMs raise."""
+
+    name, kernels, priority = "fake-calibration", ("tiled",), -100
+
+    def __init__(self):
+        self.products = 0
+        self.vendor_calls = 0
+        self.slow = {"vendor": 0.0, "run": 0.0}
+        self.broken = False
+
+    def accepts(self, x):
+        return False  # never chosen by backend="auto"
+
+    def device(self):
+        spec = replace(tiledmm.host_cpu(), name=DEVICE, launch_overhead=2e-6, host_costs=())
+        return spec.with_calibration()
+
+    def vendor_matmul(self, a, b):
+        self.vendor_calls += 1
+        if self.broken:
+            raise RuntimeError("vendor GEMM failed (simulated)")
+        time.sleep(self.slow["vendor"])
+        return np.matmul(a, b)
+
+    def run(self, plan, a, b, out):
+        self.products += 1
+        time.sleep(self.slow["run"])
+        out[...] = a @ b
+
+
+_FAKE: list[Fake] = []
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(first_use.ENABLE, "1")
+    monkeypatch.setenv(first_calibration.ENABLE, "1")
+    monkeypatch.delenv(first_calibration.BUDGET, raising=False)
+    monkeypatch.setitem(calibrate._SIZES, ("cpu", True), (32, 48))
+    monkeypatch.setitem(calibrate._COPY_BYTES, ("cpu", True), 1 << 16)
+    monkeypatch.setattr(host_cost, "CALLS", {True: 8, False: 8})
+    if not _FAKE:
+        _FAKE.append(Fake())
+        tiledmm.register_backend(_FAKE[0])
+    be = _FAKE[0]
+    be.products = be.vendor_calls = 0
+    be.slow = {"vendor": 0.0, "run": 0.0}
+    be.broken = False
+    first_calibration.reset()
+    first_calibration.configure(budget=60.0)  # a bound only: a loaded machine must not decide
+    dispatch.clear_caches()
+    yield be
+    first_calibration.configure()
+    first_use.configure()
+    first_calibration.reset()
+    dispatch.clear_caches()
+
+
+def _record(tmp_path):
+    return json.loads((tmp_path / "calibration.json").read_text())[DEVICE]
+
+
+def _product(be, n=24):
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    c = tiledmm.matmul(a, b, backend=be.name)
+    assert rel_error(c, a @ b) < 1e-12
+    return c
+
+
+def test_measured_host_cost_reaches_the_plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    dispatch.clear_caches()
+    host = tiledmm.host_cpu()
+    before = tiledmm.plan(64, 64, 64, backend="numpy", kernel="tiled")
+    assert "host cost per call 2 us (estimate" in str(before)
+    # a record of host costs alone: valid, the ceilings stay estimated, numpy's cost is its own
+    save_calibration(host.name, {"host_cost": {"numpy": {"seconds": 1e-3}}})
+    dispatch.clear_caches()
+    after = tiledmm.plan(64, 64, 64, backend="numpy", kernel="tiled")
+    assert after.predicted_seconds == pytest.approx(before.predicted_seconds + 1e-3 - 2e-6)
+    assert "host cost per call 1 ms (measured by `tiledmm calibrate`)" in str(after)
+    assert after.to_dict()["host_cost"] == 1e-3 and not after.device.ceilings_measured
+    dev = tiledmm.host_cpu()
+    assert dev.host_cost("numpy") == 1e-3 and dev.host_cost("another") == 2e-6  # the estimate
+    assert "estimate" in dev.host_cost_source("another")
+    # a full calibration keeps numpy's host cost beside its own backend's
+    rec = {"peak_flops": {"float32": 2e11}, "bandwidth": 3e10,
+           "host_cost": {"opencl": {"seconds": 5e-4}}}  # fmt: skip
+    save_calibration(host.name, rec)
+    saved = load_calibration()[host.name]
+    assert set(saved["host_cost"]) == {"numpy", "opencl"} and saved["bandwidth"] == 3e10
+    dev = tiledmm.host_cpu()
+    assert dev.ceilings_measured and dict(dev.host_costs) == {"numpy": 1e-3, "opencl": 5e-4}
+    dispatch.clear_caches()
+
+
+def test_first_call_calibrates_once_and_writes_the_cache(fake, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="tiledmm"):
+        _product(fake)
+        _product(fake, 40)
+    lines = [r.getMessage() for r in caplog.records if "calibrated" in r.getMessage()]
+    assert len(lines) == 1 and fake.name in lines[0] and first_use.ENABLE in lines[0]
+    rec = _record(tmp_path)
+    cost = rec["host_cost"][fake.name]
+    assert rec["first_use"] and cost["seconds"] >= 0 and cost["calls"] == 8
+    assert set(rec["peak_flops"]) == {"float32", "float64"} and rec["bandwidth"] > 0
+    assert "host_arrays" in cost  # this backend takes no NumPy arrays: the copies measured
+    vendor = fake.vendor_calls
+    assert vendor > 0
+    # the next plan is on the measurements; a new process finds them cached: nothing again
+    dev = fake.device()
+    assert dev.ceilings_measured and dev.host_cost(fake.name) == cost["seconds"]
+    plan = dispatch.plan_for(fake, 24, 24, 24, "float64")
+    assert "measured" in plan.to_dict()["host_cost_source"]
+    first_calibration.reset()
+    _product(fake, 56)
+    assert fake.vendor_calls == vendor and _record(tmp_path) == rec
+
+
+def test_ceilings_on_record_are_kept(fake, tmp_path):
+    save_calibration(DEVICE, {"peak_flops": {"float32": 1e11}, "bandwidth": 1e10})
+    _product(fake)
+    rec = _record(tmp_path)
+    assert fake.vendor_calls == 0 and rec["peak_flops"] == {"float32": 1e11}
+    assert fake.name in rec["host_cost"]
+
+
+@pytest.mark.parametrize("off", ["tuning env", "tuning python", "calibration env",
+                                 "calibration python"])  # fmt: skip
+def test_opt_out(fake, tmp_path, monkeypatch, off):
+    if off == "tuning env":
+        monkeypatch.setenv(first_use.ENABLE, "0")
+    elif off == "tuning python":
+        first_use.configure(enabled=False)
+    elif off == "calibration env":
+        monkeypatch.setenv(first_calibration.ENABLE, "off")
+    else:
+        first_calibration.configure(enabled=False)
+    _product(fake)
+    assert fake.vendor_calls == 0 and not (tmp_path / "calibration.json").exists()
+    # off is not remembered: turned on again in this process, the next call calibrates
+    monkeypatch.setenv(first_use.ENABLE, "1")
+    monkeypatch.setenv(first_calibration.ENABLE, "1")
+    first_use.configure()
+    first_calibration.configure(budget=60.0)
+    _product(fake, 40)
+    assert fake.name in _record(tmp_path)["host_cost"]
+
+
+def test_time_bound_with_a_slow_probe(fake, tmp_path, monkeypatch):
+    """The vendor GEMM (the peak probe) takes 0.15 s a call: the first size's four calls run,
+    nothing after the budget begins; unbounded it would be 16 calls."""
+    fake.slow["vendor"] = 0.15
+    monkeypatch.setenv(first_calibration.BUDGET, "0.2")
+    first_calibration.configure()
+    t0 = time.monotonic()
+    _product(fake)
+    took = time.monotonic() - t0
+    rec = _record(tmp_path)
+    assert fake.vendor_calls == 4 and took < 0.2 + 4 * 0.15 + 1.0
+    assert list(rec["peak_flops"]) == ["float32"] and "float64" in rec["cut"]
+    assert "levels" not in rec and fake.name in rec["host_cost"]
+
+
+def test_budget_spent_before_the_ceilings(fake, tmp_path):
+    """Products of 0.05 s: the host-cost probe's warm-up and five calls spend the 0.1 s budget;
+    the record holds the host cost alone and the ceilings stay estimated."""
+    fake.slow["run"] = 0.05
+    first_calibration.configure(budget=0.1)
+    _product(fake)
+    rec = _record(tmp_path)
+    assert "peak_flops" not in rec and rec["host_cost"][fake.name]["calls"] == host_cost.MIN_CALLS
+    assert fake.vendor_calls == 0 and not fake.device().ceilings_measured
+    assert fake.device().host_cost(fake.name) == rec["host_cost"][fake.name]["seconds"]
+
+
+def test_failed_calibration_is_remembered_and_results_stay_right(fake, tmp_path, caplog):
+    fake.broken = True
+    with caplog.at_level(logging.INFO, logger="tiledmm"):
+        _product(fake)
+        _product(fake, 40)
+    assert fake.vendor_calls == 1  # one attempt this process
+    assert any("calibration of fake-calibration failed" in r.getMessage() for r in caplog.records)
+    assert not (tmp_path / "calibration.json").exists()
+    assert fake.device().host_cost(fake.name) == 2e-6  # the estimate
+
+
+def test_unwritable_cache_is_a_remembered_failure(fake, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setenv(first_use.ENABLE, "1")
+    _product(fake)
+    _product(fake, 40)
+    assert fake.products > 0 and fake.vendor_calls == 0
+
+
+def test_the_test_suite_runs_without_first_use_calibration():
+    assert os.environ.get(first_calibration.ENABLE) == "0"  # tests/conftest.py
+    assert first_calibration.settings(gpu=False).budget == first_calibration.CPU_BUDGET
+    assert first_calibration.settings(gpu=True).budget == first_calibration.GPU_BUDGET
