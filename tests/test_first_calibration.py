@@ -230,3 +230,21 @@ def test_the_test_suite_runs_without_first_use_calibration():
     assert os.environ.get(first_calibration.ENABLE) == "0"  # tests/conftest.py
     assert first_calibration.settings(gpu=False).budget == first_calibration.CPU_BUDGET
     assert first_calibration.settings(gpu=True).budget == first_calibration.GPU_BUDGET
+
+
+def test_modelcheck_adds_the_host_cost_to_wall_timed_rows_only(tmp_path):
+    """A results file records each backend's device with its measured host costs; a row timed
+    by the wall clock is predicted with its backend's, one timed by device events without."""
+    from tiledmm.report import modelcheck
+
+    dev = replace(tiledmm.host_cpu(), host_costs=(("opencl", 1e-3),)).to_dict()
+    rows = [{"extra_info": {"backend": "opencl", "kernel": "register", "dtype": "float32",
+                            "m": 64, "n": 64, "k": 64, "block_tile": [64, 64, 64],
+                            "thread_tile": [8, 8], "seconds": 1e-3, "timer": timer}}
+            for timer in ("host perf_counter around a synchronized call",
+                          "OpenCLBackend.timings (device events)")]  # fmt: skip
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"machine_info": {"tiledmm": {"devices": {"opencl": dev}}},
+                                "benchmarks": rows}))  # fmt: skip
+    (wall, events), gpu = modelcheck.check_rows(path, db=[])
+    assert not gpu and wall.predicted - events.predicted == pytest.approx(1e-3)

@@ -3,8 +3,9 @@
 Each row of a pytest-benchmark JSON in ``benches/results`` records the problem, backend,
 kernel family and tiles; :func:`check_rows` rebuilds its plan with today's model on a
 reference device (GPU rows: :func:`tiledmm.device.nvidia.reference_h200`; CPU rows: the device the
-file recorded: its measured level ceilings where its calibration had them, else estimates)
-and reports measured / predicted time.
+file recorded: its measured level ceilings where its calibration had them, else estimates;
+its per-call host cost where the row was timed by the wall clock, none where by device
+events) and reports measured / predicted time.
 ``python -m tiledmm.report.modelcheck [files]`` prints the table and the worst case per band.
 """
 
@@ -255,6 +256,8 @@ def check_rows(
             dev = replace(ref, launch_overhead=info.get("launch_overhead", 5e-6))
         else:
             dev = _cpu_device(info)
+            if "device events" in e.get("timer", ""):  # timed on the device: no host cost
+                dev = replace(dev, launch_overhead=0.0, host_costs=())
         plan = plan_for_row(e, dev, db)
         binding = plan.binding.name if plan.binding else plan.bound
         predicted = plan.predicted_seconds
