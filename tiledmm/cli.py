@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_plugins)
 
-    s = command("calibrate", help="measure peak FLOP/s and bandwidth; cache them")
+    s = command("calibrate", help="measure peak FLOP/s, bandwidth and the backend's per-call host "
+                "cost; cache them")
     s.add_argument("--backend", default="numpy")
     s.add_argument("--quick", action="store_true")
     s.set_defaults(func=cmd_calibrate)

@@ -165,7 +165,8 @@ def save_calibration(device_name: str, record: dict) -> Path:
     """Store ``record`` for ``device_name``, keeping the file's other valid records; a corrupt
     file (or record) is overwritten. The stored record's host costs of other backends stay
     (``host_cost`` is per backend, and several backends share a device); a record of host
-    costs alone keeps the stored ceilings. Raises ValueError for an invalid ``record``."""
+    costs alone keeps the stored record's ceilings, date and method. Raises ValueError for an
+    invalid ``record``."""
     why = calibration_problem(record)
     if why:
         raise ValueError(f"calibration record for {device_name!r} not saved: {why}")
@@ -174,7 +175,7 @@ def save_calibration(device_name: str, record: dict) -> Path:
         data, _ = read_calibration(path)
         old = data.get(device_name, {})
         costs = old.get("host_cost", {}) | record.get("host_cost", {})
-        new = record if has_ceilings(record) else old | record
+        new = old if has_ceilings(old) and not has_ceilings(record) else record
         data[device_name] = new | ({"host_cost": costs} if costs else {})
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
     return path

@@ -7,9 +7,10 @@ The engine calls :func:`prepare` before it plans a product (``tiledmm.api`` inst
 first-use tuning). The measurements are ``tiledmm calibrate --quick``'s
 (:func:`tiledmm.tune.calibrate.measure`): the backend's per-call host cost first, then, where no
 record holds the device's ceilings, the vendor GEMM's peaks, the copy bandwidth and the level
-probes. The record goes to the calibration cache as ``tiledmm calibrate`` writes it, marked
-``"first_use": true``; a later ``tiledmm calibrate`` replaces it, and first use never
-replaces a record's ceilings. One INFO line on the ``tiledmm`` logger says what was measured.
+probes. The record goes to the calibration cache as ``tiledmm calibrate`` writes it, the host cost
+(and the record, where first use measured its ceilings) marked ``"first_use": true``; a later
+``tiledmm calibrate`` replaces it, and first use never replaces a record's ceilings. One INFO
+line on the ``tiledmm`` logger says what was measured.
 
 - Budget: :data:`GPU_BUDGET` seconds on a GPU, :data:`CPU_BUDGET` on a CPU
   (``TILEDMM_FIRST_USE_CALIBRATION_BUDGET``, or :func:`configure`). A step not begun when the
@@ -149,7 +150,10 @@ def calibrate_backend(be: Backend, dtype: str = "float32") -> bool:
     start = time.monotonic()
     name, new = measure(be, quick=True, deadline=start + conf.budget, ceilings=ceilings,
                         dtype=dtype)  # fmt: skip
-    new["first_use"] = True
+    for entry in new["host_cost"].values():
+        entry["first_use"] = True
+    if "peak_flops" in new:
+        new["first_use"] = True  # the ceilings too (a record of `tiledmm calibrate` has none)
     path = save_calibration(name, new)
     dispatch.clear_caches()
     took = time.monotonic() - start
