@@ -39,7 +39,7 @@ __all__ = ["rank_task", "check_log", "spearman", "device_from_record", "main", "
 KS = tuple(range(1, 9))
 MIN_CANDIDATES = 4
 TIE_DRAWS = 32
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "benches" / "results" / "logs"
 BACKENDS = ("numba-cuda", "numba-cpu", "cupy", "opencl", "numpy")
 
