@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ..device.nvidia import SCHEDULERS_PER_SM
 from ..device.spec import DeviceSpec
 from .cpu import cpu_levels
 from .dram import (
@@ -108,9 +109,14 @@ def gpu_levels(
         return dev.clocked(name, total) / sms
 
     out = []
+    # a warp issues on one of the SM's schedulers (SCHEDULERS_PER_SM, one instruction per clock
+    # each, with its share of the FMA lanes): the scheduler holding the most warps finishes
+    # last, so an SM of fewer warps than schedulers runs at that fraction of its rates
+    sched_warps = _scheduler_warps(on_sm, resident, g["warps"])
+    share = sched_warps / max(1, g["warps"])  # blocks' worth of work on the busiest scheduler
     flops = 2 * counts.fma * WARP * blocks
     fma_rate = per_sm("compute", dev.fma_peak(dtype)) / (2 * WARP)  # warp FMAs/s per SM
-    t_fma = on_sm * counts.fma / fma_rate if fma_rate else 0.0
+    t_fma = share * SCHEDULERS_PER_SM * counts.fma / fma_rate if fma_rate else 0.0
     pipe = "FP64" if s == 8 else "FP32"
     fma_peak = dev.clocked("compute", dev.fma_peak(dtype))
     out.append(Level("registers", 3 * s * flops / 2, 1.5 * s * fma_peak, t_fma,
@@ -120,7 +126,7 @@ def gpu_levels(
         issue = per_sm("issue", dev.issue_rate)
         per_fma = counts.instr / counts.fma
         out.append(Level("issue", counts.instr * blocks, issue * used,
-                         on_sm * counts.instr / issue,
+                         share * SCHEDULERS_PER_SM * counts.instr / issue,
                          f"{per_fma:.2f} warp instructions per FMA", "instr"))  # fmt: skip
     shared_bw = dev.level("shared memory")
     if kernel != "naive" and shared_bw:
@@ -189,11 +195,26 @@ def gpu_levels(
                      f"{read / 1e6:.4g} MB read, {written / 1e6:.4g} MB written",
                      parts=(("read", read), ("written", written))))  # fmt: skip
     if dev.latency and counts.trips:
-        t = rounds * counts.trips * dev.latency / (dev.sustained or 1.0) / counts.mlp
-        warps_res = resident * g["warps"]
-        out.append(Level("latency", counts.trips * blocks, 0.0, t,
-                         f"{counts.mlp:g} load(s) in flight per warp, {warps_res} warps per SM",
-                         "trips"))  # fmt: skip
+        lat = dev.latency / (dev.sustained or 1.0)
+        t = rounds * counts.trips * lat / counts.mlp
+        note = f"{counts.mlp:g} load(s) in flight per warp, {resident * g['warps']} warps per SM"
+        if kernel != "naive" and dev.issue_rate:
+            # a block's own timeline (its warps wait for each other at the barriers): per K
+            # step its warps on one scheduler issue their instructions, and with one stage
+            # wait for the next tiles' round trip after the barrier; with two stages that
+            # trip overlaps the step's work. Other blocks' warps fill the waits (the issue
+            # level) where the SM holds enough of them.
+            steps = g["kp"] // g["bk"]
+            own = (counts.instr / g["warps"] * math.ceil(g["warps"] / SCHEDULERS_PER_SM)
+                   / steps / (per_sm("issue", dev.issue_rate) / SCHEDULERS_PER_SM))  # fmt: skip
+            two = int(opts.get("stages", 1)) >= 2
+            block = steps * (max(own, lat) if two else own + lat) + (lat if two else 0.0)
+            if rounds * block > t:
+                t = rounds * block
+                note = (f"a block's own timeline: {own * 1e9:.3g} ns of its warps' issue per K "
+                        f"step {'beside' if two else 'after'} a {lat * 1e9:.3g} ns tile round "
+                        f"trip; {resident * g['warps']} warps per SM")  # fmt: skip
+        out.append(Level("latency", counts.trips * blocks, 0.0, t, note, "trips"))
     serial, why = 0.0, []
     if kernel != "naive" and blocks_per_unit <= LOCKSTEP_BLOCKS and l2_bw:
         # lockstep waves: every block of a wave waits for its first tiles (a round trip,
@@ -231,6 +252,17 @@ def gpu_levels(
 #: time on every odd shape there. The copies pay when they cost under ``PAD_GAIN`` of the
 #: product's time at the compute peak.
 PAD_COPY_LAUNCH, PAD_COPY_EFFICIENCY, PAD_GAIN = 3e-6, 0.4, 0.15
+
+
+def _scheduler_warps(on_sm: int, resident: int, warps: int) -> int:
+    """Warps the busiest scheduler of the busiest SM runs over the launch: ``on_sm`` blocks of
+    ``warps`` warps, ``resident`` at a time, their warps spread over the SM's
+    ``SCHEDULERS_PER_SM`` schedulers (the last round holds the rest)."""
+    if not on_sm:
+        return 0
+    full, last = divmod(on_sm, resident)
+    per = math.ceil(resident * warps / SCHEDULERS_PER_SM)
+    return full * per + (math.ceil(last * warps / SCHEDULERS_PER_SM) if last else 0)
 
 
 def pad_pays(m: int, n: int, k: int, dtype: str, s: int, dev: DeviceSpec, odd_a: bool,
