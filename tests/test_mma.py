@@ -20,7 +20,9 @@ from tiledmm.bench.sweep import peak_of
 from tiledmm.device.host import host_cpu
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.model import tensorcore as tc
-from tiledmm.planner.make import PlanError, default_mma_geometry, make_plan
+from tiledmm.planner.make import make_plan
+from tiledmm.planner.mma import default_mma_geometry
+from tiledmm.planner.plans import PlanError
 
 from .conftest import requires_backend
 

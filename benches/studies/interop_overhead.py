@@ -30,7 +30,7 @@ import numpy as np
 import tiledmm
 from benches.studies.dispatch_overhead import per_call_us
 from tiledmm.interop import bridge as arrays
-from tiledmm.interop import torchpath
+from tiledmm.interop import kinds, torchpath
 
 
 def breakdown(ta, tb, kern: str, sync) -> dict:
@@ -149,8 +149,8 @@ def main() -> int:
         "torch->cupy (cupy.asarray, CAI)": lambda: cp.asarray(ta),
         "cupy->torch (torch.as_tensor)": lambda: torch.as_tensor(ct, device="cuda"),
         "cupy->torch (torch.from_dlpack)": lambda: torch.from_dlpack(ct),
-        "kind_of(torch cuda)": lambda: arrays.kind_of(ta),
-        "stream_for(torch cuda)": lambda: arrays.stream_for(arrays.kind_of(ta)),
+        "kind_of(torch cuda)": lambda: kinds.kind_of(ta),
+        "stream_for(torch cuda)": lambda: torchpath.stream_for(kinds.kind_of(ta)),
     }
     rows["pieces_us"] = {k: round(per_call_us(f, sync, calls=20000), 3) for k, f in pieces.items()}
     try:

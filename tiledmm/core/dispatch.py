@@ -31,7 +31,8 @@ import numpy as np
 
 from ..planner import shapefit
 from ..planner.geometry import KERNEL_FAMILIES, Geometry
-from ..planner.make import Plan, PlanError, default_geometry, make_plan
+from ..planner.make import default_geometry, make_plan
+from ..planner.plans import Plan, PlanError
 from ..util.lru import LRUCache
 from . import registry, tuning
 from .backend import Backend

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..planner.make import Plan
+from ..planner.plans import Plan
 from .backend import Backend
 from .dispatch import (
     cache_token,

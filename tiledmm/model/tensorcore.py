@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..device.nvidia import lanes, tensor_flop_per_clock
 from ..device.spec import DeviceSpec
 from .dram import dram_traffic
-from .hierarchy import Level
+from .levels import Level
 
 __all__ = [
     "INPUTS", "ITEMSIZE", "FRAGMENTS", "MMA_SYNC_FRACTION", "compute_capability",

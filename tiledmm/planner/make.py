@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 
 from ..device.spec import DeviceSpec
-from ..model.hierarchy import Level, cpu_levels, engine_of, gpu_levels
+from ..model.cpu import cpu_levels
+from ..model.hierarchy import engine_of, gpu_levels
+from ..model.levels import Level
 from .geometry import KERNEL_FAMILIES, Geometry
 from .mma import default_mma_geometry, plan_mma
-from .plans import ITEMSIZE, NAIVE_REGISTERS, Occupancy, Plan, PlanError, kib, occupancy
+from .plans import ITEMSIZE, NAIVE_REGISTERS, Plan, PlanError, kib, occupancy
 
-__all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "batch_plan", "default_geometry",
-           "default_mma_geometry"]  # fmt: skip
+__all__ = ["make_plan", "batch_plan", "default_geometry"]
 
 
 def default_geometry(kernel: str, dtype: str, device: DeviceSpec) -> Geometry:

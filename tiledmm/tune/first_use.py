@@ -39,11 +39,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import dispatch, tuning
+from ..core import dispatch, tuning, tuning_check
 from ..core.backend import Backend
 from ..planner import shapefit
 from ..planner.geometry import Geometry
-from ..planner.make import PlanError, default_geometry, make_plan
+from ..planner.make import default_geometry, make_plan
+from ..planner.plans import PlanError
 from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
@@ -221,7 +222,7 @@ def _database_ok() -> bool:
     """Whether first use may write the database: it parses (a corrupt one already warned, via
     ``tuning.user_entries``) and can be written (else one warning per process)."""
     path = tuning.database_path()
-    if path.exists() and tuning.read_database(path)[1]:
+    if path.exists() and tuning_check.read_database(path)[1]:
         log.info("first use: the tuning database %s has problems; untuned dispatch", path)
         return False
     folder = path.parent

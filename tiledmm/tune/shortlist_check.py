@@ -32,7 +32,8 @@ from ..device.nvidia import reference_h200
 from ..device.spec import DeviceSpec
 from ..planner import shapefit
 from ..planner.geometry import Geometry
-from ..planner.make import PlanError, make_plan
+from ..planner.make import make_plan
+from ..planner.plans import PlanError
 
 __all__ = ["rank_task", "check_log", "spearman", "device_from_record", "main", "KS"]
 
