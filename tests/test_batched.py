@@ -13,7 +13,7 @@ import tiledmm
 from tests.conftest import backend_reason
 from tiledmm.util.accuracy import rel_error
 
-from ._gemm_checks import check_batched, check_batched_api, check_geometry
+from .gemm_checks import check_batched, check_batched_api, check_geometry
 
 GPU_REG = ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=4))
 SPLIT = [
