@@ -7,7 +7,7 @@ views, streams and the result's conversion on every call; this module remembers,
 backend and the plan) and afterwards does only what each call must:
 
 - the checks that can change between calls with the same key: both tensors contiguous, no
-  negative bit, no autograd (``requires_grad`` under grad mode), the registry's cache token and
+  negative bit, no autograd (``requires_grad`` under grad mode), the registry's generation and
   the backend's current device;
 - CUDA: the output is allocated by torch (``a.new_empty_strided``: ``a``'s device and dtype,
   from the caching allocator of the current stream; the cheapest of torch's allocation calls,
@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dispatch import cache_token, choose_backend, plan_for
+from ..core import registry
+from ..core.dispatch import choose_backend, plan_for
 from ..core.engine import bound
 from .kinds import RUN_DTYPES, Kind, optional_module, torch_dtype
 
@@ -77,7 +78,7 @@ def entry(a: Any, b: Any, backend: str, kernel: str) -> Any:
     if type(b) is not type(a):
         return None
     e = _entries.get((backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
-    return e if e is not None and e.token == cache_token() else None
+    return e if e is not None and e.token == registry.generation() else None
 
 
 def matmul(a: Any, b: Any, backend: str, kernel: str, out: Any = None) -> Any:
@@ -87,7 +88,7 @@ def matmul(a: Any, b: Any, backend: str, kernel: str, out: Any = None) -> Any:
     if type(b) is not type(a) or (out is not None and type(out) is not type(a)):
         return None
     e = _entries.get((backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
-    if e is None or e.token != cache_token():
+    if e is None or e.token != registry.generation():
         return None
     if not (a.is_contiguous() and b.is_contiguous()) or a.is_neg() or b.is_neg():
         return None
@@ -101,7 +102,7 @@ def learn(a: Any, b: Any, backend: str, kernel: str) -> None:
     if not _on[0] or torch is None or type(a) is not torch.Tensor or type(b) is not type(a):
         return
     key = (backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
-    token = cache_token()
+    token = registry.generation()
     e = _entries.get(key)
     if e is not None and e.token == token:
         return
@@ -117,7 +118,7 @@ class Skip:
 
     __slots__ = ("token",)
 
-    def __init__(self, token: tuple) -> None:
+    def __init__(self, token: int) -> None:
         self.token = token
 
     def __call__(self, a: Any, b: Any, out: Any = None) -> None:
@@ -163,7 +164,7 @@ def cuda_entry(torch: Any, a: Any, b: Any, dt: Any, backend: str, kernel: str) -
     s = dt.itemsize
     va = view(cp, a.data_ptr(), (m, k), dt, m * k * s, idx)
     vb = view(cp, b.data_ptr(), (k, n), dt, k * n * s, idx)
-    token = cache_token()
+    token = registry.generation()
     be = choose_backend(backend, va, vb, m, n, k, dt.name, kernel)
     if dt.name not in be.dtypes or not be.accepts(va) or be.device_key() != idx:
         return None
@@ -325,7 +326,7 @@ def raw_stream_getter(torch: Any) -> Any:
 
 
 def _host_entry(torch: Any, dt: Any, m: int, n: int, k: int, backend: str, kernel: str) -> Any:
-    token = cache_token()
+    token = registry.generation()
     sample = np.empty((1, 1), dt)  # (the operands' NumPy views: this call's may be unreadable)
     be = choose_backend(backend, sample, sample, m, n, k, dt.name, kernel)
     if dt.name not in be.dtypes:

@@ -138,8 +138,8 @@ def reset() -> None:
 
 def prepare(be: Backend, m: int, n: int, k: int, dtype: str, kernel: str = "auto",
             batch: int = 1) -> None:  # fmt: skip
-    """Before ``tiledmm.matmul`` plans a product: first-use tuning of its class where it is
-    due (see the module docstring). Never raises; returns at once for a product seen before."""
+    """Before ``tiledmm.matmul`` plans a product (``kernel``: "auto" or a family ``be`` has):
+    first-use tuning of its class where due. Never raises; at once for a product seen before."""
     call = (be.name, be.device_key(), m, n, k, dtype, kernel, batch)
     if call in _seen or not m or not n or not k:
         return
@@ -153,7 +153,7 @@ def prepare(be: Backend, m: int, n: int, k: int, dtype: str, kernel: str = "auto
         if not conf.enabled or conf.budget <= 0:
             return
         fam = dispatch.auto_kernel(be, m, n, k, dtype, batch) if kernel == "auto" else kernel
-        if fam not in be.kernels or be.search_space(fam, dtype, dev) is None:
+        if be.search_space(fam, dtype, dev) is None:
             return  # nothing to choose from: this backend declares no search space
         tune_class(be, fam, dtype, (batch, m, n, k), conf)
     except Exception as exc:  # noqa: BLE001 - tuning must never break the user's call
