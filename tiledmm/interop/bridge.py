@@ -19,7 +19,7 @@ Mixed kinds follow one rule (:func:`~tiledmm.interop.kinds.result_kind`): ``out`
 tiledmm runs float32 and float64 operands (``RUN_DTYPES``, NumPy's promotion between them), and
 CUDA tensors of one 16-bit dtype on a backend's tensor cores (:mod:`tiledmm.interop.halfprec`);
 any other operand dtype of a foreign library is delegated. Streams: a CUDA PyTorch operand on a
-non-default stream is handled by :class:`~tiledmm.interop.torchpath.TorchStream` (see there); on
+non-default stream is handled by :class:`~tiledmm.interop.streams.TorchStream` (see there); on
 the default stream nothing extra happens. Repeated 2-D products of torch tensors skip this
 bridge: :mod:`tiledmm.interop.torchpath` remembers what it decided.
 """
@@ -37,7 +37,8 @@ from ..core.backend import Backend
 from ..core.semantics import unwrap_out
 from . import halfprec
 from .kinds import RUN_DTYPES, Kind, kind_of, lib_of, optional_module, torch_dtype
-from .torchpath import TorchStream, stream_for, view
+from .streams import TorchStream, stream_for
+from .torchpath import view
 
 __all__ = ["to_native", "from_native", "delegate", "matmul_foreign"]
 

@@ -36,7 +36,7 @@ from ..core.dispatch import choose_backend, plan_for, tensor_core_family
 from ..core.engine import run_batch
 from ..core.semantics import check_kernel, matmul_shapes, result_shape, result_shape_of
 from .kinds import Kind, optional_module
-from .torchpath import TorchStream, stream_for
+from .streams import TorchStream, stream_for
 
 __all__ = [
     "HALF",
