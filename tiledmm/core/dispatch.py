@@ -86,7 +86,8 @@ def decide(backend: str | Backend, kernel: str, a: Any, b: Any, m: int, n: int, 
     """The engine's one call for a product it has not seen: the backend
     (:func:`choose_backend`), the family (:func:`tensor_core_family`), then, unless the dtype is
     delegated, ``hook(be, m, n, k, dtype, kernel, batch)`` (first-use tuning) and the plan.
-    ``kernel`` and ``precision`` come validated (:mod:`tiledmm.core.semantics`)."""
+    ``kernel`` and ``precision`` come validated (:mod:`tiledmm.core.semantics`); that TF32 asks
+    for the mma family is checked before planning, as :func:`plan_for` does."""
     be = choose_backend(backend, a, b, m, n, k, dtype, kernel)
     kernel = tensor_core_family(be, dtype, kernel)
     if dtype not in be.dtypes and kernel != "mma":
