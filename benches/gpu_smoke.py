@@ -1,14 +1,18 @@
 """GPU smoke test of the CUDA-capable paths (cupy, opencl, numba-cuda) after a refactor.
 
     mkdir -p /tmp/icd; echo /usr/lib/libnvidia-opencl.so.1 > /tmp/icd/nvidia.icd
-    OCL_ICD_VENDORS=/tmp/icd TILEDMM_OPENCL_DEVICE=NVIDIA CUPY_TF32=0 python3 benches/gpu_smoke.py
+    OCL_ICD_VENDORS=/tmp/icd TILEDMM_OPENCL_DEVICE=NVIDIA CUPY_TF32=0 python3 -m benches.gpu_smoke
 
-For each backend that is available: every family on odd shapes into NaN-poisoned outputs,
-transposed / sliced operands, a strided ``out``, a batch; the tiles each family resolves to on
-this device; the register kernel at 4096^3 as a fraction of ``cupy.matmul`` (CUDA events or
-OpenCL profiling, median of 10) next to the committed H200 figure; and that the launch cache
-stays bounded. numba-cuda also returns the caller's array kind (CuPy in -> CuPy out, Numba in ->
-Numba out) in a mixed sequence. Prints one line per check and exits 1 if any check failed.
+For each backend that is available: every family through the tests' own checks
+(``tests/gemm_checks.py``: ``check_shapes`` on odd shapes into NaN-poisoned outputs, here with
+one large odd shape added, and ``check_layouts``: transposed / sliced operands, a strided
+``out``, a batch; the one error metric, ``tiledmm.util.accuracy``); the tiles each family
+resolves to on this device; the register kernel at 4096^3 as a fraction of ``cupy.matmul``
+(the backends' ``timings()``: CUDA events or OpenCL profiling, median of 10) next to the
+committed H200 figure; and that the launch cache stays bounded. numba-cuda also returns the
+caller's array kind (CuPy in -> CuPy out, Numba in -> Numba out) in a mixed sequence. Prints
+one line per check and exits 1 if any check failed. Run it as a module from the checkout (it
+imports ``tests.gemm_checks``).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import sys
 import numpy as np
 
 import tiledmm
-from tiledmm.util.accuracy import matmul_error
+from tests.gemm_checks import SHAPES, check_layouts, check_shapes
 
-SHAPES = [(1, 1, 1), (37, 53, 29), (1, 7, 3), (61, 67, 71), (130, 65, 131), (257, 4097, 1031)]
+BIG = [(257, 4097, 1031)]  # odd in every dimension, a grid of many blocks
 COMMITTED = {"cupy": 0.92, "opencl": 0.92, "numba-cuda": 0.70}  # register / cuBLAS, 4096^3
 FAILED: list[str] = []
 
@@ -34,36 +38,19 @@ def check(what: str, ok: bool, detail: str = "") -> None:
 
 def correctness(name: str) -> None:
     be = tiledmm.get_backend(name)
-    rng = np.random.default_rng()
     for dtype in ("float32", "float64"):
-        tol = 1e-5 if dtype == "float32" else 1e-12
         for fam in be.kernels:
             if fam == "mma" and dtype == "float32":  # tensor cores only when TF32 is asked for
                 continue
-            worst = 0.0
-            for m, n, k in SHAPES:
-                a = rng.standard_normal((m, k)).astype(dtype)
-                b = rng.standard_normal((k, n)).astype(dtype)
-                out = be.asarray(np.full((m, n), np.nan, dtype), np.dtype(dtype))
-                tiledmm.matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype), backend=name,
-                               kernel=fam, out=out)  # fmt: skip
-                c = be.to_numpy(out)
-                worst = max(worst, matmul_error(c, a, b) if np.isfinite(c).all() else np.inf)
-                ct = tiledmm.matmul(b.T, a.T, backend=name, kernel=fam)  # transposed operands
-                worst = max(worst, matmul_error(ct, b.T, a.T))
-            x = rng.standard_normal((3, 45, 70)).astype(dtype)
-            y = rng.standard_normal((70, 33)).astype(dtype)
-            worst = max(worst, matmul_error(tiledmm.matmul(x, y, backend=name, kernel=fam), x, y))
-            big = be.asarray(rng.standard_normal((90, 90)).astype(dtype), np.dtype(dtype))
-            dst = be.asarray(np.full((70, 90), np.nan, dtype), np.dtype(dtype))
-            tiledmm.matmul(big[3:48, 5:75], big[7:77, 11:44], backend=name, kernel=fam,
-                           out=dst[5:50, ::2][:, :33])  # sliced operands, strided out  # fmt: skip
-            h = be.to_numpy(big)
-            got = be.to_numpy(dst)[5:50, ::2][:, :33]
-            worst = max(worst, matmul_error(got, h[3:48, 5:75], h[7:77, 11:44]))
+            try:  # the tests' checks: they assert, with the case that failed
+                worst = max(check_shapes(name, fam, dtype, [*SHAPES, *BIG]),
+                            check_layouts(name, fam, dtype))  # fmt: skip
+                ok, what = True, f"worst error {worst:.1e}"
+            except AssertionError as exc:
+                ok, what = False, f"failed {exc}"
             geo = tiledmm.plan(4096, 4096, 4096, dtype=dtype, backend=name, kernel=fam)
-            check(f"{name} {fam} {dtype}", worst < tol,
-                  f"worst error {worst:.1e}; tiles {geo.block_tile}/{geo.thread_tile} "
+            check(f"{name} {fam} {dtype}", ok,
+                  f"{what}; tiles {geo.block_tile}/{geo.thread_tile} "
                   f"({geo.geometry_source[:60]})")  # fmt: skip
 
 

@@ -15,12 +15,12 @@ import time
 import pytest
 
 import tiledmm
+from tiledmm.bench.pace import time_fn
 from tiledmm.bench.sweep import (
     Case,
     Inputs,
     check_case,
     extra_info,
-    time_fn,
     tolerance,
     vendor_result,
 )

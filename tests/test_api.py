@@ -428,15 +428,25 @@ def test_hot_path_1d_uses_the_bound_launch(sa, sb, takes, monkeypatch):
     assert len(calls) == 2 and calls[0] == (sa, sb, ref.shape)  # calls 2 and 3: the hot path
 
 
+@pytest.mark.parametrize("kernel", ["auto", "tiled"])
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
 @pytest.mark.parametrize("foreign", [False, True])
-def test_one_route_and_one_name_resolution_per_call(foreign, monkeypatch):
-    """From ``tiledmm.matmul`` to the launch, the operands' kinds are decided once
-    (``kinds.route``) and the backend's name is resolved once (``registry.get_backend``):
-    NumPy operands by the engine's choice, a foreign (DLPack) operand by the route, whose
-    Backend the bridge hands to the engine."""
+def test_one_route_one_resolution_one_dispatch_per_call(foreign, backend, kernel, monkeypatch):
+    """From ``tiledmm.matmul`` to the launch (a product not seen before), the operands' kinds
+    are decided once (``kinds.route``); a backend's name is resolved once
+    (``registry.get_backend``: NumPy operands by the engine's choice, a foreign (DLPack) operand
+    by the route, whose Backend the bridge hands to the engine); dispatch is entered once
+    (``dispatch.decide``); and the ``kernel`` argument is checked in one place,
+    ``semantics.check_kernel``: its name first, then, for a named backend, that the backend has
+    it. Dispatch plans through ``plan_product``, not ``make_plan`` (whose argument checks are
+    for other callers: the tuning database's check of an entry, say)."""
+    import sys
+    from pathlib import Path
+
     from tests.test_interop import StandIn
-    from tiledmm.core import dispatch, engine, registry
+    from tiledmm.core import dispatch, engine, registry, semantics
     from tiledmm.interop import kinds
+    from tiledmm.planner import make
 
     counts = {"route": 0, "get_backend": 0}
 
@@ -453,7 +463,26 @@ def test_one_route_and_one_name_resolution_per_call(foreign, monkeypatch):
     engine._fast.clear()
     rng = np.random.default_rng(36)
     a, b = rng.random((7, 5), dtype=np.float32), rng.random((5, 3), dtype=np.float32)
-    got = tiledmm.matmul(StandIn(a) if foreign else a, b, backend="numpy")
-    assert counts == {"route": 1, "get_backend": 1}
+    calls: list[tuple[str, str, str]] = []  # (file, function, caller's file) of each call
+
+    def profile(frame, event, arg):
+        if event == "call":
+            back = frame.f_back.f_code.co_filename if frame.f_back else ""
+            calls.append((frame.f_code.co_filename, frame.f_code.co_name, back))
+
+    sys.setprofile(profile)
+    try:
+        got = tiledmm.matmul(StandIn(a) if foreign else a, b, backend=backend, kernel=kernel)
+    finally:
+        sys.setprofile(None)
+    named = backend != "auto"
+    assert counts == {"route": 1, "get_backend": int(named)}
+    here = {m: str(Path(m.__file__)) for m in (dispatch, semantics, make)}
+    entries = [f for path, f, back in calls if path == here[dispatch] != back]
+    assert entries == ["decide"], entries  # dispatch entered once
+    checks = [f for path, f, _ in calls if path == here[semantics] and f.startswith("check_k")]
+    assert checks == ["check_kernel"] * (1 + (named and kernel != "auto")), checks
+    assert not [f for path, f, back in calls if path == here[make] and back == here[dispatch]
+                and f == "make_plan"]  # fmt: skip
     got = np.from_dlpack(got) if foreign else got
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5)

@@ -8,7 +8,8 @@ backends, and every import edge that can run: module level, function-local, type
   planner; nothing in ``tiledmm`` names ``tiledmm_backends``;
 - re-exports only in the faces (``tiledmm``, ``tiledmm.dask``, ``tiledmm_backends.kernels``), no
   ``import X as X`` shim elsewhere; a wing's ``__init__`` is a docstring, and a module imports
-  its sibling, not its own package;
+  its sibling, not its own package; elsewhere ``__all__`` lists only names its module defines,
+  and a name is imported from the module that defines it;
 - no module reaches into another module's ``_private`` names (relative aliases included), in
   tiledmm, the backends, plugins and benches;
 - at most 400 lines per module; no ``sys.path`` edit in benches/.
@@ -295,3 +296,75 @@ def test_no_same_name_reexport_shims():
                         for a in node.names
                         if a.asname and a.asname == a.name.rpartition(".")[2]]  # fmt: skip
     assert not bad, "\n".join(bad)
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """The names a module defines at its top level (``def``, ``class``, an assignment), also
+    under a module-level ``if``/``try``/``with``; not the names it imports."""
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for n in body:
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(n.name)
+            elif isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                names.update(x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name))
+            elif isinstance(n, ast.If | ast.Try | ast.With):
+                visit(n.body)
+                visit(getattr(n, "orelse", []))
+                visit(getattr(n, "finalbody", []))
+                for h in getattr(n, "handlers", []):
+                    visit(h.body)
+
+    visit(tree.body)
+    return names
+
+
+def _all_of(tree: ast.Module) -> list[tuple[str, int]]:
+    """``__all__``'s entries, with their lines (``__all__ = [...]`` and ``+= [...]``)."""
+    out = []
+    for n in tree.body:
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] \
+            if isinstance(n, ast.AugAssign | ast.AnnAssign) else []  # fmt: skip
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and n.value:
+            out += [(e.value, e.lineno) for e in ast.walk(n.value)
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)]  # fmt: skip
+    return out
+
+
+def test_all_lists_only_names_the_module_defines():
+    """Outside the three faces a module's ``__all__`` names what it defines, never a name it
+    imports: a caller imports a name from its one home."""
+    bad = []
+    for f in _files():
+        if _module_name(f) in FACES:
+            continue
+        tree = ast.parse(f.read_text())
+        defined = _defined(tree)
+        bad += [f"{f.relative_to(ROOT)}:{line} lists {name!r}, which it only imports"
+                for name, line in _all_of(tree) if name not in defined]  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def test_names_are_imported_from_their_home():
+    """``from m import X`` where ``m`` (not a face) only imports ``X`` from another module of
+    ours: import it from the module that defines it (tiledmm, the backends, tests, benches
+    and plugins)."""
+    homes = {_module_name(f): _defined(ast.parse(f.read_text())) for f in _files()}
+    bad = []
+    for f in [*_sources(), *sorted((ROOT / "tests").rglob("*.py"))]:
+        for mod, names, line in _imports(f):
+            if mod not in homes or mod in FACES:
+                continue
+            theirs = {n for m, ns, _ in _imports(_path_of(mod)) if _ours(m) for n in ns}
+            bad += [f"{f.relative_to(ROOT)}:{line} imports {n} from {mod}, which imports it"
+                    for n in names if n in theirs and n not in homes[mod]
+                    and f"{mod}.{n}" not in MODULES]  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def _path_of(mod: str) -> Path:
+    pkg, _, rest = mod.partition(".")
+    base = PACKAGES[pkg].joinpath(*rest.split(".")) if rest else PACKAGES[pkg]
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")

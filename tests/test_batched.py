@@ -13,7 +13,7 @@ import tiledmm
 from tests.conftest import backend_reason
 from tiledmm.util.accuracy import rel_error
 
-from ._gemm_checks import check_batched, check_batched_api, check_geometry
+from .gemm_checks import check_batched, check_batched_api, check_geometry
 
 GPU_REG = ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, pad=4))
 SPLIT = [
@@ -99,7 +99,7 @@ def test_shape_class_geometry_and_candidates():
     vec = K.load_geometry("naive", "float32", gpu, backend="cupy", shape_class="vector")
     assert dict(vec.options).get("gemv") == 1
     assert not dict(K.load_geometry("naive", "float32", gpu, backend="cupy").options)
-    for cls in tiledmm.core.tuning.SHAPE_CLASSES:  # every class has candidates for the sweep
+    for cls in tiledmm.core.tuning_check.SHAPE_CLASSES:  # every class has candidates for the sweep
         assert any(shapes.candidates(f, "float32", cls) for f in tiledmm.KERNEL_FAMILIES), cls
 
 

@@ -95,8 +95,8 @@ def test_poisoned_output_catches_unwritten_rows() -> None:
     inp = bench.Inputs(8, 8, 8, "float32")
     p = tiledmm.make_plan(8, 8, 8, dtype="float32", kernel="naive", device=be.device())
     assert bench.check_case(bench.Case(be, inp), p) == math.inf
-    assert bench.rel_error is tiledmm.util.accuracy.rel_error  # the one error metric
-    assert bench.rel_error(inp.ref, inp.ref) == 0.0
+    assert vars(bench)["rel_error"] is tiledmm.util.accuracy.rel_error  # the one error metric
+    assert tiledmm.util.accuracy.rel_error(inp.ref, inp.ref) == 0.0
     assert bench.tolerance("float32", 4096) > bench.tolerance("float64", 4096)
 
 

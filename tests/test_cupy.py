@@ -17,7 +17,8 @@ from tests.conftest import requires_backend
 from tests.helpers import nvcc_build
 from tiledmm.util.accuracy import matmul_error
 
-from ._gemm_checks import (
+from ._probe_checks import check_fma, check_levels, check_shared, check_stream
+from .gemm_checks import (
     FAMILIES,
     STAGES2,
     check_batched,
@@ -27,7 +28,6 @@ from ._gemm_checks import (
     check_nonfinite,
     check_shapes,
 )
-from ._probe_checks import check_fma, check_levels, check_shared, check_stream
 
 gpu = requires_backend("cupy")
 

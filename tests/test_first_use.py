@@ -20,7 +20,7 @@ import pytest
 
 import tiledmm
 from tiledmm import Backend, Geometry
-from tiledmm.core import dispatch, tuning
+from tiledmm.core import dispatch, tuning, tuning_check
 from tiledmm.tune import first_use
 from tiledmm.util.accuracy import rel_error
 
@@ -125,7 +125,7 @@ def test_first_call_times_the_short_list_and_keeps_the_fastest_correct(fake, tmp
     assert rel_error(c, a @ b) < 1e-12  # the user's call is right, with the winner's tiles
     assert fake.ran[-1][0] == (16, 16, 16)
     [e] = _entries(tmp_path)
-    assert tuning.entry_problem(e) is None and tuning.is_first_use(e)
+    assert tuning_check.entry_problem(e) is None and tuning.is_first_use(e)
     assert (e["backend"], e["family"], e["shape_class"]) == (fake.name, "tiled", "square")
     assert e["block_tile"] == [16, 16, 16] and e["device"] == "fake first-use device"
     assert e["measured"]["call_shape"] == [1, 256, 256, 256]
@@ -294,7 +294,7 @@ def test_processes_meeting_one_class_leave_one_valid_entry(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT) for _ in range(3)]
     assert all(p.wait(timeout=300) == 0 for p in procs)
     [e] = _entries(tmp_path)
-    assert tuning.entry_problem(e) is None and e["block_tile"] == [16, 16, 16]
+    assert tuning_check.entry_problem(e) is None and e["block_tile"] == [16, 16, 16]
 
 
 def test_settings_from_the_environment(monkeypatch):

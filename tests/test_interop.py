@@ -78,26 +78,26 @@ def test_native_operands_are_not_foreign():
     for a, b in [(x, x), ([[1.0]], x), (x, 2.0), (np.float32(1), x)]:
         assert kinds.route(a, b).kind is None
         assert kinds.route(a, b, out=x).kind is None
-    assert not arrays.kind_of(x).foreign and arrays.kind_of(x).lib == "numpy"
-    assert arrays.kind_of([1.0]).lib == "host"
-    k = arrays.kind_of(StandIn(x))
+    assert not kinds.kind_of(x).foreign and kinds.kind_of(x).lib == "numpy"
+    assert kinds.kind_of([1.0]).lib == "host"
+    k = kinds.kind_of(StandIn(x))
     assert (k.lib, k.device, k.foreign) == ("dlpack", "cpu", True)
-    assert arrays.kind_of(StandIn(x)) is k  # cached descriptors
+    assert kinds.kind_of(StandIn(x)) is k  # cached descriptors
 
 
 def test_one_rule_for_mixed_kinds():
     s, x = StandIn(np.ones((2, 2))), np.ones((2, 2))
-    assert arrays.result_kind(s, x).lib == "dlpack"  # the first operand's kind
-    assert arrays.result_kind(x, s).lib == "numpy"
-    assert arrays.result_kind([[1.0, 1.0]], s).lib == "dlpack"  # a list defers to the other
-    assert arrays.result_kind(s, s, out=x).lib == "numpy"  # out= decides
+    assert kinds.result_kind(s, x).lib == "dlpack"  # the first operand's kind
+    assert kinds.result_kind(x, s).lib == "numpy"
+    assert kinds.result_kind([[1.0, 1.0]], s).lib == "dlpack"  # a list defers to the other
+    assert kinds.result_kind(s, s, out=x).lib == "numpy"  # out= decides
     assert kinds.route(x, x, out=(s,)).kind.lib == "dlpack"  # numpy's 1-tuple form of out=
 
 
 def test_kind_of_imports_no_array_library():
     code = (
-        "import sys, numpy as np; from tiledmm.interop import bridge as arrays, kinds\n"
-        "x = np.ones(3); arrays.kind_of(x); kinds.route(x, [1.0]).kind\n"
+        "import sys, numpy as np; from tiledmm.interop import bridge, kinds\n"
+        "x = np.ones(3); kinds.kind_of(x); kinds.route(x, [1.0]).kind\n"
         "libs = kinds.array_libraries()\n"
         "assert ('numpy', np.__version__) in libs, libs\n"
         "bad = [m for m in ('torch', 'jax', 'cupy', 'numba', 'pyopencl') if m in sys.modules]\n"
@@ -163,7 +163,7 @@ def torch():
 
 def test_torch_kind_and_zero_copy_in(torch, rng):
     t = torch.from_numpy(rand(rng, (6, 9)))
-    k = arrays.kind_of(t)
+    k = kinds.kind_of(t)
     assert (k.lib, k.device, k.foreign) == ("torch", "cpu", True)
     for x in (t, t.T, t[1:, ::2]):
         assert arrays.to_native(x).ctypes.data == x.data_ptr()

@@ -269,7 +269,7 @@ def test_every_shape_candidate_compiles_once_resolved():
     from tiledmm.planner.shapefit import resolve_split
 
     probe = {"vector": (1, 4096, 4096), "skinny_mn": (64, 4096, 4096)}
-    for cls in tiledmm.core.tuning.SHAPE_CLASSES:
+    for cls in tiledmm.core.tuning_check.SHAPE_CLASSES:
         m, n, k = probe.get(cls, (1024, 1024, 1024))
         for fam in tiledmm.KERNEL_FAMILIES:
             for dt in ("float32", "float64"):

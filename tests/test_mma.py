@@ -17,10 +17,13 @@ from tiledmm_backends.kernels import mma_spec
 import tiledmm
 from tests.helpers import nvcc_build
 from tiledmm.bench.sweep import peak_of
+from tiledmm.device import nvidia
 from tiledmm.device.host import host_cpu
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.model import tensorcore as tc
-from tiledmm.planner.make import PlanError, default_mma_geometry, make_plan
+from tiledmm.planner.make import make_plan
+from tiledmm.planner.mma import default_mma_geometry
+from tiledmm.planner.plans import PlanError
 
 from .conftest import requires_backend
 
@@ -290,7 +293,7 @@ def test_measured_16bit_roof():
     still predict at the share of the whitepaper rate it can issue, never above the roof."""
     sheet = tc.roof(H200, "float16")[0]
     assert tc.roof(H200, "bfloat16")[0] == sheet and "estimate" in tc.roof(H200, "float16")[1]
-    frac = tc.MMA_SYNC_FRACTION[(9, 0)]["f16"]
+    frac = nvidia.MMA_SYNC_FRACTION[(9, 0)]["f16"]
     assert tc.peak(H200, "float16")[0] == pytest.approx(sheet * frac)
     measured = replace(H200, peak_flops=H200.peak_flops + (("float16", 0.8 * sheet),))
     for dtype in ("float16", "bfloat16"):

@@ -13,9 +13,8 @@ import pytest
 from tiledmm import Geometry, make_plan
 from tiledmm.device.calibration import calibration_problem
 from tiledmm.device.nvidia import reference_h200
-from tiledmm.model.dram import L2_SHARED_FRACTION
-from tiledmm.model.hierarchy import miss_fraction, shared_wavefronts
-from tiledmm.model.warps import c_store_sectors
+from tiledmm.model.dram import L2_SHARED_FRACTION, miss_fraction
+from tiledmm.model.warps import c_store_sectors, shared_wavefronts
 from tiledmm.report.modelcheck import (
     CPU_BAND,
     GPU_BAND,

@@ -272,7 +272,7 @@ def test_simulator_nan_inf_propagate(sim):
 
 
 def test_unavailable_reason_numpy_25():
-    from tiledmm_backends.numba_cuda import numpy_incompatibility
+    from tiledmm_backends.numba_cuda.compat import numpy_incompatibility
 
     msg = numpy_incompatibility("2.5.2", "0.30.4")
     assert msg and "numpy<2.5" in msg and "#907" in msg and "0.30.4" in msg
@@ -347,7 +347,7 @@ def test_gpu_class_paths_correct(dt):
 def test_device_spec_from_driver_attribute_names():
     """Every attribute read is a real CU_DEVICE_ATTRIBUTE_* name (a typo crashed a GPU run)."""
     drv = pytest.importorskip("cuda.bindings.driver")
-    from tiledmm_backends.numba_cuda import device_spec_from
+    from tiledmm_backends.numba_cuda.device import device_spec_from
 
     values = {"MULTIPROCESSOR_COUNT": 132, "CLOCK_RATE": 1980000, "WARP_SIZE": 32}
 

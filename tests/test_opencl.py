@@ -15,7 +15,8 @@ import tiledmm
 from tests.conftest import backend_reason
 from tiledmm.util.accuracy import matmul_error
 
-from ._gemm_checks import (
+from ._probe_checks import check_fma, check_levels, check_shared, check_stream, poisoned, probe
+from .gemm_checks import (
     PREFETCH,
     STAGES2,
     check_geometry,
@@ -24,7 +25,6 @@ from ._gemm_checks import (
     check_shapes,
     tol,
 )  # fmt: skip
-from ._probe_checks import check_fma, check_levels, check_shared, check_stream, poisoned, probe
 
 if backend_reason("opencl"):  # every test here needs the device (requires_backend's reason)
     pytest.skip(f"opencl unavailable: {backend_reason('opencl')}", allow_module_level=True)

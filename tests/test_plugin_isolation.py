@@ -141,13 +141,13 @@ def test_a_trusted_plugins_run_error_names_backend_and_plugin(plugin_env, monkey
     # SystemExit from a kernel does not end the caller's program
     with pytest.raises(RuntimeError, match="'explodes'.*raised SystemExit: the kernel called"):
         tiledmm.matmul(np.ones((5, 5), np.float32), np.ones((5, 5), np.float32), backend="cpu")
-    real = dispatch.plan_for
+    real = dispatch._plan  # where every plan of dispatch comes from (behind plan_for)
 
     def injected(be, *args, **kwargs):  # auto picks the fantasy device (speeds injected)
         p = real(be, *args, **kwargs)
         return replace(p, predicted_seconds=1e-9 if be.name == "explodes" else 1.0)
 
-    monkeypatch.setattr(dispatch, "plan_for", injected)
+    monkeypatch.setattr(dispatch, "_plan", injected)
     dispatch.clear_caches()
     b = np.ones((64, 64), np.float32)
     with pytest.raises(RuntimeError, match="backend 'explodes'.*kernel exploded"):

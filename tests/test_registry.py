@@ -278,13 +278,14 @@ def test_auto_never_routes_to_an_untrusted_plugin(plugin_env, monkeypatch):
     registry.reload()
     # The speeds are injected, not modelled: the fake is predicted fastest on any host, so only
     # the trust rule can keep it out (on a slow CPU the model alone once kept it out; issue 39).
-    real = dispatch.plan_for
+    # (Injected where every plan of dispatch comes from: its plan cache, behind plan_for.)
+    real = dispatch._plan
 
     def injected(be, *args, **kwargs):
         p = real(be, *args, **kwargs)
         return replace(p, predicted_seconds=1e-9 if be.name == "fastdev" else 1.0)
 
-    monkeypatch.setattr(dispatch, "plan_for", injected)
+    monkeypatch.setattr(dispatch, "_plan", injected)
     assert dispatch.resolve_backend("auto", shape=(512, 512, 512)).name == "numpy"
     row = next(r for r in tiledmm.backends() if r.name == "fastdev")
     assert not row.trusted

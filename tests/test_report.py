@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tiledmm import cli
+from tiledmm.bench.results import load
 from tiledmm.report import render as report
 
 GFLOPS = {"naive": 2.0, "tiled": 10.0, "register": 40.0}
@@ -55,7 +56,7 @@ def files(tmp_path: Path) -> list[Path]:
 
 
 def test_table_contents(files: list[Path]) -> None:
-    text = report.markdown(report.load(files))
+    text = report.markdown(load(files))
     head = text.split("## Every shape")[0]
     # headline: largest square per device/backend; fractions of vendor and roofline
     assert "| Test CPU | numpy | register | float32 | 128^3 | 40.0 | 50% | 40% | 20.0x |" in head

@@ -13,7 +13,8 @@ import tiledmm
 from tiledmm import cli
 from tiledmm.core import dispatch, tuning
 from tiledmm.planner import shapefit
-from tiledmm.planner.make import PlanError, make_plan
+from tiledmm.planner.make import make_plan
+from tiledmm.planner.plans import PlanError
 from tiledmm.tune.search import ODD_CHECK
 from tiledmm.util.accuracy import rel_error
 

@@ -13,11 +13,13 @@ import pytest
 
 import tiledmm
 from tiledmm import Backend, Geometry
-from tiledmm.core import dispatch, tuning
+from tiledmm.core import dispatch, tuning, tuning_check
 from tiledmm.core.tuning import TuningWarning, shape_class
 from tiledmm.planner import shapefit
 from tiledmm.tune import command as tune
 from tiledmm.tune import search as tune_search
+from tiledmm.tune.search import Tuner
+from tiledmm.tune.task import Task
 from tiledmm.util.accuracy import rel_error
 
 
@@ -44,7 +46,7 @@ def test_shape_classes():
     assert shape_class(256, 256, 256) == shape_class(64, 64, 64) == "square"
     assert shape_class(1, 4096, 4096) == "vector"
     assert shape_class(512, 512, 512, batch=8) == "batched"
-    assert set(tuning.SHAPE_CLASSES) >= {"square", "odd", "skinny_k", "skinny_mn", "batched"}
+    assert set(tuning_check.SHAPE_CLASSES) >= {"square", "odd", "skinny_k", "skinny_mn", "batched"}
     assert tune.parse_budget("10m") == 600 and tune.parse_budget("1m30s") == 90
     assert tune.parse_budget("45") == 45
     with pytest.raises(ValueError):
@@ -180,8 +182,8 @@ class Fake(Backend):
 
 def test_tuner_records_failures_selects_only_correct_and_resumes(cache):
     be = Fake()
-    tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive")
-    task = tune.Task(tuner, "tiled", "odd", (1, 70, 50, 30))
+    tuner = Tuner(be, "float32", budget=30, strategy="exhaustive")
+    task = Task(tuner, "tiled", "odd", (1, 70, 50, 30))
     assert all(g.block_tile != (5000, 5000, 1) for g in task.space)  # pruned by the planner
     assert task.space[0].block_tile == (32, 32, 32)  # the shipped default first
     tuner.search(task, 30)
@@ -192,8 +194,8 @@ def test_tuner_records_failures_selects_only_correct_and_resumes(cache):
     assert json.loads(task.choice["geometry"])[0][0] in (8, 16, 32, 64)
     lines = tuner.log.read_text().splitlines()
     # resumed: nothing is measured again
-    again = tune.Tuner(be, "float32", budget=30, strategy="exhaustive")
-    t2 = tune.Task(again, "tiled", "odd", (1, 70, 50, 30))
+    again = Tuner(be, "float32", budget=30, strategy="exhaustive")
+    t2 = Task(again, "tiled", "odd", (1, 70, 50, 30))
     again.search(t2, 30)
     assert len(again.log.read_text().splitlines()) == len(lines)
     assert {k: r["status"] for k, r in t2.results.items()} == {
@@ -217,8 +219,8 @@ def test_a_slow_compile_is_not_a_timeout_a_slow_kernel_is(monkeypatch):
                 time.sleep(0.4)
             super().run(plan, a, b, out)
 
-    tuner = tune.Tuner(Slow(), "float32", budget=30, strategy="exhaustive", resume=False)
-    task = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    tuner = Tuner(Slow(), "float32", budget=30, strategy="exhaustive", resume=False)
+    task = Task(tuner, "tiled", "square", (1, 64, 64, 64))
     tuner.search(task, 30)
     rec = {json.loads(k)[0][0]: r for k, r in task.results.items()}
     assert rec[16]["status"] == "ok" and rec[16]["compile_seconds"] >= 0.4
@@ -229,9 +231,9 @@ def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch
     """random+local tries the winners of earlier tasks right after the default; two tasks of
     one class end with one geometry: the best geometric mean over both."""
     be = Fake()
-    tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
-    small = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
-    big = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
+    tuner = Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    small = Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    big = Task(tuner, "tiled", "square", (1, 96, 96, 96))
     k16 = Geometry((16, 16, 16)).key()
     tuner.winners["tiled"] = [("square", k16)]
     order = [g.key() for g in tuner.order(big)]
@@ -239,7 +241,7 @@ def test_random_local_seeds_with_earlier_winners_and_unifies_a_class(monkeypatch
     speed = {8: 1.0, 16: 3.0, 32: 2.0, 64: 2.5}  # fake GFLOP/s by block size and task
 
     def measured(task, g, data):
-        rec = tune.Tuner.evaluate(tuner, task, g, data)
+        rec = Tuner.evaluate(tuner, task, g, data)
         if rec["status"] == "ok":
             bm = g.block_tile[0]
             rec["gflops"] = speed[bm] * (2.0 if task is big and bm == 64 else 1.0)
@@ -278,8 +280,8 @@ def test_random_local_tries_what_another_backend_tuned_on_this_device_first(cach
                entry("sibling", (48, 48, 48), cls="skinny_k"),  # not in Fake's space
                entry(be.name, (40, 8, 8))]  # its own entry: not a sibling  # fmt: skip
     tuning.save_entries(entries)
-    tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
-    task = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
+    tuner = Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    task = Task(tuner, "tiled", "square", (1, 96, 96, 96))
     tuner.winners["tiled"] = [("square", Geometry((16, 16, 16)).key())]
     order = [g.key() for g in tuner.order(task)]
     keys = [Geometry(t).key() for t in ((8, 8, 8), (64, 64, 64), (16, 16, 16))]
@@ -292,11 +294,11 @@ def test_random_local_tries_the_planners_fastest_predictions_before_the_random_s
     planner's MODEL_FIRST fastest predictions, one per tile, where they beat the default's
     prediction by MODEL_GAIN, then other classes' winners, then the rest of the space."""
     be = Fake()
-    tuner = tune.Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
+    tuner = Tuner(be, "float32", budget=30, strategy="random+local", resume=False)
     square_won = Geometry((64, 64, 64)).key()
     tuner.winners["tiled"] = [("square", square_won)]
     for shape, n_first in (((1, 4, 4096, 256), tune_search.MODEL_FIRST), ((1, 96, 96, 96), 0)):
-        task = tune.Task(tuner, "tiled", "skinny_mn", shape)
+        task = Task(tuner, "tiled", "skinny_mn", shape)
         order = [g.key() for g in tuner.order(task)]
         bar = task.predicted[order[0]] / tune_search.MODEL_GAIN
         fast = sorted((gk for gk in order[1:] if task.predicted[gk] < bar), key=task.predicted.get)
@@ -329,8 +331,8 @@ def test_numba_cuda_space_is_fitted_per_product_and_has_k_slices():
 
 def test_selection_keeps_the_default_unless_the_winner_is_faster(monkeypatch):
     be = Fake()
-    tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)
-    task = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    tuner = Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)
+    task = Task(tuner, "tiled", "square", (1, 64, 64, 64))
     data = (*tuner.operands(task.shape), np.empty((64, 64), np.float32))
     for g in task.space:
         tuner.evaluate(task, g, data)

@@ -19,8 +19,10 @@ import pytest
 
 import tiledmm
 from tiledmm import Backend, Geometry, cli
-from tiledmm.core import dispatch, registry, tuning
+from tiledmm.core import dispatch, registry, tuning_check
 from tiledmm.tune import command as tune
+from tiledmm.tune.search import Tuner
+from tiledmm.tune.task import Task
 
 
 @pytest.fixture(autouse=True)
@@ -139,9 +141,9 @@ class Speeds(Tunable):
 def _tasks(speed: dict, default: int = 32):
     be = Speeds()
     be.geometry = lambda kernel, dtype, device: Geometry((default,) * 3, source="fake default")
-    tuner = tune.Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)
-    small = tune.Task(tuner, "tiled", "square", (1, 64, 64, 64))
-    big = tune.Task(tuner, "tiled", "square", (1, 96, 96, 96))
+    tuner = Tuner(be, "float32", budget=30, strategy="exhaustive", resume=False)
+    small = Task(tuner, "tiled", "square", (1, 64, 64, 64))
+    big = Task(tuner, "tiled", "square", (1, 96, 96, 96))
     for t in (small, big):
         data = (*tuner.operands(t.shape), np.empty(t.shape[1:3], np.float32))
         t.host = data[:5]
@@ -180,7 +182,7 @@ def test_a_shape_where_the_class_geometry_is_slower_says_so(capsys):
     assert small.choice["geometry"] == big.choice["geometry"] == k8
     assert small.note.startswith("slower than the default on this shape (0.67); 1.41x it over")
     assert not big.note
-    rows = tune.closing(tuner, [small, big])
+    rows = tiledmm.tune.closing.closing(tuner, [small, big])
     assert rows[0]["gflops"] == 2.0 and rows[0]["default_gflops"] == 3.0
     assert "note: slower than the default on this shape" in capsys.readouterr().out
     for r in rows:  # the table's two columns are one way of measuring
@@ -198,4 +200,4 @@ def test_the_docs_state_the_exit_codes():
 
 def test_the_closing_table_module_is_what_tune_uses():
     assert tune.closing is tiledmm.tune.closing.closing
-    assert tuning.SHAPE_CLASSES  # the checks import cleanly
+    assert tuning_check.SHAPE_CLASSES  # the checks import cleanly

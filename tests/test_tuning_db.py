@@ -17,9 +17,10 @@ import pytest
 
 import tiledmm
 from tests.conftest import requires_backend
-from tiledmm.core import dispatch, tuning
+from tiledmm.core import dispatch, tuning, tuning_check
 from tiledmm.core.tuning import TuningWarning
-from tiledmm.tune import command as tune
+from tiledmm.tune.search import Tuner
+from tiledmm.tune.task import Task
 
 
 @pytest.fixture(autouse=True)
@@ -54,12 +55,12 @@ for i in range(100):
 READER = """
 import sys, time
 from pathlib import Path
-from tiledmm.core import tuning
+from tiledmm.core import tuning_check
 path, start = Path(sys.argv[1]), float(sys.argv[2])
 torn = reads = 0
 while time.time() < start + 60:
     if path.exists():
-        entries, problems = tuning.read_database(path)
+        entries, problems = tuning_check.read_database(path)
         reads += 1
         torn += bool(problems)
         if len(entries) == 200:
@@ -82,7 +83,7 @@ def test_two_processes_saving_at_once_keep_every_entry(cache):
         assert p.returncode == 0, err
     out, err = reader.communicate(timeout=300)
     assert reader.returncode == 0, err
-    entries, problems = tuning.read_database(cache / "tuning.json")
+    entries, problems = tuning_check.read_database(cache / "tuning.json")
     assert not problems
     names = {e["device"] for e in entries}
     assert names == {f"device {w}-{i}" for w in "ab" for i in range(100)}
@@ -199,7 +200,7 @@ def test_duplicate_keys_newest_wins_then_the_later_and_are_named(cache):
     p = tiledmm.plan(1024, 1024, 1024, backend="numpy", kernel="register")
     assert p.block_tile == (64, 64, 64)
     tuning.save_entries([old, new])  # one save with two of a key: the last one is kept
-    assert [e["block_tile"] for e in tuning.read_database(cache / "tuning.json")[0]] == [
+    assert [e["block_tile"] for e in tuning_check.read_database(cache / "tuning.json")[0]] == [
         [32, 32, 32]
     ]
 
@@ -255,12 +256,12 @@ def test_the_log_is_read_line_by_line_bad_lines_counted(cache):
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"\n".join(lines))  # the last line has no newline: torn
     with pytest.warns(TuningWarning, match=rf"tune log {log}: 4 unreadable line"):
-        tuner = tune.Tuner(be, "float32", budget=1, log=log)
+        tuner = Tuner(be, "float32", budget=1, log=log)
     assert set(tuner.history) == {("t", "g"), ("t", "k")}
 
 
 def tune_search_log(be):
-    from tiledmm.tune.search import log_path
+    from tiledmm.tune.log import log_path
 
     return log_path(be.device().name, be.name)
 
@@ -303,7 +304,8 @@ def test_tuner_log_lines_are_whole_under_concurrent_appends(cache):
 @pytest.mark.parametrize("name", ["numpy", "opencl", "numba-cpu"])
 def test_every_candidate_of_a_cpu_space_is_one_its_kernels_accept(name):
     from tests.conftest import backend_reason
-    from tiledmm.planner.make import PlanError, make_plan
+    from tiledmm.planner.make import make_plan
+    from tiledmm.planner.plans import PlanError
 
     if backend_reason(name):
         pytest.skip(f"{name}: {backend_reason(name)}")
@@ -319,8 +321,8 @@ def test_every_candidate_of_a_cpu_space_is_one_its_kernels_accept(name):
                 except PlanError:
                     continue  # the planner's device limits prune it in the tuner
                 assert be.plan_problem(plan) is None, (fam, dtype, g)
-            tuner = tune.Tuner(be, dtype, budget=1, resume=False)
-            task = tune.Task(tuner, fam, "square", (1, 256, 256, 256))
+            tuner = Tuner(be, dtype, budget=1, resume=False)
+            task = Task(tuner, fam, "square", (1, 256, 256, 256))
             for g in task.space:  # the defaults the tuner adds are checked too
                 assert be.plan_problem(task.plan(g)) is None, (fam, dtype, g)
 
@@ -328,8 +330,8 @@ def test_every_candidate_of_a_cpu_space_is_one_its_kernels_accept(name):
 @requires_backend("numba-cpu")
 def test_numba_cpus_tune_never_tries_a_tile_its_kernel_refuses(cache):
     be = tiledmm.get_backend("numba-cpu")
-    tuner = tune.Tuner(be, "float32", budget=1, resume=False)
-    task = tune.Task(tuner, "register", "square", (1, 256, 256, 256))
+    tuner = Tuner(be, "float32", budget=1, resume=False)
+    task = Task(tuner, "register", "square", (1, 256, 256, 256))
     model = tiledmm.planner.make.default_geometry("register", "float32", be.device())
     assert model.thread_tile == (8, 8)  # what the audit saw tried
     assert all(g.thread_tile[0] == 4 for g in task.space) and task.space

@@ -23,7 +23,8 @@ from .device.calibration import CalibrationWarning
 from .device.host import host_cpu
 from .device.spec import DeviceSpec
 from .planner.geometry import KERNEL_FAMILIES, Geometry
-from .planner.make import Occupancy, Plan, PlanError, make_plan
+from .planner.make import make_plan
+from .planner.plans import Occupancy, Plan, PlanError
 
 __version__ = "0.1.0"  # the one source: pyproject.toml reads it (setuptools dynamic)
 

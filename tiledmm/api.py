@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 
 from .core import engine, registry
-from .core.dispatch import check_kernel_name, check_precision
-from .core.semantics import unwrap_out
+from .core.semantics import check_kernel, check_precision, unwrap_out
 from .dask import product as dask
 from .interop import bridge, keyword_matmul, kinds, torchpath
 from .interop.kinds import lib_by_type, lib_of
@@ -118,7 +117,7 @@ def matmul(
             torchpath.learn(a, b, backend, kernel)  # the next such call: torchpath.matmul
         return res
     if way == "dask":
-        check_kernel_name(kernel)
+        check_kernel(kernel)
         check_precision(precision)
         return dask.matmul(a, b, backend=backend, kernel=kernel, out=unwrap_out(out))
     return engine.matmul(a, b, backend=backend, kernel=kernel, out=out, precision=precision)

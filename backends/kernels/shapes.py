@@ -1,7 +1,7 @@
 """Candidate geometries per shape class for the shared C sources (what the shape sweep and
 the tuner may try beyond the square-shape search space), with the reasons in comments.
 
-Classes are ``tiledmm.core.tuning.SHAPE_CLASSES``. Small grids (few blocks for the device) get
+Classes are ``tiledmm.core.tuning_check.SHAPE_CLASSES``. Small grids (few blocks for the device) get
 smaller block tiles and/or split-K (``split_k``: K slices into a workspace, then a reduction);
 skinny and vector products get the naive family's gemv path (``gemv``: K split over ``ks``
 work-items per output) and small register tiles; batched products keep the square tiles and
@@ -17,11 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from tiledmm import DeviceSpec, Geometry
-from tiledmm.planner.shapefit import auto_split, resolve_split
 
 from . import tables
 
-__all__ = ["CANDIDATES", "candidates", "shipped_gflops", "auto_split", "resolve_split"]
+__all__ = ["CANDIDATES", "candidates", "shipped_gflops"]
 
 
 def _g(bt, tt=(1, 1), **opts) -> Geometry:

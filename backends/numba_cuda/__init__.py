@@ -31,9 +31,9 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from .compat import numpy_incompatibility
-from .device import current_spec, device_spec_from
+from .device import current_spec
 
-__all__ = ["NumbaCudaBackend", "register_backends", "numpy_incompatibility", "device_spec_from"]
+__all__ = ["NumbaCudaBackend", "register_backends"]
 
 
 def _dist_version(name: str) -> str | None:

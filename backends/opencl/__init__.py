@@ -43,7 +43,7 @@ from .device import device_spec
 from .mma import MmaFamily
 from .state import OpenCLState, cl_modules
 
-__all__ = ["OpenCLBackend", "OpenCLState", "NoUsableDevice", "register_backends"]
+__all__ = ["OpenCLBackend", "NoUsableDevice", "register_backends"]
 
 ENV = "TILEDMM_OPENCL_DEVICE"
 platforms.prepare_once()  # before anything in this process enumerates OpenCL platforms

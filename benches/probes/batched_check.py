@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--geometries", default="auto,128x64,128x64mb3,128x128,64x64")
     args = p.parse_args(argv)
     import cupy as cp
-    from tiledmm_backends.cupy_cuda import ARRAYS
+    from tiledmm_backends.cupy_cuda.arrays import ARRAYS
     from tiledmm_backends.kernels import launch
 
     cu = tiledmm.get_backend("cupy")

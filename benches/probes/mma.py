@@ -6,7 +6,8 @@ Compiles ``mma.cl`` with CuPy (NVRTC) straight from this checkout (``mma_spec`` 
 only tiledmm's padding rule),
 for a few tile configurations per kind (f64 DMMA, f16/bf16 with f32 accumulate, TF32), checks
 each against a float64 host reference on sampled rows (NaN-poisoned output first), then times it
-with CUDA events (median after warm-up) beside cupy.matmul on the same data in the same run
+through the CuPy backend's ``timings()`` (CUDA events, each call behind the backend's spin
+kernel; median after warm-up) beside cupy.matmul on the same data in the same run
 (bf16: cupy if it has the dtype, else torch; TF32: CUPY_TF32=1 / torch allow_tf32). Prints a
 table and writes pytest-benchmark JSON rows. Compile errors are printed (NVRTC log) and
 skipped; each kind runs in its own process with a time budget (no new work after it) and a hard
@@ -36,7 +37,7 @@ os.environ.setdefault("CUPY_TF32", "1")  # float32 matmul here is only the TF32 
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this file: benches/probes/mma.py)
 KDIR = ROOT / "backends" / "kernels"
 _spec = importlib.util.spec_from_file_location("mma_spec", KDIR / "mma_spec.py")
 ms = importlib.util.module_from_spec(_spec)
@@ -180,7 +181,10 @@ def source(defs: dict[str, int]) -> str:
 
 class Runner:
     def __init__(self, cp, budget: float) -> None:
+        import tiledmm
+
         self.cp, self.budget = cp, budget
+        self.timer = tiledmm.get_backend("cupy")  # its timings(): the one CUDA event loop
         self.kernels: dict = {}
         self.rows: list[dict] = []
         self.failures: list[str] = []
@@ -244,18 +248,14 @@ class Runner:
         fn(grid, (defs["THREADS"],), args + (z,) * 7, shared_mem=smem)
 
     def time_fn(self, f, max_s: float = 0.4) -> list[float]:
-        cp = self.cp
-        f()
-        f()
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        out: list[float] = []
+        """Device seconds per call (the CuPy backend's ``timings()``): 5 after 2 warm-ups, then
+        up to 20 in all while ``max_s`` of wall time lasts."""
         t = time.monotonic()
-        while len(out) < 5 or (len(out) < 20 and time.monotonic() - t < max_s):
-            s.record()
-            f()
-            e.record()
-            e.synchronize()
-            out.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+        out = self.timer.timings(f, repeat=5, warmup=2)
+        per_call = (time.monotonic() - t) / 7
+        more = min(15, int((max_s - (time.monotonic() - t)) / max(per_call, 1e-6)))
+        if more > 0:
+            out += self.timer.timings(f, repeat=more, warmup=0)
         return out
 
 
@@ -416,7 +416,7 @@ def row(kind, cfg, kern, m, n, k, ts, gf, v_gf, v_t, err, v_err, vname, ok) -> d
             "gflops": gf, "seconds": med, "vendor_gflops": v_gf, "vendor_seconds": v_t,
             "vendor": vname, "rel_error": err, "vendor_rel_error": v_err, "correct": bool(ok),
             "block_tile": [bm, bn, bk], "thread_tile": [1, 1], "options": opts,
-            "config": name, "build": info, "timer": "CUDA events (median)",
+            "config": name, "build": info, "timer": "CuPy backend timings(): CUDA events (median)",
             "reference": "float64 host product of sampled rows (same rounded inputs)",
         },
         "options": {"timer": "cuda events", "warmup": 2},
@@ -571,8 +571,8 @@ def main(argv=None) -> int:
     if not args.no_probe:  # the mma.sync ceiling (registers only): what any config can reach
         part = tmp / "probe.json"
         try:
-            subprocess.run([sys.executable, str(ROOT / "benches" / "mma_probe.py"), "--out",
-                            str(part)], timeout=90)  # fmt: skip
+            probe = ROOT / "benches" / "probes" / "mma_probe.py"
+            subprocess.run([sys.executable, str(probe), "--out", str(part)], timeout=90)
         except subprocess.TimeoutExpired:
             log("mma_probe: killed after 90 s")
         PROBE.update(json.loads(part.read_text()) if part.exists() else {"error": "no result"})

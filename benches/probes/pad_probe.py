@@ -25,7 +25,7 @@ SHAPES = [(1000, 3000, 777), (257, 4097, 1031), (4095, 4095, 4095), (1009, 1013,
 def main() -> None:
     import cupy as cp
     from tiledmm_backends import kernels as K
-    from tiledmm_backends.cupy_cuda import ARRAYS
+    from tiledmm_backends.cupy_cuda.arrays import ARRAYS
 
     cu = tiledmm.get_backend("cupy")
 

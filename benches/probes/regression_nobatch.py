@@ -5,8 +5,9 @@ the batch prologue (``NO_BATCH``): same defines, same data, beside cuBLAS, on a 
     2026-12-01 is
                                               benches/results/logs/h200-regress-nobatch.log)
 
-Each kernel is checked on 64 rows against a float64 product, then timed with CUDA events
-(median of 15) in three alternating rounds with cuBLAS and ``tiledmm.matmul``.
+Each kernel is checked on 64 rows against a float64 product, then timed through the CuPy
+backend's ``timings()`` (median of 15) in three alternating rounds with cuBLAS and
+``tiledmm.matmul``.
 """
 
 from __future__ import annotations
@@ -38,17 +39,9 @@ def old_source() -> str:
 
 
 def event_median(fn, reps: int = 15) -> float:
-    fn()
-    fn()
-    s, e = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for _ in range(reps):
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
-    return statistics.median(out)
+    """Median device seconds of ``reps`` calls after 2 warm-ups (the CuPy backend's
+    ``timings()``: CUDA events, each call behind its spin kernel)."""
+    return statistics.median(tiledmm.get_backend("cupy").timings(fn, repeat=reps, warmup=2))
 
 
 def measure(n: int, kernels: dict) -> None:

@@ -62,7 +62,8 @@ def _vendor(cp, a, b, bf16: bool):
 
 
 def measure(cp, kern, row: dict, seed: int, errors, timed) -> None:
-    """Check and time one shape (``errors``, ``timed``: the probe's helpers)."""
+    """Check and time one shape (``errors``, ``timed``: the probe's helpers; ``timed(fn)`` is
+    the CuPy backend's ``timings()``)."""
     m, n, k = row["shape"]
     bf16 = kern.defs.get("HALF") == 2
     rng = cp.random.default_rng(seed)
@@ -88,8 +89,8 @@ def measure(cp, kern, row: dict, seed: int, errors, timed) -> None:
     if m * n * k < 1 << 30:
         return
     fl = 2.0 * m * n * k
-    tt = statistics.median(timed(cp, lambda: kern(a, b, c)))
+    tt = statistics.median(timed(lambda: kern(a, b, c)))
     row.update(tflops=fl / tt / 1e12, gemm_tflops=fl / tt / 1e12)
     if vend:
-        vt = statistics.median(timed(cp, vend[0]))
+        vt = statistics.median(timed(vend[0]))
         row.update(vendor_tflops=fl / vt / 1e12, frac=vt / tt, gemm_frac=vt / tt)

@@ -7,9 +7,10 @@ Each variant (a set of the kernel's defines) runs in its own child process, so a
 fails to build or faults leaves the others standing. A child compiles the source with NVRTC for
 ``sm_90a``; then per shape it draws fresh normal inputs, computes the float64 reference on the
 GPU, runs the variant once into a NaN-poisoned output (normwise relative error and max error
-beside cupy.matmul's with CUPY_TF32=1 on the same data), and times with CUDA events (median of
-12 after 2 warm-ups) the whole product (TF32 pack of A and B^T + GEMM) and the GEMM alone, beside
-cupy.matmul. Prints one line per result and a table; writes all rows as JSON to ``--out``.
+beside cupy.matmul's with CUPY_TF32=1 on the same data), and times through the CuPy backend's
+``timings()`` (CUDA events, each call behind its spin kernel; median of 12 after 2 warm-ups) the
+whole product (TF32 pack of A and B^T + GEMM) and the GEMM alone, beside cupy.matmul. Prints
+one line per result and a table; writes all rows as JSON to ``--out``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "1")  # cupy.matmul on float32 = cuBLAS TF32 (the yardstick)
 
-SRC = Path(__file__).resolve().parents[1] / "backends" / "kernels" / "wgmma.cu"
+SRC = Path(__file__).resolve().parents[2] / "backends" / "kernels" / "wgmma.cu"
 BASE = {"BN": 256, "WG_M": 1, "NWG": 2, "STAGES": 4, "SWIZZLE": 1, "WAIT1": 1, "GROUP_M": 8,
         "MINB": 1, "NS_SWAP": 0, "ROUND": 1, "TMA": 0, "CLUSTER": 1}  # fmt: skip
 #: name -> defines over BASE ("s"/"n": cp.async, 128-byte swizzle / none; "t": TMA with a
@@ -217,18 +218,11 @@ class Kernel:
         self.run_packed(*self.pack(a, b), c)
 
 
-def timed(cp, f) -> list[float]:
-    f()
-    f()
-    s, e = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for _ in range(REPS):
-        s.record()
-        f()
-        e.record()
-        e.synchronize()
-        out.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
-    return out
+def timed(f) -> list[float]:
+    """Device seconds of ``REPS`` calls after 2 warm-ups: the CuPy backend's ``timings()``."""
+    import tiledmm
+
+    return tiledmm.get_backend("cupy").timings(f, repeat=REPS, warmup=2)
 
 
 def errors(cp, c, ref) -> tuple[float, float, int]:
@@ -266,11 +260,11 @@ def measure(cp, kern: Kernel, row: dict, seed: int) -> None:
     if m * n * k < 1 << 30:
         return
     fl = 2.0 * m * n * k
-    vt = statistics.median(timed(cp, lambda: cp.matmul(a, b)))
-    tt = statistics.median(timed(cp, lambda: kern(a, b, c)))
+    vt = statistics.median(timed(lambda: cp.matmul(a, b)))
+    tt = statistics.median(timed(lambda: kern(a, b, c)))
     packed = kern.pack(a, b)
-    gt = statistics.median(timed(cp, lambda: kern.run_packed(*packed, c)))
-    row["pack_ms"] = statistics.median(timed(cp, lambda: kern.pack(a, b))) * 1e3
+    gt = statistics.median(timed(lambda: kern.run_packed(*packed, c)))
+    row["pack_ms"] = statistics.median(timed(lambda: kern.pack(a, b))) * 1e3
     row.update(vendor_tflops=fl / vt / 1e12, tflops=fl / tt / 1e12, gemm_tflops=fl / gt / 1e12,
                frac=vt / tt, gemm_frac=vt / gt)  # fmt: skip
 

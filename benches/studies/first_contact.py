@@ -45,7 +45,7 @@ os.environ.setdefault("CUPY_TF32", "0")
 import tiledmm
 from benches.studies.shapes import SHAPES, classify
 from tiledmm.bench.machine import commit_info, machine_info
-from tiledmm.core import dispatch, tuning
+from tiledmm.core import dispatch, tuning, tuning_check
 from tiledmm.tune import first_use
 from tiledmm.util.accuracy import rel_error
 
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
         print(f"{label:>22} {cls:9} first call {first:7.3f} s  " + "  ".join(
             f"{v} {gf[v] / gf['vendor']:.3f}" for v in names) + f"  vendor {gf['vendor']:.4g} "
               "GFLOP/s", flush=True)  # fmt: skip
-    entries, _ = tuning.read_database(Path(cold) / "tuning.json")
+    entries, _ = tuning_check.read_database(Path(cold) / "tuning.json")
     summary = summarize(rows, names, entries)
     print(table(summary, names))
     out = Path(args.out or f"benches/data/first-contact-{be.name}.json")

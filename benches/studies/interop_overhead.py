@@ -30,7 +30,7 @@ import numpy as np
 import tiledmm
 from benches.studies.dispatch_overhead import per_call_us
 from tiledmm.interop import bridge as arrays
-from tiledmm.interop import torchpath
+from tiledmm.interop import kinds, streams, torchpath
 
 
 def breakdown(ta, tb, kern: str, sync) -> dict:
@@ -45,10 +45,10 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
     n = ta.shape[0]
     va, vb = e.view(0, ta.data_ptr()), e.view(1, tb.data_ptr())
     vr = cp.empty((n, n), np.float32)
-    raw = torchpath.raw_stream_getter(torch)
-    ext = torchpath.external_stream(cp, raw(0), 0)
+    raw = streams.raw_stream_getter(torch)
+    ext = streams.external_stream(cp, raw(0), 0)
     before, after = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
-    legacy = torchpath.external_stream(cp, 0, 0)
+    legacy = streams.external_stream(cp, 0, 0)
 
     def entered():
         with ext:
@@ -62,7 +62,7 @@ def breakdown(ta, tb, kern: str, sync) -> dict:
 
     go, ptr = e.go, e.ptr  # the pre-bound launch both hot paths use (None: the backend has none)
     pa, pb, pr = ta.data_ptr(), tb.data_ptr(), vr.data.ptr
-    handle = torchpath.Handle(raw(0))
+    handle = streams.Handle(raw(0))
     ca, cb = cp.asarray(va), cp.asarray(vb)
     tiledmm.matmul(ca, cb, backend="cupy", kernel=kern)  # (api's hot path learns the key)
 
@@ -149,8 +149,8 @@ def main() -> int:
         "torch->cupy (cupy.asarray, CAI)": lambda: cp.asarray(ta),
         "cupy->torch (torch.as_tensor)": lambda: torch.as_tensor(ct, device="cuda"),
         "cupy->torch (torch.from_dlpack)": lambda: torch.from_dlpack(ct),
-        "kind_of(torch cuda)": lambda: arrays.kind_of(ta),
-        "stream_for(torch cuda)": lambda: arrays.stream_for(arrays.kind_of(ta)),
+        "kind_of(torch cuda)": lambda: kinds.kind_of(ta),
+        "stream_for(torch cuda)": lambda: streams.stream_for(kinds.kind_of(ta)),
     }
     rows["pieces_us"] = {k: round(per_call_us(f, sync, calls=20000), 3) for k, f in pieces.items()}
     try:

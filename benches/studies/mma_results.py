@@ -34,6 +34,7 @@ from types import SimpleNamespace
 
 import tiledmm
 from tiledmm.bench import results
+from tiledmm.bench.pace import time_fn
 from tiledmm.bench.sweep import (
     Case,
     Inputs,
@@ -41,7 +42,6 @@ from tiledmm.bench.sweep import (
     extra_info,
     measure_case,
     peak_of,
-    time_fn,
     vendor_call,
     vendor_result,
 )

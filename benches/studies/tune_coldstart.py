@@ -29,13 +29,13 @@ os.environ.setdefault("CUPY_TF32", "0")
 import tiledmm
 from benches.studies.shapes import SHAPES
 from tiledmm.bench import results
+from tiledmm.bench.pace import time_fn
 from tiledmm.bench.sweep import (
     Case,
     Inputs,
     Settings,
     check_case,
     extra_info,
-    time_fn,
     tolerance,
     vendor_result,
 )

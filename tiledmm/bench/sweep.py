@@ -22,7 +22,7 @@ import numpy as np
 from ..core.backend import Backend
 from ..core.tuning import shape_class
 from ..model.tensorcore import roof
-from ..planner.make import PlanError
+from ..planner.plans import PlanError
 from ..tune.provenance import origin
 from ..util.accuracy import reference, rel_error
 from .busy import load_average, spread
@@ -35,9 +35,7 @@ __all__ = [
     "Case",
     "default_shapes",
     "tolerance",
-    "rel_error",
     "check_case",
-    "time_fn",
     "measure_case",
     "run_sweep",
     "check_request",

@@ -19,7 +19,7 @@ from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..planner.make import Plan
+    from ..planner.plans import Plan
 
 __all__ = ["Backend"]
 

@@ -18,33 +18,41 @@ one).
 Tiles come from the database (the user's tunings, then the backend's shipped table), else the
 planner's default; the plan's ``geometry_source`` says which. Plans are cached per backend,
 device, problem and registry generation, in a bounded cache (``clear_caches`` after the
-database changes).
+database changes: a new generation).
+
+The engine enters this module once per product it has not seen: :func:`decide` (backend,
+family, first-use hook, plan). The call's ``kernel`` and ``precision`` were validated before
+(:mod:`tiledmm.core.semantics`); resolving the backend applies the kernel once (a named backend
+without it raises, ``auto`` picks among those with it), and planning does not check it again.
+:func:`plan_for` is the entry for other callers: it checks its arguments, then plans.
 """
 
 from __future__ import annotations
 
 import operator
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..planner import shapefit
 from ..planner.geometry import KERNEL_FAMILIES, Geometry
-from ..planner.make import Plan, PlanError, default_geometry, make_plan
+from ..planner.make import default_geometry, plan_product
+from ..planner.plans import Plan, PlanError
 from ..util.lru import LRUCache
 from . import registry, tuning
 from .backend import Backend
+from .semantics import check_kernel
 
 __all__ = [
+    "Decision",
+    "decide",
     "plan",
     "plan_for",
+    "choose_backend",
     "resolve_backend",
     "auto_kernel",
     "clear_caches",
-    "check_kernel_name",
-    "check_precision",
-    "run_batch",
     "tensor_core_family",
 ]
 
@@ -53,21 +61,41 @@ _plans: LRUCache[Plan] = LRUCache(4096)
 _choices: LRUCache[Backend] = LRUCache(1024)
 
 
-_epoch = 0
-
-
 def clear_caches() -> None:
-    """Forget cached plans and backend choices (they also expire with the registry); the API's
-    hot path expires with them (after ``tiledmm tune`` saved new tiles, say)."""
-    global _epoch
-    _epoch += 1
+    """Forget cached plans and backend choices, and start a new registry generation, so every
+    cache keyed on it expires too: the engine's and the torch path's hot paths (after ``tiledmm
+    tune`` saved new tiles, say)."""
     _plans.clear()
     _choices.clear()
+    registry.expire()
 
 
-def cache_token() -> tuple[int, int]:
-    """What cached plans are valid for: the registry's generation and this module's epoch."""
-    return (registry.generation(), _epoch)
+class Decision(NamedTuple):
+    """What runs one product: the backend, the family asked of it (``kernel`` as the caller
+    gave it, ``mma`` for a dtype the backend runs only on tensor cores), and the plan (None:
+    the backend does not run this dtype; the array library computes it)."""
+
+    be: Backend
+    kernel: str
+    plan: Plan | None
+
+
+def decide(backend: str | Backend, kernel: str, a: Any, b: Any, m: int, n: int, k: int,
+           dtype: str, batch: int = 1, precision: str | None = None,
+           hook: Any = None) -> Decision:  # fmt: skip
+    """The engine's one call for a product it has not seen: the backend
+    (:func:`choose_backend`), the family (:func:`tensor_core_family`), then, unless the dtype is
+    delegated, ``hook(be, m, n, k, dtype, kernel, batch)`` (first-use tuning) and the plan.
+    ``kernel`` and ``precision`` come validated (:mod:`tiledmm.core.semantics`); that TF32 asks
+    for the mma family is checked before planning, as :func:`plan_for` does."""
+    be = choose_backend(backend, a, b, m, n, k, dtype, kernel)
+    kernel = tensor_core_family(be, dtype, kernel)
+    if dtype not in be.dtypes and kernel != "mma":
+        return Decision(be, kernel, None)
+    if hook is not None:
+        hook(be, m, n, k, dtype, kernel, batch)
+    _check_precision(precision, kernel)
+    return Decision(be, kernel, _plan(be, m, n, k, dtype, kernel, None, None, batch, precision))
 
 
 def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
@@ -97,7 +125,7 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
     times = {}
     for fam in rungs:
         try:
-            times[fam] = plan_for(be, m, n, k, dtype, fam, precision=precision).predicted_seconds
+            times[fam] = _plan(be, m, n, k, dtype, fam, precision=precision).predicted_seconds
         except PlanError:  # a family whose tiles do not fit this device (or dtype) is no candidate
             continue
     if not times:
@@ -119,7 +147,7 @@ def _is_gemv(be: Backend, m: int, n: int, k: int, dtype: str) -> bool:
     to a block (measured on the H200, float32, all three GPU backends: 0.57-0.90 of the DRAM
     roofline on gemv, 0.07-0.39 on register; float64 took mma by the ladder: 0.12)."""
     try:
-        return bool(plan_for(be, m, n, k, dtype, "naive").options.get("gemv"))
+        return bool(_plan(be, m, n, k, dtype, "naive").options.get("gemv"))
     except PlanError:
         return False
 
@@ -138,8 +166,25 @@ def plan_for(
 ) -> Plan:
     """The (cached) plan of one product (of a batch of ``batch``) on ``be``'s current device;
     the batch size only decides the shape class, hence the tiles. ``precision="tf32"``: float32
-    on tensor cores (the mma family; never implied)."""
-    key = (cache_token(), be.name, be.device_key(), m, n, k, dtype, kernel,
+    on tensor cores (the mma family; never implied). Checks ``kernel`` (one ``be`` has) and
+    ``precision`` first: the entry for callers other than :func:`decide`."""
+    _check_precision(precision, kernel)
+    check_kernel(kernel, be)
+    return _plan(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch, precision)
+
+
+def _check_precision(precision: str | None, kernel: str) -> None:
+    if precision not in (None, "tf32"):
+        raise PlanError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
+    if precision is not None and kernel not in ("auto", "mma"):
+        raise PlanError(f"precision={precision!r} runs on tensor cores: use kernel 'mma' or "
+                        f"'auto', not {kernel!r}")  # fmt: skip
+
+
+def _plan(be, m, n, k, dtype, kernel, block_tile=None, thread_tile=None, batch=1,
+          precision=None) -> Plan:  # fmt: skip
+    """:func:`plan_for` of checked arguments, through the plan cache."""
+    key = (registry.generation(), be.name, be.device_key(), m, n, k, dtype, kernel,
            block_tile, thread_tile, batch, precision)  # fmt: skip
     hit = _plans.get(key)
     if hit is None:
@@ -151,13 +196,8 @@ def plan_for(
 
 def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precision=None,
           user=True) -> Plan:  # fmt: skip
-    if precision not in (None, "tf32"):
-        raise PlanError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
-    if precision is not None and kernel not in ("auto", "mma"):
-        raise PlanError(f"precision={precision!r} runs on tensor cores: use kernel 'mma' or "
-                        f"'auto', not {kernel!r}")  # fmt: skip
+    """The plan itself: ``kernel`` comes checked, or is "auto" (a family ``be`` has)."""
     fam = auto_kernel(be, m, n, k, dtype, batch, precision) if kernel == "auto" else kernel
-    _check_kernel(be, fam)
     device = be.device()
     cls = tuning.shape_class(m, n, k, batch)
     geo = tuning.select(be, fam, dtype, device, cls, user=user)
@@ -177,20 +217,13 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
         tt = thread_tile or (base.thread_tile if fam in ("register", "mma") else (1, 1))
         geo = Geometry(tuple(bt), tuple(tt), base.options, None, "requested")
     try:
-        return make_plan(m, n, k, dtype=dtype, kernel=fam, device=device, geometry=geo,
-                         backend=be.name)  # fmt: skip
+        return plan_product(m, n, k, dtype=dtype, kernel=fam, device=device, geometry=geo,
+                            backend=be.name)  # fmt: skip
     except PlanError as exc:  # a user entry that does not fit this product: the next source
         if not (user and block_tile is None and thread_tile is None and tuning.is_user(geo)):
             raise
         tuning.warn_unplannable(geo, (m, n, k), exc)
         return _make(be, m, n, k, dtype, fam, None, None, batch, precision, user=False)
-
-
-def _check_kernel(be: Backend, kernel: str) -> None:
-    if kernel not in be.kernels:
-        raise PlanError(
-            f"backend {be.name!r} has no {kernel!r} kernel; it has {', '.join(be.kernels)}"
-        )
 
 
 def resolve_backend(
@@ -205,7 +238,7 @@ def resolve_backend(
     if name != "auto":
         be = registry.get_backend(name)
         if kernel != "auto":
-            _check_kernel(be, kernel)
+            check_kernel(kernel, be)  # a named backend without the kernel: its resolution fails
         return be
     probe = np.empty((0, 0)) if sample is None else sample
     want = None if kernel == "auto" else kernel
@@ -220,8 +253,8 @@ def resolve_backend(
     m, n, k = shape
 
     def cost(item: tuple[int, Backend]) -> tuple[float, int]:
-        try:
-            t = plan_for(item[1], m, n, k, dtype, kernel).predicted_seconds
+        try:  # (``found`` all have ``kernel``)
+            t = _plan(item[1], m, n, k, dtype, kernel).predicted_seconds
         except Exception:  # noqa: BLE001 - a backend that cannot plan this is not a candidate
             t = float("inf")
         return (t, item[0])
@@ -232,8 +265,11 @@ def resolve_backend(
 def choose_backend(name: str | Backend, a: Any, b: Any, m: int, n: int, k: int, dtype: str,
                    kernel: str):  # fmt: skip
     """:func:`resolve_backend` for one call's operands, cached per kinds and problem; a Backend
-    the caller already resolved (the array bridge's) is taken as it is."""
+    the caller already resolved by name (the array bridge's) is taken as it is, once it has the
+    kernel."""
     if isinstance(name, Backend):
+        if kernel != "auto":
+            check_kernel(kernel, name)
         return name
     key = (registry.generation(), name, kernel, type(a), type(b))
     if name == "auto":
@@ -294,24 +330,11 @@ def plan(
         dt = np.dtype(dtype).name
     except TypeError:
         raise PlanError(f"dtype {dtype!r} is not a NumPy dtype (try float32 or float64)") from None
-    check_kernel_name(kernel)
+    check_kernel(kernel)
     bt = _tile("block_tile", block_tile, 3, "BM, BN, BK")
     tt = _tile("thread_tile", thread_tile, 2, "TM, TN")
     be = resolve_backend(backend, dtype=dt, shape=(m, n, k), kernel=kernel)
     return plan_for(be, m, n, k, dt, kernel, bt, tt, precision=precision)
-
-
-def check_kernel_name(kernel: str) -> None:
-    """A clear error for a kernel name that is neither ``"auto"`` nor a family."""
-    if kernel != "auto" and kernel not in KERNEL_FAMILIES:
-        fams = ", ".join(KERNEL_FAMILIES)
-        raise PlanError(f"kernel must be 'auto' or one of {fams}, not {kernel!r}")
-
-
-def check_precision(precision: str | None) -> None:
-    """``matmul``'s ``precision``: None (IEEE) or "tf32"."""
-    if precision not in (None, "tf32"):
-        raise ValueError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
 
 
 def tensor_core_family(be: Backend, dtype: str, kernel: str) -> str:
@@ -324,20 +347,6 @@ def tensor_core_family(be: Backend, dtype: str, kernel: str) -> str:
     if kernel not in ("auto", "mma"):
         raise ValueError(f"{dtype} runs on tensor cores only (kernel 'mma' or 'auto'); backend "
                          f"{be.name!r} has no {kernel!r} kernel for it")  # fmt: skip
+    check_kernel("mma", be)  # (mma_dtypes declared without the family)
     return "mma"
 
-
-def run_batch(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:
-    """``R = A @ B`` over ``batch`` (:func:`tiledmm.core.semantics.matmul_shapes`' batch and the
-    operands' padded batch shapes ``pa``, ``pb``; 1 = broadcast): the backend's
-    ``run_batched`` (one launch on the GPU backends), else ``run`` per matrix."""
-    if not batch:
-        be.run(plan, A, B, R)
-        return
-    if be.run_batched(plan, A, B, R):
-        return
-    off_a, off_b = len(batch) - (A.ndim - 2), len(batch) - (B.ndim - 2)
-    for idx in np.ndindex(*batch):
-        ia = tuple(0 if pa[d] == 1 else i for d, i in enumerate(idx))[off_a:]
-        ib = tuple(0 if pb[d] == 1 else i for d, i in enumerate(idx))[off_b:]
-        be.run(plan, A[ia], B[ib], R[idx])

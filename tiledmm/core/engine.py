@@ -16,20 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from ..planner.make import Plan
+from ..planner.plans import Plan
+from . import registry
 from .backend import Backend
-from .dispatch import (
-    cache_token,
-    check_kernel_name,
+from .dispatch import decide
+from .semantics import (
+    check_kernel,
+    check_like_numpy,
     check_precision,
-    choose_backend,
-    plan_for,
-    run_batch,
-    tensor_core_family,
+    matmul_shapes,
+    result_shape_of,
+    unwrap_out,
 )
-from .semantics import check_like_numpy, matmul_shapes, result_shape_of, unwrap_out
 
-__all__ = ["matmul", "hot_path", "hot_path_out", "hot_path_entries", "bound"]
+__all__ = ["matmul", "hot_path", "hot_path_out", "hot_path_entries", "bound", "run_batch"]
 
 # The hot path: plain 2-D products of arrays without out=, keyed by everything that decides the
 # launch; entries hold the device key they were planned for, and the backend's pre-bound launch
@@ -141,8 +141,9 @@ def hot_path_out(backend: str, kernel: str, a: Any, b: Any, out: Any) -> Any:
 def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
             precision: str | None = None):  # fmt: skip
     """The full path: numpy's rules, backend and plan choice, batches, out= (Dask and foreign
-    operands never reach it: :func:`tiledmm.api.matmul` routes them first)."""
-    check_kernel_name(kernel)
+    operands never reach it: :func:`tiledmm.api.matmul` routes them first). ``kernel`` and
+    ``precision`` are validated here, once; dispatch is entered once (:func:`decide`)."""
+    check_kernel(kernel)
     check_precision(precision)
     out = unwrap_out(out)
     if _numpy_subclass(a) or _numpy_subclass(b):
@@ -157,26 +158,36 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
         _raise_like_numpy(a, b, out)
     batch, m, n, k, a1, b1, pa, pb = shapes
     rshape = result_shape_of(batch, m, n, a1, b1)
+    into = None  # an out= of another shape or dtype: the product is computed, then stored there
     if out is not None:
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
             check_like_numpy(a, b, out)  # numpy's TypeError for a non-array out
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise ValueError("output array is read-only")
-    be = choose_backend(backend, a, b, m, n, k, rname, kernel)
-    if out is not None and (tuple(out.shape) != rshape or not _castable(rdt, out.dtype)):
-        check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
-        return _store(be, out, _matmul(a, b, backend=be, kernel=kernel, precision=precision))
+        if tuple(out.shape) != rshape or not _castable(rdt, out.dtype):
+            check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
+            into, out = out, None
+    hook = _untuned_hook if precision is None else None  # first use (wired by tiledmm.api)
+    be, kernel, plan = decide(backend, kernel, a, b, m, n, k, rname, math.prod(batch),
+                              precision, hook)  # fmt: skip
+    if into is not None:
+        backend = be  # (a product stored into out= is remembered under its Backend)
+        return _store(be, into, _finish(be, plan, a, b, backend, kernel, precision, None, host,
+                                        rdt, shapes, rshape))  # fmt: skip
+    return _finish(be, plan, a, b, backend, kernel, precision, out, host, rdt, shapes, rshape)
 
-    kernel = tensor_core_family(be, rname, kernel)
-    if rname not in be.dtypes and kernel != "mma":  # delegated: the array library's own result
+
+def _finish(be: Backend, plan: Plan | None, a: Any, b: Any, backend: str | Backend, kernel: str,
+            precision: str | None, out: Any, host: bool, rdt: np.dtype, shapes: tuple,
+            rshape: tuple) -> Any:  # fmt: skip
+    """The launch of what :func:`decide` chose (``plan`` None: the array library computes a
+    dtype the backend does not run), into ``out`` when given; remembered for the hot path."""
+    batch, m, n, k, a1, b1, pa, pb = shapes
+    if plan is None:  # delegated: the array library's own result
         if host:
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         res = be.vendor_matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype))
         return res if out is None else _store(be, out, res)
-
-    if precision is None and _untuned_hook is not None:  # first use (wired by tiledmm.api)
-        _untuned_hook(be, m, n, k, rname, kernel, math.prod(batch))
-    plan = plan_for(be, m, n, k, rname, kernel, batch=math.prod(batch), precision=precision)
     like = a
     A, B = be.asarray(a, rdt), be.asarray(b, rdt)
     if a1:
@@ -250,18 +261,35 @@ def _shaped_launch(be: Backend, plan: Plan, rdt, host: bool, shaped: tuple, a: A
     return R
 
 
+def run_batch(be: Backend, plan: Plan, A, B, R, batch, pa, pb) -> None:
+    """``R = A @ B`` over ``batch`` (:func:`tiledmm.core.semantics.matmul_shapes`' batch and the
+    operands' padded batch shapes ``pa``, ``pb``; 1 = broadcast): the backend's
+    ``run_batched`` (one launch on the GPU backends), else ``run`` per matrix."""
+    if not batch:
+        be.run(plan, A, B, R)
+        return
+    if be.run_batched(plan, A, B, R):
+        return
+    off_a, off_b = len(batch) - (A.ndim - 2), len(batch) - (B.ndim - 2)
+    for idx in np.ndindex(*batch):
+        ia = tuple(0 if pa[d] == 1 else i for d, i in enumerate(idx))[off_a:]
+        ib = tuple(0 if pb[d] == 1 else i for d, i in enumerate(idx))[off_b:]
+        be.run(plan, A[ia], B[ib], R[idx])
+
+
 def hot_path_entries() -> int:
     """How many 2-D launches the hot path remembers (at most ``HOT_PATH_MAX``)."""
     return len(_fast)
 
 
 def _fast_key(backend: str, kernel: str, a: Any, b: Any) -> tuple | None:
-    """The hot path's key: arrays only (objects without ``.shape``, such as lists, get none)."""
+    """The hot path's key: arrays only (objects without ``.shape``, such as lists, get none);
+    the registry's generation expires it (``dispatch.clear_caches`` starts a new one)."""
     if not isinstance(backend, str):  # a resolved Backend (the bridge's): keyed by identity
         backend = ("backend", id(backend))
     try:
         return (backend, kernel, type(a), type(b), a.shape, b.shape, a.dtype, b.dtype,
-                cache_token())  # fmt: skip
+                registry.generation())  # fmt: skip
     except AttributeError:
         return None
 

@@ -5,7 +5,8 @@ to import, to validate or to register is recorded as broken and skipped with a w
 it raises (``SystemExit`` included; ``KeyboardInterrupt`` goes through); a backend whose
 ``unavailable_reason()`` or ``device()`` raises is listed as unavailable, because of that; a
 third-party backend's failing ``run`` names the backend and its plugin (``plugin_guard``).
-Caches elsewhere key on :func:`generation`, which changes whenever the set of backends does.
+Caches elsewhere key on :func:`generation`, which changes whenever the set of backends does, and
+on :func:`expire` (``dispatch.clear_caches``: the tuning database changed).
 
 Trust policy: the built-in backends' names and aliases, and ``"auto"``, are reserved. A
 third-party backend may not take a reserved name (it is refused, with a warning, and listed as
@@ -38,7 +39,7 @@ from .plugin_guard import describe, isolated, name_errors, validate
 
 __all__ = ["PluginInfo", "BackendEntry", "PluginWarning", "get_backend", "registered",
            "candidates", "backends", "plugins", "reload", "register_backend", "generation",
-           "is_trusted", "alias_target"]  # fmt: skip
+           "expire", "is_trusted", "alias_target"]  # fmt: skip
 
 GROUP = "tiledmm"
 BUILTIN_DIST = "tiledmm"
@@ -139,12 +140,9 @@ class _Registry:
         unknown = sorted(only - {p.name for p in self.plugins})
         if unknown:
             names = ", ".join(p.name for p in self.plugins) or "none"
-            warnings.warn(
-                f"TILEDMM_PLUGINS names {', '.join(map(repr, unknown))}, which matches no "
-                f"installed plugin (installed: {names}); check the spelling",
-                PluginWarning,
-                stacklevel=4,
-            )
+            warnings.warn(f"TILEDMM_PLUGINS names {', '.join(map(repr, unknown))}, which matches "
+                          f"no installed plugin (installed: {names}); check the spelling",
+                          PluginWarning, stacklevel=4)  # fmt: skip
 
     def _load_one(self, ep: Any, info: PluginInfo, trusted: bool, strict: bool) -> None:
         module = None
@@ -174,11 +172,8 @@ class _Registry:
                 f"tiledmm plugin {info.name!r} ({info.value}, from {info.distribution}) "
                 f"failed: {info.error}"
             ) from exc
-        warnings.warn(
-            f"tiledmm plugin {info.name!r} ({info.value}) was skipped: {info.error}",
-            PluginWarning,
-            stacklevel=5,
-        )
+        warnings.warn(f"tiledmm plugin {info.name!r} ({info.value}) was skipped: {info.error}",
+                      PluginWarning, stacklevel=5)  # fmt: skip
 
     def add(self, backend: Any, info: PluginInfo | None = None, trusted: bool = True) -> None:
         plugin = info.name if info else "(registered in code)"
@@ -267,8 +262,15 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def generation() -> int:
-    """A number that changes whenever the set of backends changes (for caches to key on)."""
+    """A number that changes whenever the set of backends changes, or :func:`expire` is called
+    (for caches to key on: plans, backend choices, the hot paths)."""
     return _GENERATION
+
+
+def expire() -> None:
+    """A new :func:`generation`, the backends unchanged: every cache keyed on it expires."""
+    with _LOCK:
+        _publish(_CURRENT)
 
 
 def reload() -> None:
@@ -383,17 +385,7 @@ def backends() -> list[BackendEntry]:
             if not isolated(exc):
                 raise
             dev = f"(device query failed: {describe(exc)})"
-        rows.append(
-            BackendEntry(
-                name,
-                tuple(be.aliases),
-                why is None,
-                why or "",
-                tuple(be.kernels),
-                tuple(be.dtypes),
-                dev,
-                reg.owner.get(name, ""),
-                name in reg.trusted,
-            )
-        )
+        rows.append(BackendEntry(name, tuple(be.aliases), why is None, why or "",
+                                 tuple(be.kernels), tuple(be.dtypes), dev,
+                                 reg.owner.get(name, ""), name in reg.trusted))  # fmt: skip
     return rows

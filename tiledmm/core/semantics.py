@@ -1,5 +1,7 @@
-"""NumPy's matmul rules as data-free checks and shapes, shared by the API, the Dask engine and
-the torch half-precision path."""
+"""The rules of a matmul call, shared by the API, the engine, the Dask engine and the torch
+half-precision path: NumPy's as data-free checks and shapes, and the checks of tiledmm's two
+arguments of its own: :func:`check_kernel` (the one place a ``kernel`` argument is checked: its
+name, and a backend's kernels when a name resolves) and :func:`check_precision`."""
 
 from __future__ import annotations
 
@@ -8,8 +10,32 @@ from typing import Any
 
 import numpy as np
 
+from ..planner.geometry import KERNEL_FAMILIES
+from ..planner.plans import PlanError
+
 __all__ = ["accepted_by_numpy", "check_like_numpy", "matmul_shapes", "result_shape_of",
-           "result_shape", "unwrap_out"]  # fmt: skip
+           "result_shape", "unwrap_out", "check_kernel", "check_precision"]  # fmt: skip
+
+
+def check_kernel(kernel: str, be: Any = None) -> None:
+    """A clear error for a ``kernel`` argument: without a backend, a name that is neither
+    ``"auto"`` nor a family (a call checks it first, before anything else); with the backend
+    a name resolved to, a family it does not have (its kernels are families: plugin_guard)."""
+    if kernel == "auto":
+        return
+    if be is None:
+        if kernel not in KERNEL_FAMILIES:
+            fams = ", ".join(KERNEL_FAMILIES)
+            raise PlanError(f"kernel must be 'auto' or one of {fams}, not {kernel!r}")
+    elif kernel not in be.kernels:
+        raise PlanError(f"backend {be.name!r} has no {kernel!r} kernel; it has "
+                        f"{', '.join(be.kernels)}")  # fmt: skip
+
+
+def check_precision(precision: str | None) -> None:
+    """``matmul``'s ``precision``: None (IEEE) or "tf32"."""
+    if precision not in (None, "tf32"):
+        raise ValueError(f"precision must be None (IEEE) or 'tf32', not {precision!r}")
 
 
 @lru_cache(maxsize=1024)

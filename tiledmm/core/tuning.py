@@ -38,14 +38,14 @@ from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
 from ..util.atomicfile import atomic_write, locked
 from ..util.store import CachedFile
-from .tuning_check import SHAPE_CLASSES, describe, entry_problem, key_of, read_database, unusable
+from .tuning_check import describe, entry_problem, key_of, read_database, unusable
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import Backend
 
 __all__ = [
-    "SHAPE_CLASSES", "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped",
-    "database_path", "entry_problem", "read_database", "user_entries", "lookup", "save_entries",
+    "shape_class", "TuningWarning", "IGNORE_SHIPPED", "ignore_shipped", "database_path",
+    "user_entries", "lookup", "save_entries",
     "device_arch", "select", "measured_families", "export",
 ]  # fmt: skip
 

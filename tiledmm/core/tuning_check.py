@@ -162,7 +162,8 @@ def unusable(e: dict, be: Backend, device: DeviceSpec) -> str | None:
 
 def _why(e: dict, be: Backend, device: DeviceSpec) -> str | None:
     from ..planner import shapefit
-    from ..planner.make import PlanError, make_plan
+    from ..planner.make import make_plan
+    from ..planner.plans import PlanError
 
     try:
         geo = Geometry.from_dict(e)

@@ -2,7 +2,10 @@
 
 Every backend that reads an NVIDIA device (CuPy through the CUDA runtime, Numba through the
 driver, OpenCL through ``cl_nv_device_attribute_query``) builds its :class:`DeviceSpec` here,
-so the three agree on lanes per SM and on the peak-FLOP estimate.
+so the three agree on lanes per SM and on the peak-FLOP estimate. Every NVIDIA hardware fact
+lives here (lanes, tensor-core rates, mma.sync fragment shapes and reach, opt-in shared memory,
+the SM-side figures), and so do the readers of the facts a DeviceSpec carries in ``extra``
+(:func:`compute_capability`, :func:`optin_shared`); the model reads them from here.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ __all__ = [
     "SUSTAINED_CLOCK",
     "FLOP_PER_CLOCK",
     "tensor_flop_per_clock",
+    "FRAGMENTS",
+    "MMA_SYNC_FRACTION",
+    "OPTIN_SHARED_KIB",
+    "compute_capability",
+    "optin_shared",
     "H200_CC",
     "H200_MEASURED",
     "reference_h200",
@@ -52,6 +60,20 @@ FLOP_PER_CLOCK: dict[tuple[int, int], dict[str, int]] = {
     (8, 9): {"f64": 4, "f16": 512, "bf16": 512, "tf32": 256},  # AD10x
     (9, 0): {"f64": 256, "f16": 4096, "bf16": 4096, "tf32": 2048},  # H100 / H200
 }
+#: mma.sync fragment shapes (M, N, K) per tensor-core kind and the compute capability each
+#: needs (PTX ISA, "Matrix shape")
+FRAGMENTS = {
+    "f64": {(8, 8, 4): (8, 0), (16, 8, 4): (9, 0), (16, 8, 8): (9, 0), (16, 8, 16): (9, 0)},
+    "f16": {(16, 8, 16): (8, 0)},
+    "bf16": {(16, 8, 16): (8, 0)},
+    "tf32": {(16, 8, 8): (8, 0)},
+}
+#: the share of the peak that warp-level mma.sync can issue (Hopper: 16-bit and TF32 peaks
+#: need wgmma; DMMA runs at its full rate through mma.sync)
+MMA_SYNC_FRACTION = {(9, 0): {"f16": 0.66, "bf16": 0.66, "tf32": 0.66}}
+#: Dynamic shared memory one block may opt into by compute capability (CUDA C Programming
+#: Guide, KiB): where a device does not report it (:func:`optin_shared`)
+OPTIN_SHARED_KIB = {(8, 0): 163, (8, 6): 99, (8, 7): 163, (8, 9): 99, (9, 0): 227}
 #: The H200's compute capability (the reference device, :func:`reference_h200`).
 H200_CC = (9, 0)
 #: Static ``__shared__`` arrays are capped at 48 KiB per block (the kernels use only those).
@@ -103,6 +125,34 @@ def tensor_flop_per_clock(cc: tuple[int, int]) -> dict[str, int]:
     (:data:`FLOP_PER_CLOCK`): the nearest older listed part's, empty before sm_80."""
     known = [c for c in sorted(FLOP_PER_CLOCK) if c <= cc]
     return FLOP_PER_CLOCK[known[-1]] if known else {}
+
+
+def compute_capability(device: DeviceSpec) -> tuple[int, int] | None:
+    """The device's CUDA compute capability (the ``extra`` fact :func:`device_spec` writes), or
+    None."""
+    text = dict(device.extra).get("compute capability")
+    if not text or device.vendor != "NVIDIA":
+        return None
+    try:
+        major, minor = text.split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def optin_shared(device: DeviceSpec) -> int:
+    """Dynamic shared memory one block may opt into (bytes): the ``shared opt-in per block``
+    fact NVIDIA backends report (:func:`device_spec`), else the compute capability's figure
+    (:data:`OPTIN_SHARED_KIB`), else ``max_shared_per_block``."""
+    text = dict(device.extra).get("shared opt-in per block", "")
+    try:
+        return int(text.split()[0]) * 1024
+    except (IndexError, ValueError):
+        pass
+    cc = compute_capability(device)
+    if cc in OPTIN_SHARED_KIB:
+        return OPTIN_SHARED_KIB[cc] * 1024
+    return device.max_shared_per_block
 
 
 def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_overhead: float,

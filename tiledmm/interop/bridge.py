@@ -3,7 +3,8 @@
 The backends take NumPy, CuPy and Numba arrays (and objects exposing
 ``__cuda_array_interface__``). This module sits in front of them:
 
-- :func:`kind_of` names the caller's array library and device, cached per type; nothing here
+- :func:`~tiledmm.interop.kinds.kind_of` names the caller's array library and device, cached
+  per type (:mod:`tiledmm.interop.kinds`, where the route is decided); nothing
   imports torch, jax or cupy unless an operand's type module says it is theirs.
 - :func:`to_native` turns a foreign array into one the backends take, zero-copy: host memory
   becomes a NumPy array (``Tensor.numpy()``, ``numpy.from_dlpack``), CUDA memory a CuPy array
@@ -13,15 +14,14 @@ The backends take NumPy, CuPy and Numba arrays (and objects exposing
   devices) to the caller's own library, so those results are that library's exactly.
 - :func:`matmul_foreign` is the whole bridge, one call from ``tiledmm.matmul``.
 
-Mixed kinds follow one rule (:func:`result_kind`): ``out``'s kind when ``out=`` is given, else
-the first operand that is an array (lists and scalars do not count). tiledmm runs float32 and
-float64 operands (``RUN_DTYPES``, NumPy's promotion between them), and CUDA tensors of one
-16-bit dtype on a backend's tensor cores (:mod:`tiledmm.interop.halfprec`); any other operand dtype
-of
-a foreign library is delegated. Streams: a CUDA PyTorch operand on a non-default stream is
-handled by :class:`TorchStream` (see there); on the default stream nothing extra happens.
-Repeated 2-D products of torch tensors skip this bridge: :mod:`tiledmm.interop.torchpath` remembers
-what it decided.
+Mixed kinds follow one rule (:func:`~tiledmm.interop.kinds.result_kind`): ``out``'s kind when
+``out=`` is given, else the first operand that is an array (lists and scalars do not count).
+tiledmm runs float32 and float64 operands (``RUN_DTYPES``, NumPy's promotion between them), and
+CUDA tensors of one 16-bit dtype on a backend's tensor cores (:mod:`tiledmm.interop.halfprec`);
+any other operand dtype of a foreign library is delegated. Streams: a CUDA PyTorch operand on a
+non-default stream is handled by :class:`~tiledmm.interop.streams.TorchStream` (see there); on
+the default stream nothing extra happens. Repeated 2-D products of torch tensors skip this
+bridge: :mod:`tiledmm.interop.torchpath` remembers what it decided.
 """
 
 from __future__ import annotations
@@ -36,21 +36,11 @@ from ..core import engine
 from ..core.backend import Backend
 from ..core.semantics import unwrap_out
 from . import halfprec
-from .kinds import RUN_DTYPES, Kind, kind_of, lib_of, optional_module, result_kind, torch_dtype
-from .torchpath import TorchStream, stream_for, view
+from .kinds import RUN_DTYPES, Kind, kind_of, lib_of, optional_module, torch_dtype
+from .streams import TorchStream, stream_for
+from .torchpath import view
 
-__all__ = [
-    "Kind",
-    "RUN_DTYPES",
-    "kind_of",
-    "result_kind",
-    "to_native",
-    "from_native",
-    "delegate",
-    "matmul_foreign",
-    "stream_for",
-    "TorchStream",
-]
+__all__ = ["to_native", "from_native", "delegate", "matmul_foreign"]
 
 
 # ------------------------------------------------------------------------------- conversion

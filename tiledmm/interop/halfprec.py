@@ -32,16 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dispatch import (
-    check_kernel_name,
-    choose_backend,
-    plan_for,
-    run_batch,
-    tensor_core_family,
-)
-from ..core.semantics import matmul_shapes, result_shape, result_shape_of
+from ..core.dispatch import choose_backend, plan_for, tensor_core_family
+from ..core.engine import run_batch
+from ..core.semantics import check_kernel, matmul_shapes, result_shape, result_shape_of
 from .kinds import Kind, optional_module
-from .torchpath import TorchStream, stream_for
+from .streams import TorchStream, stream_for
 
 __all__ = [
     "HALF",
@@ -126,7 +121,7 @@ def run(torch: Any, a: Any, b: Any, out: Any, name: str, backend: str, kernel: s
     on ``backend``'s tensor-core family, with ``view(tensor)`` the backend's array over a
     tensor's memory; None when the backend has no ``mma`` for ``name`` or does not take the
     views (then the caller delegates)."""
-    check_kernel_name(kernel)
+    check_kernel(kernel)
     batch, m, n, k, a1, b1, pa, pb = matmul_shapes(tuple(a.shape), tuple(b.shape))
     a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(-1) if b1 else b  # NumPy's 1-D promotion
     A, B = view(a2), view(b2)

@@ -1,4 +1,4 @@
-"""The fast path for PyTorch tensors, and the stream helpers of the array bridge.
+"""The fast path for PyTorch tensors (its stream helpers: :mod:`tiledmm.interop.streams`).
 
 A repeated 2-D product of torch tensors should cost what the same call on CuPy (or NumPy)
 arrays costs. The general bridge (:func:`tiledmm.interop.bridge.matmul_foreign`) works out kinds,
@@ -7,7 +7,7 @@ views, streams and the result's conversion on every call; this module remembers,
 backend and the plan) and afterwards does only what each call must:
 
 - the checks that can change between calls with the same key: both tensors contiguous, no
-  negative bit, no autograd (``requires_grad`` under grad mode), the registry's cache token and
+  negative bit, no autograd (``requires_grad`` under grad mode), the registry's generation and
   the backend's current device;
 - CUDA: the output is allocated by torch (``a.new_empty_strided``: ``a``'s device and dtype,
   from the caching allocator of the current stream; the cheapest of torch's allocation calls,
@@ -22,7 +22,7 @@ backend and the plan) and afterwards does only what each call must:
   caching allocator hands out again, builds none;
 - without a bound launch (or for ``out=``, which may overlap an operand: the backend's run
   checks), the launch goes to torch's current stream: when CuPy's current stream is another one, a
-  cached CuPy stream over torch's handle (:func:`external_stream`) is made current around it. A
+  cached CuPy stream over torch's handle (``streams.external_stream``) is made current around it. A
   backend that does not declare ``launch_stream = "cupy"`` (it launches on CuPy's current
   stream) is, on a non-default torch stream, also ordered with two reused CUDA events (legacy
   default stream waits for the torch stream before, the torch stream for it after);
@@ -39,16 +39,17 @@ every error and every delegation stays the general path's.
 from __future__ import annotations
 
 import sys
-import threading
 from typing import Any
 
 import numpy as np
 
-from ..core.dispatch import cache_token, choose_backend, plan_for
+from ..core import registry
+from ..core.dispatch import choose_backend, plan_for
 from ..core.engine import bound
-from .kinds import RUN_DTYPES, Kind, optional_module, torch_dtype
+from .kinds import RUN_DTYPES, optional_module, torch_dtype
+from .streams import Handle, events, external_stream, raw_stream_getter
 
-__all__ = ["TYPES", "matmul", "learn", "enable", "entries", "entry", "stream_for", "TorchStream"]
+__all__ = ["TYPES", "matmul", "learn", "enable", "entries", "entry"]
 
 #: Operand types the API offers to :func:`matmul` first (``torch.Tensor`` once learnt).
 TYPES: set[type] = set()
@@ -77,7 +78,7 @@ def entry(a: Any, b: Any, backend: str, kernel: str) -> Any:
     if type(b) is not type(a):
         return None
     e = _entries.get((backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
-    return e if e is not None and e.token == cache_token() else None
+    return e if e is not None and e.token == registry.generation() else None
 
 
 def matmul(a: Any, b: Any, backend: str, kernel: str, out: Any = None) -> Any:
@@ -87,7 +88,7 @@ def matmul(a: Any, b: Any, backend: str, kernel: str, out: Any = None) -> Any:
     if type(b) is not type(a) or (out is not None and type(out) is not type(a)):
         return None
     e = _entries.get((backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
-    if e is None or e.token != cache_token():
+    if e is None or e.token != registry.generation():
         return None
     if not (a.is_contiguous() and b.is_contiguous()) or a.is_neg() or b.is_neg():
         return None
@@ -101,7 +102,7 @@ def learn(a: Any, b: Any, backend: str, kernel: str) -> None:
     if not _on[0] or torch is None or type(a) is not torch.Tensor or type(b) is not type(a):
         return
     key = (backend, kernel, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
-    token = cache_token()
+    token = registry.generation()
     e = _entries.get(key)
     if e is not None and e.token == token:
         return
@@ -117,7 +118,7 @@ class Skip:
 
     __slots__ = ("token",)
 
-    def __init__(self, token: tuple) -> None:
+    def __init__(self, token: int) -> None:
         self.token = token
 
     def __call__(self, a: Any, b: Any, out: Any = None) -> None:
@@ -163,7 +164,7 @@ def cuda_entry(torch: Any, a: Any, b: Any, dt: Any, backend: str, kernel: str) -
     s = dt.itemsize
     va = view(cp, a.data_ptr(), (m, k), dt, m * k * s, idx)
     vb = view(cp, b.data_ptr(), (k, n), dt, k * n * s, idx)
-    token = cache_token()
+    token = registry.generation()
     be = choose_backend(backend, va, vb, m, n, k, dt.name, kernel)
     if dt.name not in be.dtypes or not be.accepts(va) or be.device_key() != idx:
         return None
@@ -259,7 +260,7 @@ class CudaEntry:
         ext = external_stream(self.cp, h, self.idx)
         if h and not self.on_cupy:
             legacy = external_stream(self.cp, 0, self.idx)
-            before, after = _events(self.cp, self.idx)
+            before, after = events(self.cp, self.idx)
             before.record(ext)
             legacy.wait_event(before)
             with ext:
@@ -271,61 +272,11 @@ class CudaEntry:
             self.be.run(self.plan, va, vb, vr)
 
 
-_external: dict[tuple[Any, int, int], Any] = {}
-
-
-class Handle:
-    """A raw ``cudaStream_t`` speaking the CUDA stream protocol (``__cuda_stream__``)."""
-
-    __slots__ = ("ptr",)
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.ptr)
-
-
-def external_stream(cp: Any, handle: int, index: int) -> Any:
-    """A cached CuPy stream object for a raw stream handle on device ``index`` (CuPy 14's
-    ``Stream.from_external``; ``ExternalStream``, deprecated there, on older CuPy)."""
-    ext = _external.get((cp, handle, index))
-    if ext is None:
-        if len(_external) > 64:
-            _external.clear()
-        wrap = getattr(cp.cuda.Stream, "from_external", None)
-        ext = wrap(Handle(handle)) if wrap else cp.cuda.ExternalStream(handle, index)
-        _external[(cp, handle, index)] = ext
-    return ext
-
-
-_local = threading.local()  # events are per thread: another thread's record would move them
-
-
-def _events(cp: Any, index: int) -> tuple[Any, Any]:
-    cache = getattr(_local, "events", None)
-    if cache is None:
-        cache = _local.events = {}
-    ev = cache.get((cp, index))
-    if ev is None:
-        ev = cache[(cp, index)] = (
-            cp.cuda.Event(disable_timing=True),
-            cp.cuda.Event(disable_timing=True),
-        )
-    return ev
-
-
-def raw_stream_getter(torch: Any) -> Any:
-    """``f(device_index) -> cudaStream_t`` of torch's current stream (0: the legacy default)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
-
-
 # ------------------------------------------------------------------------------- host
 
 
 def _host_entry(torch: Any, dt: Any, m: int, n: int, k: int, backend: str, kernel: str) -> Any:
-    token = cache_token()
+    token = registry.generation()
     sample = np.empty((1, 1), dt)  # (the operands' NumPy views: this call's may be unreadable)
     be = choose_backend(backend, sample, sample, m, n, k, dt.name, kernel)
     if dt.name not in be.dtypes:
@@ -351,46 +302,3 @@ class HostEntry:
         R = be.empty((self.plan.m, self.plan.n), dt, like=A)
         be.run(self.plan, A, B, R)
         return self.wrap(be.to_numpy(R))
-
-
-# ------------------------------------------------------------------------------- streams
-
-
-def stream_for(kind: Kind, x: Any = None) -> int | None:
-    """The raw ``cudaStream_t`` the caller's library is using on ``kind``'s device, for a
-    backend to launch on (:func:`external_stream`); None where the library does
-    its own stream ordering (DLPack consumers pass their stream) or for host kinds."""
-    if kind.lib == "torch" and kind.device == "cuda":
-        return raw_stream_getter(sys.modules["torch"])(kind.index)
-    return None
-
-
-class TorchStream:
-    """Orders a general-path tiledmm call inside PyTorch's current (non-default) stream ``s``.
-
-    On entry the legacy default stream waits for ``s`` (events, no host sync), so a backend
-    launching on the default stream (Numba) starts after the producer; CuPy's current stream
-    becomes ``s`` itself (:func:`external_stream`), so CuPy launches and pool allocations are on
-    it.
-    On exit ``s`` waits for the default stream, so a torch consumer sees the finished result.
-    """
-
-    __slots__ = ("torch", "index", "handle", "ext")
-
-    def __init__(self, index: int, handle: int) -> None:
-        self.torch, self.index, self.handle, self.ext = sys.modules["torch"], index, handle, None
-
-    def __enter__(self) -> TorchStream:
-        cuda = self.torch.cuda
-        cuda.default_stream(self.index).wait_stream(cuda.current_stream(self.index))
-        cp = optional_module("cupy")
-        if cp is not None:
-            self.ext = external_stream(cp, self.handle, self.index)
-            self.ext.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.ext is not None:
-            self.ext.__exit__(*exc)
-        cuda = self.torch.cuda
-        cuda.current_stream(self.index).wait_stream(cuda.default_stream(self.index))

@@ -1,4 +1,4 @@
-"""The CPU half of the traffic model (``tiledmm.model.hierarchy`` re-exports :func:`cpu_levels`):
+"""The CPU half of the traffic model (``tiledmm.model.hierarchy`` is the GPU half):
 a core's SIMD FMA pipes, L1 loads, L2/L3/DRAM lines, and the measured per-kernel costs of the
 compiled CPU kernels (PoCL, numba-cpu) and the NumPy backend (docs/model.md). Pure Python."""
 

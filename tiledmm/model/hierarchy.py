@@ -18,7 +18,8 @@ copies of odd leading dimensions into aligned rows) add to every level's time
 launch shapes.
 
 CPU: the same levels for a core's caches (SIMD FMA pipes, L1 loads, L2/L3/DRAM lines) in
-``tiledmm.model.cpu``; :func:`cpu_levels` is re-exported here.
+``tiledmm.model.cpu`` (:func:`~tiledmm.model.cpu.cpu_levels`); :class:`~tiledmm.model.levels.Level`
+is the one level's record.
 """
 
 from __future__ import annotations
@@ -28,14 +29,11 @@ from dataclasses import replace
 
 from ..device.nvidia import SCHEDULERS_PER_SM
 from ..device.spec import DeviceSpec
-from .cpu import cpu_levels
 from .dram import (
     L2_SHARED_FRACTION,
     LOCKSTEP_BLOCKS,
     dram_key,
-    dram_traffic,
     dram_traffic_cached,
-    miss_fraction,
 )
 from .levels import Level
 from .warps import (
@@ -48,19 +46,10 @@ from .warps import (
     gemv_counts,
     gemv_shape,
     naive_counts,
-    shared_wavefronts,
     staged_counts,
 )
 
-__all__ = [
-    "Level",
-    "gpu_levels",
-    "cpu_levels",
-    "engine_of",
-    "shared_wavefronts",
-    "dram_traffic",
-    "miss_fraction",
-]
+__all__ = ["gpu_levels", "engine_of"]
 
 
 def engine_of(backend: str, options: dict) -> str:

@@ -1,28 +1,33 @@
-"""Tensor-core facts for the ``mma`` family: which inputs run on them, fragment shapes, the
-shared-memory layout of the kernel, the peak per compute capability and dtype, and the levels
-of an mma plan.
+"""The tensor-core model for the ``mma`` family: which inputs run on them, the shared-memory
+layout of the kernel, the peak per compute capability and dtype, and the levels of an mma plan.
 
-Pure Python, imports only :mod:`tiledmm.device` (``spec``, and ``nvidia`` for the per-architecture
-datasheet facts: tensor-core FLOP per clock per SM, FP32 lanes), :mod:`tiledmm.model.dram` and
-``Level``. The tensor-core rates become FLOP/s through the device's own FP32 FMA peak (SMs x
-FP32 lanes x 2 x clock), so the clock comes from the same place as every other GPU estimate. A
-measured ceiling for the dtype (``tiledmm calibrate`` times the vendor GEMM, which runs on the
-tensor cores) replaces the estimate. ``mma.sync`` (warp-level, what ``backends/kernels/mma.cl``
-issues) does not reach Hopper's 16-bit peak, which needs the asynchronous warpgroup ``wgmma``:
-MMA_SYNC_FRACTION.
+Pure Python, imports only :mod:`tiledmm.device` (``spec``, and ``nvidia`` for the NVIDIA
+hardware facts: tensor-core FLOP per clock per SM, FP32 lanes, fragment shapes and the compute
+capability each needs, mma.sync's reach, the compute capability and opt-in shared memory of a
+device), :mod:`tiledmm.model.dram` and ``Level``. The tensor-core rates become FLOP/s through
+the device's own FP32 FMA peak (SMs x FP32 lanes x 2 x clock), so the clock comes from the same
+place as every other GPU estimate. A measured ceiling for the dtype (``tiledmm calibrate``
+times the vendor GEMM, which runs on the tensor cores) replaces the estimate. ``mma.sync``
+(warp-level, what ``backends/kernels/mma.cl`` issues) does not reach Hopper's 16-bit peak,
+which needs the asynchronous warpgroup ``wgmma``: ``tiledmm.device.nvidia.MMA_SYNC_FRACTION``.
 """
 
 from __future__ import annotations
 
-from ..device.nvidia import lanes, tensor_flop_per_clock
+from ..device.nvidia import (
+    FRAGMENTS,
+    MMA_SYNC_FRACTION,
+    compute_capability,
+    lanes,
+    tensor_flop_per_clock,
+)
 from ..device.spec import DeviceSpec
 from .dram import dram_traffic
-from .hierarchy import Level
+from .levels import Level
 
 __all__ = [
-    "INPUTS", "ITEMSIZE", "FRAGMENTS", "MMA_SYNC_FRACTION", "compute_capability",
-    "kind", "supported", "roof", "peak", "padded_lds", "accumulator_bytes", "describe",
-    "optin_shared", "default_fragment", "mma_levels", "OPTIN_SHARED_KIB", "WARPS_FULL",
+    "INPUTS", "ITEMSIZE", "kind", "supported", "roof", "peak", "padded_lds", "accumulator_bytes",
+    "describe", "default_fragment", "mma_levels", "WARPS_FULL",
 ]  # fmt: skip
 
 #: input dtype -> (kind, accumulate dtype, result dtype)
@@ -33,28 +38,6 @@ INPUTS = {
     "float32": ("tf32", "float32", "float32"),  # only with precision="tf32"
 }
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
-#: mma.sync fragment shapes (M, N, K) per kind and the compute capability they need
-FRAGMENTS = {
-    "f64": {(8, 8, 4): (8, 0), (16, 8, 4): (9, 0), (16, 8, 8): (9, 0), (16, 8, 16): (9, 0)},
-    "f16": {(16, 8, 16): (8, 0)},
-    "bf16": {(16, 8, 16): (8, 0)},
-    "tf32": {(16, 8, 8): (8, 0)},
-}
-#: the share of the peak that warp-level mma.sync can issue (Hopper: 16-bit and TF32 peaks
-#: need wgmma; DMMA runs at its full rate through mma.sync)
-MMA_SYNC_FRACTION = {(9, 0): {"f16": 0.66, "bf16": 0.66, "tf32": 0.66}}
-
-
-def compute_capability(device: DeviceSpec) -> tuple[int, int] | None:
-    """The device's CUDA compute capability (from its ``extra`` facts), or None."""
-    text = dict(device.extra).get("compute capability")
-    if not text or device.vendor != "NVIDIA":
-        return None
-    try:
-        major, minor = text.split(".")
-        return int(major), int(minor)
-    except ValueError:
-        return None
 
 
 def kind(dtype: str, precision: str | None = None) -> str | None:
@@ -161,25 +144,6 @@ def describe(k: str, fragment: tuple[int, int, int]) -> str:
             "bf16": "HMMA bf16 x bf16 -> f32", "tf32": "HMMA tf32 x tf32 -> f32 (inputs "
             "rounded to 10-bit mantissas)"}[k]  # fmt: skip
     return f"mma.sync {fm}x{fn}x{fk} ({what})"
-
-
-#: dynamic shared memory per block by compute capability (CUDA Programming Guide, KiB)
-OPTIN_SHARED_KIB = {(8, 0): 163, (8, 6): 99, (8, 7): 163, (8, 9): 99, (9, 0): 227}
-
-
-def optin_shared(device: DeviceSpec) -> int:
-    """Dynamic shared memory one block may opt into (bytes): the ``shared opt-in per block``
-    fact NVIDIA backends report, else the compute capability's figure, else
-    ``max_shared_per_block``."""
-    text = dict(device.extra).get("shared opt-in per block", "")
-    try:
-        return int(text.split()[0]) * 1024
-    except (IndexError, ValueError):
-        pass
-    cc = compute_capability(device)
-    if cc in OPTIN_SHARED_KIB:
-        return OPTIN_SHARED_KIB[cc] * 1024
-    return device.max_shared_per_block
 
 
 def default_fragment(k: str, cc: tuple[int, int] | None) -> tuple[int, int, int]:

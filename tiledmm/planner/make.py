@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 
 from ..device.spec import DeviceSpec
-from ..model.hierarchy import Level, cpu_levels, engine_of, gpu_levels
+from ..model.cpu import cpu_levels
+from ..model.hierarchy import engine_of, gpu_levels
+from ..model.levels import Level
 from .geometry import KERNEL_FAMILIES, Geometry
 from .mma import default_mma_geometry, plan_mma
-from .plans import ITEMSIZE, NAIVE_REGISTERS, Occupancy, Plan, PlanError, kib, occupancy
+from .plans import ITEMSIZE, NAIVE_REGISTERS, Plan, PlanError, kib, occupancy
 
-__all__ = ["Plan", "Occupancy", "PlanError", "make_plan", "batch_plan", "default_geometry",
-           "default_mma_geometry"]  # fmt: skip
+__all__ = ["make_plan", "plan_product", "batch_plan", "default_geometry"]
 
 
 def default_geometry(kernel: str, dtype: str, device: DeviceSpec) -> Geometry:
@@ -77,6 +78,14 @@ def make_plan(
             raise PlanError(f"{label} must be a non-negative integer, got {v!r}")
     if kernel not in KERNEL_FAMILIES:
         raise PlanError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNEL_FAMILIES)}")
+    return plan_product(m, n, k, dtype=dtype, kernel=kernel, device=device, geometry=geometry,
+                        backend=backend)  # fmt: skip
+
+
+def plan_product(m: int, n: int, k: int, *, dtype: str, kernel: str, device: DeviceSpec,
+                 geometry: Geometry | None = None, backend: str = "") -> Plan:  # fmt: skip
+    """:func:`make_plan` of arguments checked before: dispatch's route (sizes from numpy's
+    shapes, a family validated once by the call and resolved against the backend)."""
     if kernel == "mma":
         return plan_mma(m, n, k, dtype, device, geometry, backend)
     if dtype not in ITEMSIZE:

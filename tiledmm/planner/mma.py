@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from ..device import nvidia
 from ..device.spec import DeviceSpec
 from ..model import tensorcore as tc
 from .geometry import Geometry
@@ -27,7 +28,7 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
     products with too few large blocks to fill the device. ``fit``: the planner
     plans both and keeps the one it predicts faster (option ``fit``; gone from the plan)."""
     k = tc.kind(dtype, precision) or "f64"
-    fm, fn, fk = tc.default_fragment(k, tc.compute_capability(device))
+    fm, fn, fk = tc.default_fragment(k, nvidia.compute_capability(device))
     opts: dict[str, Any] = {"fm": fm, "fn": fn, "fk": fk, "stages": 3, "group_m": 8}
     if precision:
         opts["precision"] = precision
@@ -37,7 +38,7 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
         bt, wt = ((128, 128, 32), (64, 64)) if small else ((128, 256, 32), (64, 64))
     else:
         bt, wt = ((128, 64, 16), (64, 32)) if small else ((128, 256, 32), (64, 64))
-        if (tc.compute_capability(device) or (0, 0)) >= (9, 0):  # cvt.rn: one F2FP from sm_90
+        if (nvidia.compute_capability(device) or (0, 0)) >= (9, 0):  # cvt.rn: one F2FP from sm_90
             opts["tf32_round"] = 3
             if not small:  # the H200 screen's winner: ldmatrix A, 4 stages, the fragment pipe
                 opts.update(stages=4, tf32_ldsm=1, tf32_pipe=3, tf32_copy_b=2)
@@ -78,7 +79,7 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
         raise PlanError(f"no default mma tiles fit {device.name}")
     opts = dict(geo.options)
     kind = tc.kind(dtype, precision) or ""
-    d_frag = tc.default_fragment(kind, tc.compute_capability(device))
+    d_frag = tc.default_fragment(kind, nvidia.compute_capability(device))
     frag = tuple(int(opts.get(x, d)) for x, d in zip(("fm", "fn", "fk"), d_frag, strict=True))
     why = tc.supported(device, dtype, precision, frag)
     if why:
@@ -103,9 +104,9 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
                         f"{device.max_threads_per_block}; use larger warp tiles")  # fmt: skip
     lda, ldb = tc.padded_lds(kind, bk, bn, fk)
     shared = stages * (bm * lda + bk * ldb) * s
-    if shared > tc.optin_shared(device):
+    if shared > nvidia.optin_shared(device):
         raise PlanError(f"{stages} stages of {bm}x{bn}x{bk} need {kib(shared)} of shared memory, "
-                        f"over the {kib(tc.optin_shared(device))} a block may opt into on "
+                        f"over the {kib(nvidia.optin_shared(device))} a block may opt into on "
                         f"{device.name}; use fewer stages or smaller tiles")  # fmt: skip
     acc = tc.accumulator_bytes(kind)
     # fragments live at once: f64 walks one FK step at a time (KK_UNROLL); others ~2 steps

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..device.spec import DeviceSpec
 from ..model import tensorcore as tc
-from ..model.hierarchy import Level
+from ..model.levels import Level
 
 __all__ = ["Plan", "Occupancy", "PlanError", "ITEMSIZE", "occupancy", "kib"]
 
@@ -69,7 +69,7 @@ class Plan:
     device: DeviceSpec
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     geometry_source: str = "default"
-    #: every level's traffic and time (tiledmm.model.hierarchy.Level), nearest the ALUs first
+    #: every level's traffic and time (tiledmm.model.levels.Level), nearest the ALUs first
     levels: tuple[Level, ...] = field(default=(), compare=False)
 
     @property

@@ -111,7 +111,8 @@ def fit_grid(geo: Geometry, m: int, n: int, k: int, device: Any, dtype: str = "f
     the grid is under ``SMALL_GRID_BLOCKS_PER_SM`` blocks per SM. Tiles with a split-K, and
     batches (their class tile is measured: 64x64 lost to 128x64 on all four batched shapes,
     benches/results/logs/h200-shapes-0255.json), are left alone."""
-    from .make import PlanError, make_plan
+    from .make import make_plan
+    from .plans import PlanError
 
     opts = dict(geo.options)
     if ("vn" not in opts and "min_tile" not in opts) or opts.get("split_k", 1) not in (1, "1"):

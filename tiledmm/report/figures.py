@@ -197,7 +197,7 @@ def hierarchy_figure(rows: list[dict], device: str, dtype: str, base: Path) -> l
     first backend), so naive -> tiled -> register climbs the hierarchy. GPU rows of the
     reference H200 only (the device whose levels are on record); [] otherwise."""
     from ..device.nvidia import reference_h200
-    from ..planner.make import PlanError
+    from ..planner.plans import PlanError
     from .modelcheck import plan_for_row
 
     dev = reference_h200()

@@ -21,7 +21,8 @@ from ..device.host import CPU_DRAM_LATENCY, cpu_levels
 from ..device.nvidia import measured_from_record, reference_h200
 from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
-from ..planner.make import Plan, batch_plan, make_plan
+from ..planner.make import batch_plan, make_plan
+from ..planner.plans import Plan
 
 __all__ = [
     "model_counters",

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..bench.results import fmt_num, headline, ladder_row, load, shape_label
 from .figures import write_figures
 
-__all__ = ["load", "headline", "markdown", "write_figures", "render", "main"]
+__all__ = ["markdown", "render", "main"]
 
 
 def _roof(r: dict) -> float:

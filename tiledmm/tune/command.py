@@ -21,13 +21,14 @@ import json
 import re
 from pathlib import Path
 
-from ..core import dispatch, tuning
+from ..core import dispatch, tuning, tuning_check
 from ..planner.geometry import KERNEL_FAMILIES
 from ..util.args import checked, non_negative_int, positive_int
 from .closing import closing, entry, verdict
-from .search import EXHAUSTIVE_MAX, Task, Tuner, log_path
+from .search import EXHAUSTIVE_MAX, Tuner
+from .task import Task
 
-__all__ = ["add_arguments", "main", "Tuner", "parse_budget", "tasks_for", "log_path"]
+__all__ = ["add_arguments", "main", "parse_budget", "tasks_for"]
 
 CLASS_ALIASES = {"squares": ("square",), "skinny": ("skinny_k", "skinny_mn")}
 DEFAULT_SHAPES = "squares,odd,skinny,batched"
@@ -80,8 +81,8 @@ def tasks_for(spec: str, n: int) -> list[tuple[str, tuple[int, int, int, int]]]:
             out.append((tuning.shape_class(m, nn, k, b), (b, m, nn, k)))
             continue
         for cls in CLASS_ALIASES.get(item, (item,)):
-            if cls not in tuning.SHAPE_CLASSES:
-                names = ", ".join((*tuning.SHAPE_CLASSES, *CLASS_ALIASES))
+            if cls not in tuning_check.SHAPE_CLASSES:
+                names = ", ".join((*tuning_check.SHAPE_CLASSES, *CLASS_ALIASES))
                 raise ValueError(f"--shapes: {item!r} is no shape class ({names}) or MxNxK")
             out += [(cls, shape) for shape in class_shapes(cls, n)]
     if not out:

@@ -39,11 +39,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import dispatch, tuning
+from ..core import dispatch, tuning, tuning_check
 from ..core.backend import Backend
 from ..planner import shapefit
 from ..planner.geometry import Geometry
-from ..planner.make import PlanError, default_geometry, make_plan
+from ..planner.make import default_geometry, make_plan
+from ..planner.plans import PlanError
 from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
@@ -137,8 +138,8 @@ def reset() -> None:
 
 def prepare(be: Backend, m: int, n: int, k: int, dtype: str, kernel: str = "auto",
             batch: int = 1) -> None:  # fmt: skip
-    """Before ``tiledmm.matmul`` plans a product: first-use tuning of its class where it is
-    due (see the module docstring). Never raises; returns at once for a product seen before."""
+    """Before ``tiledmm.matmul`` plans a product (``kernel``: "auto" or a family ``be`` has):
+    first-use tuning of its class where due. Never raises; at once for a product seen before."""
     call = (be.name, be.device_key(), m, n, k, dtype, kernel, batch)
     if call in _seen or not m or not n or not k:
         return
@@ -152,7 +153,7 @@ def prepare(be: Backend, m: int, n: int, k: int, dtype: str, kernel: str = "auto
         if not conf.enabled or conf.budget <= 0:
             return
         fam = dispatch.auto_kernel(be, m, n, k, dtype, batch) if kernel == "auto" else kernel
-        if fam not in be.kernels or be.search_space(fam, dtype, dev) is None:
+        if be.search_space(fam, dtype, dev) is None:
             return  # nothing to choose from: this backend declares no search space
         tune_class(be, fam, dtype, (batch, m, n, k), conf)
     except Exception as exc:  # noqa: BLE001 - tuning must never break the user's call
@@ -221,7 +222,7 @@ def _database_ok() -> bool:
     """Whether first use may write the database: it parses (a corrupt one already warned, via
     ``tuning.user_entries``) and can be written (else one warning per process)."""
     path = tuning.database_path()
-    if path.exists() and tuning.read_database(path)[1]:
+    if path.exists() and tuning_check.read_database(path)[1]:
         log.info("first use: the tuning database %s has problems; untuned dispatch", path)
         return False
     folder = path.parent

@@ -25,7 +25,7 @@ from ..util.atomicfile import append_line
 from .log import log_path, read_log
 from .task import Task
 
-__all__ = ["Task", "Tuner", "log_path"]
+__all__ = ["Tuner"]
 
 EXHAUSTIVE_MAX = 64
 EXPLORE_SHARE = 0.4  # of a task's time: random exploring stops after it (local search follows)

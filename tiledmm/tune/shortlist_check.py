@@ -39,7 +39,8 @@ from ..device.nvidia import reference_h200
 from ..device.spec import DeviceSpec
 from ..planner import shapefit
 from ..planner.geometry import Geometry
-from ..planner.make import PlanError, make_plan
+from ..planner.make import make_plan
+from ..planner.plans import PlanError
 from . import first_use
 
 __all__ = ["rank_task", "check_log", "spearman", "device_from_record", "criterion", "main", "KS",

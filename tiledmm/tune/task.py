@@ -14,7 +14,8 @@ from typing import Any
 from ..core import tuning
 from ..planner import shapefit
 from ..planner.geometry import Geometry
-from ..planner.make import PlanError, default_geometry, make_plan
+from ..planner.make import default_geometry, make_plan
+from ..planner.plans import PlanError
 
 __all__ = ["Task"]
 

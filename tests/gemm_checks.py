@@ -1,4 +1,6 @@
-"""Shared checks for the CuPy and OpenCL backends (the same kernel sources run on both)."""
+"""Shared checks for the CuPy and OpenCL backends (the same kernel sources run on both); the GPU
+smoke check (``python -m benches.gpu_smoke``) runs :func:`check_shapes` and :func:`check_layouts`
+on every CUDA-capable backend."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ def tol(dtype: str) -> float:
     return 1e-5 if dtype == "float32" else 1e-12
 
 
-def check_shapes(backend: str, family: str, dtype: str) -> None:
-    """Odd shapes through tiledmm.matmul into a NaN-poisoned out= (unwritten elements show)."""
+def check_shapes(backend: str, family: str, dtype: str, shapes=SHAPES) -> float:
+    """Odd shapes through tiledmm.matmul into a NaN-poisoned out= (unwritten elements show);
+    the worst error."""
     be = tiledmm.get_backend(backend)
     rng = np.random.default_rng()
-    for m, n, k in SHAPES:
+    worst = 0.0
+    for m, n, k in shapes:
         a = rng.standard_normal((m, k)).astype(dtype)
         b = rng.standard_normal((k, n)).astype(dtype)
         out = be.asarray(np.full((m, n), np.nan, dtype), np.dtype(dtype))
@@ -28,7 +32,10 @@ def check_shapes(backend: str, family: str, dtype: str) -> None:
                        kernel=family, out=out)  # fmt: skip
         c = be.to_numpy(out)
         assert np.isfinite(c).all(), (m, n, k)
-        assert matmul_error(c, a, b) < tol(dtype), (m, n, k, matmul_error(c, a, b))
+        err = matmul_error(c, a, b)
+        assert err < tol(dtype), (m, n, k, err)
+        worst = max(worst, err)
+    return worst
 
 
 def check_geometry(backend: str, kernel: str, geo: tuple, dtype: str) -> None:
@@ -65,30 +72,37 @@ PREFETCH = [
 ]
 
 
-def check_layouts(backend: str, family: str, dtype: str) -> None:
-    """Transposed, sliced (offset, strided) and batched operands, numpy in and out."""
+def check_layouts(backend: str, family: str, dtype: str) -> float:
+    """Transposed, sliced (offset, strided) and batched operands, numpy in and out; the worst
+    error."""
     rng = np.random.default_rng()
+    errs = []
+
+    def close(c, x, y, what: str) -> None:
+        errs.append(matmul_error(c, x, y))
+        assert errs[-1] < tol(dtype), (what, errs[-1])
+
     a = rng.standard_normal((45, 70)).astype(dtype)
     b = rng.standard_normal((70, 33)).astype(dtype)
     at, bt = np.ascontiguousarray(a.T).T, np.ascontiguousarray(b.T).T
     for x, y in ((a, b), (at, b), (a, bt), (at, bt)):
-        c = tiledmm.matmul(x, y, backend=backend, kernel=family)
-        assert matmul_error(c, a, b) < tol(dtype)
+        close(tiledmm.matmul(x, y, backend=backend, kernel=family), a, b, "transposed")
     be = tiledmm.get_backend(backend)
     big = be.asarray(rng.standard_normal((90, 90)).astype(dtype), np.dtype(dtype))
     sub_a, sub_b = big[3:48, 5:75], big[7:77, 11:44]  # offsets + leading dimension 90
     c = be.to_numpy(tiledmm.matmul(sub_a, sub_b, backend=backend, kernel=family))
     ha, hb = be.to_numpy(big)[3:48, 5:75], be.to_numpy(big)[7:77, 11:44]
-    assert matmul_error(c, ha, hb) < tol(dtype)
+    close(c, ha, hb, "sliced")
     out = be.asarray(np.full((33, 45), np.nan, dtype), np.dtype(dtype))
     tiledmm.matmul(be.asarray(a, a.dtype), be.asarray(b, b.dtype), backend=backend,
                    kernel=family, out=out.T)  # strided out: computed in a temp, copied  # fmt: skip
-    assert matmul_error(be.to_numpy(out).T, a, b) < tol(dtype)
+    close(be.to_numpy(out).T, a, b, "strided out")
     x = rng.standard_normal((3, 1, 9, 13)).astype(dtype)
     y = rng.standard_normal((4, 13, 10)).astype(dtype)
     c = tiledmm.matmul(x, y, backend=backend, kernel=family)
     assert c.shape == (3, 4, 9, 10)
-    assert matmul_error(c, x, y) < tol(dtype)
+    close(c, x, y, "batched")
+    return max(errs)
 
 
 def check_nonfinite(backend: str, family: str, dtype: str) -> None:
