@@ -35,6 +35,8 @@ def test_takes_16bit_mma_plans_on_compute_capability_9(monkeypatch):
     monkeypatch.delenv("TILEDMM_HOPPER16", raising=False)
     assert hopper.takes(_plan(), "90") == hopper.DEFAULT_ON
     monkeypatch.setattr(hopper, "DEFAULT_ON", True)
+    assert not hopper.takes(_plan(m=hopper.DECODE_M), "90")  # decode keeps mma.sync by default
+    assert hopper.takes(_plan(m=hopper.DECODE_M, hopper=1), "90")
     assert hopper.takes(_plan(), "90") and hopper.takes(_plan(dtype="bfloat16"), "90")
     assert not hopper.takes(_plan(), "80") and not hopper.takes(_plan(), "100")
     assert not hopper.takes(_plan(dtype="float64"), "90")
@@ -62,13 +64,13 @@ def test_defines_and_shared_memory():
             d = hopper.defines(dtype, cfg)
             assert d["DTYPE"] == hopper.DTYPES[dtype], name
             assert hopper.smem_bytes(d) <= hopper.SMEM_LIMIT
-    big = hopper.defines("float16", hopper.CONFIGS["large"])
+    big = hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=4, epi=0))
     assert hopper.smem_bytes(big) == 4 * (384 * 128 + 16) + 1024
     assert (big["PRODUCER_REGS"], big["CONSUMER_REGS"]) == (40, 232)
     staged = hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=3, epi=1))
     assert hopper.smem_bytes(staged) == 3 * (384 * 128 + 16) + 128 * 256 * 2 + 1024
     with pytest.raises(ValueError, match="shared memory"):  # 4 stages and the C panels
-        hopper.defines("float16", dict(hopper.CONFIGS["large"], epi=1))
+        hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=4, epi=1))
     # 40 x 128 + 232 x 256 registers fit the SM's 65536
     assert 128 * big["PRODUCER_REGS"] + 256 * big["CONSUMER_REGS"] <= 65536
     bad = [dict(hopper.CONFIGS["large"], stages=5),  # 240 KiB of stages

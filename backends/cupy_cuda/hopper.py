@@ -44,8 +44,8 @@ SMEM_LIMIT = 227 * 1024
 #: named configurations: block tile (bm, bn), consumer warpgroups (cm, cn), stages, cluster
 #: (blocks along M sharing B by multicast), group_m (tile rows per group of the order)
 CONFIGS: dict[str, dict[str, int]] = {
-    "large": dict(bm=128, bn=256, cm=2, cn=1, stages=4, cluster=1, group_m=16),
-    "decode": dict(bm=64, bn=128, cm=1, cn=2, stages=8, cluster=1, group_m=1),
+    "large": dict(bm=128, bn=256, cm=2, cn=1, stages=3, cluster=1, group_m=16, epi=1),
+    "decode": dict(bm=64, bn=256, cm=1, cn=2, stages=5, cluster=1, group_m=1),
 }
 #: products with at most this many rows take the "decode" configuration
 DECODE_M = 64
@@ -55,15 +55,19 @@ _MAPS: LRUCache[Any] = LRUCache(64)
 _DEVICES: dict[int, tuple[str, int]] = {}
 
 
-#: whether 16-bit mma plans on 9.x devices take this kernel unless told otherwise: off until a
-#: GPU run has measured it against today's mma.sync path (docs/mma.md, "The fifth rung")
-DEFAULT_ON = False
+#: whether 16-bit mma plans of more than ``DECODE_M`` rows on 9.x devices take this kernel unless
+#: told otherwise: on since the H200 run of 2026-12-07 (docs/mma.md, "The fifth rung"), where
+#: tiledmm.matmul with it ran at 0.91-1.05 of cuBLAS against mma.sync's 0.47-0.53; decode
+#: shapes keep mma.sync by default (through tiledmm.matmul there, 0.32-0.36 of cuBLAS against
+#: mma.sync's 0.35-0.43, though the kernel alone reached 0.73-0.88)
+DEFAULT_ON = True
 
 
 def takes(plan: Any, cc: str) -> bool:
     """Whether a plan runs here: a 16-bit mma plan on compute capability 9.x, where its option
     ``hopper`` (1 / 0), else the environment's ``TILEDMM_HOPPER16`` (1 / 0), else
-    ``DEFAULT_ON`` says so; never a plan that asks for the older ``wgmma`` experiment."""
+    ``DEFAULT_ON`` for plans of more than ``DECODE_M`` rows says so; never a plan that asks for
+    the older ``wgmma`` experiment."""
     if plan.dtype not in DTYPES or not str(cc).startswith("9"):
         return False
     o = plan.options
@@ -72,7 +76,7 @@ def takes(plan: Any, cc: str) -> bool:
     if "hopper" in o:
         return bool(int(o["hopper"]))
     env = os.environ.get("TILEDMM_HOPPER16")
-    return env != "0" if env in ("0", "1") else DEFAULT_ON
+    return env != "0" if env in ("0", "1") else DEFAULT_ON and plan.m > DECODE_M
 
 
 def config(plan: Any) -> dict[str, int]:
