@@ -38,111 +38,13 @@ from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl
 from .. import kernels as K
 from ..kernels import launch
 from ..kernels.probe import probe_source
-from . import platforms
+from . import choice, platforms
+from .choice import NoUsableDevice
 from .device import device_spec
 from .mma import MmaFamily
 from .state import OpenCLState, cl_modules
 
 __all__ = ["OpenCLBackend", "OpenCLState", "NoUsableDevice", "register_backends"]
-
-ENV = "TILEDMM_OPENCL_DEVICE"
-platforms.prepare_once()  # before anything in this process enumerates OpenCL platforms
-
-
-class NoUsableDevice(RuntimeError):
-    """OpenCL devices exist, but none builds a kernel (the message says why and the fix)."""
-
-#: whether this process has queried OpenCL ("started"), and whether it is a child forked after
-#: its parent did ("forked"): OpenCL cannot run there (see FORKED)
-_runtime = {"started": False, "forked": False}
-FORKED = (
-    "OpenCL cannot run in this process: it was forked (os.fork, or multiprocessing's default "
-    "'fork' start method on Linux) after OpenCL started in its parent, and the runtime's "
-    "threads (PoCL's, a driver's) do not exist in a forked child, so its first call would "
-    "hang (a fresh context hangs too); start the workers with the 'spawn' or 'forkserver' "
-    "start method (multiprocessing.get_context('spawn')), or use OpenCL in the parent only "
-    "after the fork"
-)
-
-
-def _after_fork_in_child() -> None:
-    """A child of a process that queried OpenCL: every OpenCL call raises FORKED at once."""
-    if _runtime["started"]:
-        _runtime["forked"] = True
-        _all_devices.cache_clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _check_fork() -> None:
-    if _runtime["forked"]:
-        raise RuntimeError(FORKED)
-
-
-@cache
-def _all_devices() -> tuple:
-    """Every device of every platform, in the loader's order (a platform whose devices cannot
-    be listed contributes none)."""
-    _check_fork()
-    cl, _ = cl_modules()
-    _runtime["started"] = True  # from the first platform query on, a forked child cannot run
-    out = []
-    for p in cl.get_platforms():
-        try:
-            out += p.get_devices()
-        except Exception:  # noqa: BLE001 - DEVICE_NOT_FOUND and the like
-            continue
-    return tuple(out)
-
-
-def _usable() -> list:
-    """The devices that pass the probe (each probed once per process), in the loader's order."""
-    return [d for d in _all_devices() if platforms.probe(d) is None]
-
-
-def _skipped() -> list[tuple[str, str]]:
-    """(device, why) of every device probed so far that failed."""
-    out = []
-    for d in _all_devices():
-        why = platforms.probe(d) if platforms.probed(d) else None
-        if why:
-            out.append((platforms.label(d), why))
-    return out
-
-
-def _none_usable(devs) -> NoUsableDevice:
-    return NoUsableDevice(platforms.unusable_reason([(platforms.label(d), platforms.probe(d))
-                                                     for d in devs]))  # fmt: skip
-
-
-def _pick(choice: str):
-    devs = _all_devices()
-    if not devs:
-        raise RuntimeError("no OpenCL device found")
-    if choice:
-        if choice.isdigit():
-            usable = _usable()
-            if not usable:
-                raise _none_usable(devs)
-            if int(choice) >= len(usable):
-                raise RuntimeError(f"{ENV}={choice}: only {len(usable)} usable OpenCL device(s)")
-            return usable[int(choice)]
-        matches = [d for d in devs if choice.lower() in f"{d.platform.name} {d.name}".lower()]
-        if not matches:
-            names = ", ".join(d.name.strip() for d in devs)
-            raise RuntimeError(f"{ENV}={choice!r} matches no OpenCL device (found: {names})")
-        for d in matches:
-            if platforms.probe(d) is None:
-                return d
-        raise _none_usable(matches)
-    cl, _ = cl_modules()
-    gpus = [d for d in devs if d.type & cl.device_type.GPU]
-    for d in gpus + [d for d in devs if d not in gpus]:  # the first usable GPU, else device
-        if platforms.probe(d) is None:
-            return d
-    raise _none_usable(devs)
-
 
 #: how long the spin kernel ahead of each timed call keeps an NVIDIA GPU busy (ns): longer than
 #: the host side of any call timed here (pyopencl's: 160 us for one GEMM, 300-450 us with a
@@ -167,35 +69,35 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
     def state(self) -> OpenCLState:
         """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs (a
         RuntimeError saying why in a child forked after OpenCL started: FORKED)."""
-        _check_fork()
-        choice = os.environ.get(ENV, "")
-        st = self._states.get(choice)
+        choice.check_fork()
+        sel = os.environ.get(choice.ENV, "")
+        st = self._states.get(sel)
         if st is None:
-            st = self._states[choice] = OpenCLState(_pick(choice))
+            st = self._states[sel] = OpenCLState(choice.pick(sel))
         return st
 
     def selected_device(self) -> Any:
         """The pyopencl device ``TILEDMM_OPENCL_DEVICE`` selects now (its open state's), or
         None before pyopencl has been imported in this process (this never imports it, so
         ``import tiledmm`` stays light); the device is picked, not opened."""
-        choice = os.environ.get(ENV, "")
-        st = self._states.get(choice)
+        sel = os.environ.get(choice.ENV, "")
+        st = self._states.get(sel)
         if st is not None:
             return st.dev
         if "pyopencl" not in sys.modules:
             return None
-        return _pick(choice)
+        return choice.pick(sel)
 
     def unavailable_reason(self) -> str | None:
         try:
             import pyopencl  # noqa: F401
         except ImportError:
             return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
-        if _runtime["forked"]:
-            return FORKED
+        if choice.RUNTIME["forked"]:
+            return choice.FORKED
         try:
             self.state()
-        except NoUsableDevice as exc:  # devices, none of whose compilers builds: say why
+        except choice.NoUsableDevice as exc:  # devices, none of whose compilers builds: say why
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - no platform, bad selection, ICD trouble
             text = " ".join(str(exc).split()) or type(exc).__name__
@@ -217,11 +119,11 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
 
     def device_key(self) -> str:
         """The device choice (``TILEDMM_OPENCL_DEVICE``) the next call runs on."""
-        return os.environ.get(ENV, "")
+        return os.environ.get(choice.ENV, "")
 
     def devices(self) -> list[DeviceSpec]:
         """The usable devices (every one probed); skipped ones are named in ``extra``."""
-        return [_with_notes(_spec_cached(d)) for d in _usable()]
+        return [_with_notes(_spec_cached(d)) for d in choice.usable()]
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
@@ -361,7 +263,7 @@ def _noted(spec: DeviceSpec, notes: tuple[tuple[str, str], ...]) -> DeviceSpec:
 def _with_notes(spec: DeviceSpec) -> DeviceSpec:
     """``spec`` with the skipped devices (and what ``platforms.prepare_icd`` did) in ``extra``,
     which ``tiledmm info`` prints."""
-    notes = tuple(("skipped", f"{name}: {why}") for name, why in _skipped())
+    notes = tuple(("skipped", f"{name}: {why}") for name, why in choice.skipped())
     if platforms.icd_note():
         notes += (("ICD", platforms.icd_note()),)
     return _noted(spec, notes) if notes else spec
