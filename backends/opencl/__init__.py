@@ -6,14 +6,17 @@ are used (``platforms.py``: probed once per device; a failing one is skipped wit
 shown by ``tiledmm info``; where none passes the backend is unavailable, saying why and what to
 install). ``TILEDMM_OPENCL_DEVICE`` picks the device by index into ``devices()`` (the usable
 ones) or by a case-insensitive piece of its platform and name (default: the first usable GPU,
-else the first usable device). Native arrays are ``pyopencl.array.Array`` on this backend's
-queue.
+else the first usable device). Native arrays are ``pyopencl.array.Array``, on any context and
+queue: a product of pyopencl arrays runs on their queue (the caller's) and returns a queued
+array holding the call's event, no host wait inside (``queues.py``); NumPy operands go to the
+chosen device's own context and queue, and NumPy comes back.
 
 Tiles come from the geometry database (``kernels/geometry.json``) by device name, else by kind:
 on GPUs the register family stages tiles in local memory; on CPUs it is a local-memory-free
 vector micro-kernel. ``run`` is the shared launch path (``kernels.launch``) with this backend's
 array model (a buffer, an element offset and a leading dimension per operand) as the adapter
-(``OpenCLState``, in ``state.py``: one device's context, queue, programs and that model).
+(``OpenCLState``, in ``state.py``: one queue's context, programs (shared per context), buffer
+pool and that model).
 ``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
 is the honest yardstick on CPU devices. ``timings`` reads OpenCL profiling events: from the
 start of the first command a call enqueues to the end of its last, queued behind a spin kernel
@@ -23,7 +26,6 @@ command fall back to wall time.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -42,7 +44,8 @@ from . import choice, platforms
 from .choice import NoUsableDevice
 from .device import device_spec
 from .mma import MmaFamily
-from .state import OpenCLState, cl_modules
+from .queues import Queues, largest, prepare
+from .state import OpenCLState, check_size, cl_modules
 
 __all__ = ["OpenCLBackend", "OpenCLState", "NoUsableDevice", "register_backends"]
 
@@ -63,6 +66,8 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
 
     def __init__(self) -> None:
         self._states: dict[str, OpenCLState] = {}
+        self._queues = Queues()  # every queue run on: the caller's arrays' too (queues.py)
+        self._array: type | None = None  # pyopencl.array.Array, once a state exists
 
     # ------------------------------------------------------------------ device
 
@@ -73,8 +78,18 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         sel = os.environ.get(choice.ENV, "")
         st = self._states.get(sel)
         if st is None:
-            st = self._states[sel] = OpenCLState(choice.pick(sel))
+            st = OpenCLState(choice.pick(sel), recorder=self._queues.rec)
+            self._states[sel] = self._queues.add(st)
+            self._array = cl_modules()[1].Array
         return st
+
+    def home(self, x: Any) -> OpenCLState:
+        """The state a call with result ``x`` runs on: a pyopencl array's own queue (the
+        caller's context and queue, ``queues.py``), else the selected device's."""
+        if self._array is not None and isinstance(x, self._array):
+            choice.check_fork()
+            return self._queues.of(x)
+        return self.state()
 
     def selected_device(self) -> Any:
         """The pyopencl device ``TILEDMM_OPENCL_DEVICE`` selects now (its open state's), or
@@ -163,27 +178,33 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         return isinstance(x, cla.Array)
 
     def asarray(self, x: Any, dtype: np.dtype) -> Any:
+        """A pyopencl array of ``dtype``: one of ``dtype`` as it is (on its own queue), another
+        converted on its queue, host data copied to the selected device's queue."""
+        if self._array is not None and isinstance(x, self._array):
+            if x.dtype == dtype:
+                return x
+            check_size(x.shape)
+            return self.home(x).contiguous(x).astype(dtype)
         _, cla = cl_modules()
-        q = self.state().queue
-        _check_size(np.shape(x))  # before the host copy and the buffer
-        if isinstance(x, cla.Array):
-            if x.dtype != dtype:
-                x = self.state().contiguous(x).astype(dtype)
-            return x
-        return cla.to_device(q, np.ascontiguousarray(x, dtype=dtype), allocator=self.state().pool)
+        st = self.state()
+        check_size(np.shape(x))  # before the host copy and the buffer
+        if isinstance(x, cla.Array):  # (before any state existed: x's queue is not known yet)
+            return self.asarray(x, dtype)
+        return cla.to_device(st.queue, np.ascontiguousarray(x, dtype=dtype), allocator=st.pool)
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
-        _check_size(tuple(shape))
-        return self.state().empty(shape, dtype)
+        """On ``like``'s queue when it is a pyopencl array (the caller's), else the selected
+        device's queue; from that queue's buffer pool."""
+        return self.home(like).empty(shape, dtype)
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        return self.state().contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
+        return self.home(x).contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
 
     def vendor_matmul(self, a: Any, b: Any) -> Any:
         """numpy.matmul through the host: OpenCL ships no BLAS; on CPU devices this is the
         OpenBLAS yardstick the kernels are compared against."""
         _, cla = cl_modules()
-        return cla.to_device(self.state().queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
+        return cla.to_device(self.home(a).queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
 
     def vendor_backend(self) -> Backend:
         """The yardstick's backend: cuBLAS through CuPy on an NVIDIA GPU (when available);
@@ -199,7 +220,10 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         return self
 
     def synchronize(self) -> None:
-        self.state().queue.finish()
+        """Wait for every queue this backend has run on (the callers' too)."""
+        self.state()
+        for st in self._queues.all():
+            st.queue.finish()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call from profiling events (first command's start to last one's end).
@@ -223,31 +247,70 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
             finally:
                 events, st.events = st.events, None
             wall = time.perf_counter() - t0
-            span = events[-1].profile.end - events[0].profile.start if events else None
-            times.append(span * 1e-9 if span is not None else wall)
+            times.append(_span(events) or wall)
         return times
 
     # ------------------------------------------------------------------ the kernel
 
     def run(self, plan, a, b, out) -> None:
-        st = self.state()
+        """``out[...] = a @ b`` on ``out``'s queue, queued behind the operands' pending events;
+        the call's last event becomes ``out.events`` (``queues.py``)."""
+        st = self.home(out)
+        if not (a.queue is st.queue and b.queue is st.queue) and _other_home(a, b, out):
+            return self._run_elsewhere(plan, a, b, out)
+        a, b, wait = prepare(self._queues, st, a, b, out)
+        st.begin(wait)
         launch.run(st, st.launches, plan, a, b, out)
+        _done(st, out)
 
     def run_batched(self, plan, a, b, out) -> bool:
         """The whole broadcast batch in one launch (see ``kernels.launch.run_batched``)."""
-        st = self.state()
-        return launch.run_batched(st, st.launches, plan, a, b, out)
+        st = self.home(out)
+        if not (a.queue is st.queue and b.queue is st.queue) and _other_home(a, b, out):
+            return False  # (the per-matrix loop: run, each through the host)
+        a, b, wait = prepare(self._queues, st, a, b, out)
+        st.begin(wait)
+        done = launch.run_batched(st, st.launches, plan, a, b, out)
+        _done(st, out)
+        return done
+
+    def _run_elsewhere(self, plan, a, b, out) -> None:
+        """Operands of two contexts, the largest an input: the product there, then its result
+        through the host into ``out``."""
+        _, cla = cl_modules()
+        st = self.home(largest(a, b))
+        c = st.empty(out.shape, out.dtype)
+        self.run(plan, a, b, c)
+        home = self.home(out)
+        home.begin(list(out.events))
+        home.copy(cla.to_device(home.queue, c.get(), allocator=home.pool), out)
+        _done(home, out)
 
 
-def _check_size(shape: tuple[int, ...]) -> None:
-    """Buffers are indexed with 32-bit element offsets: refuse a larger operand up front."""
-    if math.prod(shape) > K.INT_MAX:
-        shape = "x".join(map(str, shape))
-        raise ValueError(
-            f"an operand of {shape} elements is too large for the OpenCL backend's 32-bit "
-            "indexing (more than 2**31-1 elements): use backend='numpy', or split the product "
-            "into blocks"
-        )
+def _other_home(a, b, out) -> bool:
+    """Whether an input lives in another context than ``out`` and outsizes it (then the call
+    runs in the input's context: ``largest``)."""
+    big = largest(a, b, out)
+    return big is not out and big.context != out.context
+
+
+def _done(st: OpenCLState, out) -> None:
+    """The call's last event becomes ``out``'s pending events (it waited for the old ones)."""
+    if st.last is not None:
+        del out.events[:]
+        out.events.append(st.last)
+        st.last = None
+
+
+def _span(events) -> float | None:
+    """Seconds from the first event's start to the last one's end (None: no events, or a
+    queue without profiling)."""
+    if not events:
+        return None
+    try:
+        return (events[-1].profile.end - events[0].profile.start) * 1e-9
+    except Exception:  # noqa: BLE001 - PROFILING_INFO_NOT_AVAILABLE: a caller's plain queue
+        return None
 
 
 @cache
