@@ -81,13 +81,14 @@ def test_no_host_wait_inside_a_call(user, rng, monkeypatch):
 def test_kernels_built_once_per_context_with_typed_arguments(user, rng, monkeypatch):
     """Programs are built on a context's first call of a source only; a launch through
     pyopencl's kernel call has its scalar argument types declared (its generic per-argument
-    path cost 15-20 us a scalar, a GEMM has about 20)."""
+    path cost 15-20 us a scalar, a GEMM has about 20), and the hot path's pre-bound launches
+    set no scalar per call (only the buffers)."""
     import pyopencl as cl
 
     be, q = user
-    builds, declared, called = [], set(), []
+    builds, declared, called, scalars = [], set(), [], []
     real_build, real_declare = cl.Program.build, cl.Kernel.set_scalar_arg_dtypes
-    real_call = cl.Kernel.__call__
+    real_call, real_set = cl.Kernel.__call__, cl.Kernel.set_arg
 
     def declare(self, types):
         declared.add(id(self))
@@ -97,14 +98,19 @@ def test_kernels_built_once_per_context_with_typed_arguments(user, rng, monkeypa
         called.append(id(self))
         return real_call(self, *a, **kw)
 
+    def set_arg(self, i, v):
+        scalars.append(isinstance(v, np.generic | int | float))
+        return real_set(self, i, v)
+
     monkeypatch.setattr(cl.Program, "build",
                         lambda self, *a, **kw: (builds.append(1), real_build(self, *a, **kw))[1])
     monkeypatch.setattr(cl.Kernel, "set_scalar_arg_dtypes", declare)
     monkeypatch.setattr(cl.Kernel, "__call__", call)
+    monkeypatch.setattr(cl.Kernel, "set_arg", set_arg)
     ops = [operands(q, m, n, k, rng) for m, n, k in SHAPES]
     plans = [tiledmm.plan(*A.shape, B.shape[1], backend="opencl") for _, _, A, B in ops]
 
-    def both(A, B, plan):  # the hot path, and run
+    def both(A, B, plan):  # the hot path (pre-bound), and run (what a first call takes)
         r = tiledmm.matmul(A, B)
         out = be.empty(r.shape, r.dtype, like=A)
         be.run(plan, A, B, out)
@@ -117,12 +123,14 @@ def test_kernels_built_once_per_context_with_typed_arguments(user, rng, monkeypa
     assert first > 0 and called  # a fresh context: its own programs
     assert set(called) <= declared
     called.clear()
+    del scalars[:]
     for _ in range(3):
         for (a, b, A, B), plan in zip(ops, plans, strict=True):
             for r in both(A, B, plan):
                 assert matmul_error(r.get(), a, b) < 1e-5
     assert len(builds) == first
     assert called and set(called) <= declared
+    assert scalars and not any(scalars)  # buffers only
 
 
 def test_results_and_scratch_come_from_the_queue_pool(user, rng, monkeypatch):
@@ -160,14 +168,17 @@ def test_vectors_take_the_gemv_path(user, rng, form, monkeypatch):
     arrays take from the same source), on the caller's queue."""
     import pyopencl.array as cla
     from tiledmm_backends.kernels import launch
+    from tiledmm_backends.opencl.bound import Bound
 
     be, q = user
     k, n = 257, 95
     a, b, A, B = operands(q, 1, n, k, rng)
-    plans = []  # (queue, plan) of each launch
-    real = launch.run
+    plans = []  # (queue, plan) of each launch: run's, or the hot path's pre-bound one
+    real, real_bound = launch.run, Bound.arrays
     monkeypatch.setattr(launch, "run", lambda st, ls, plan, *a: (plans.append((st.queue, plan)),
                                                                   real(st, ls, plan, *a))[1])
+    monkeypatch.setattr(Bound, "arrays", lambda self, x, y, c: (plans.append((c.queue, self.plan)),
+                                                                real_bound(self, x, y, c))[1])
     Bt = cla.to_device(q, np.ascontiguousarray(b.T))
     if form == "row":
         x, w, want = A, B, a @ b.astype(np.float64)
@@ -230,3 +241,40 @@ def test_timings_of_calls_on_a_plain_queue(user, rng):
     times = be.timings(lambda: tiledmm.matmul(A, B), repeat=2, warmup=1)
     assert len(times) == 2 and all(t > 0 for t in times)
 
+
+#: plans the pre-bound launch takes: one GEMM, K slices reduced after it, one-pass gemv
+BOUND = [
+    ("register", (37, 29, 53), ((16, 16, 4), (2, 4), dict(use_local=0, cpu_vec=4))),
+    ("register", (5, 33, 600), ((16, 16, 4), (2, 4), dict(use_local=0, cpu_vec=4, split_k=3))),
+    ("register", (8, 40, 64), ((32, 32, 8), (4, 4), dict(use_local=1, vm=4, vn=4, split_k=2))),
+    ("tiled", (19, 24, 37), ((8, 8, 8), (1, 1), dict(split_k=4))),
+    ("naive", (1, 97, 300), ((1, 16, 1), (1, 1), dict(gemv=1, ks=4, split_k=3, onepass=1))),
+    ("naive", (70, 1, 129), ((2, 8, 1), (1, 1), dict(gemv=1, ks=8, split_k=4, onepass=1))),
+]
+
+
+@pytest.mark.parametrize("family,shape,geo", BOUND, ids=[f"{f}-{s}" for f, s, _ in BOUND])
+def test_bound_launch_matches_a_float64_reference(user, rng, family, shape, geo):
+    """The hot path's pre-bound launch (``OpenCLBackend.bind``) into NaN-poisoned results,
+    called repeatedly (workspaces from the pool, the one-pass counters left zero), on odd
+    shapes; views and offsets are refused (``run`` takes them)."""
+    import pyopencl.array as cla
+
+    be, q = user
+    m, n, k = shape
+    bt, tt, opts = geo
+    geo = tiledmm.Geometry(bt, tt, tuple(sorted(opts.items())))
+    plan = tiledmm.make_plan(m, n, k, dtype="float32", kernel=family, device=be.device(),
+                             geometry=geo)  # fmt: skip
+    go = be.bind(plan)
+    assert go is not None
+    for _ in range(3):
+        a, b, A, B = operands(q, m, n, k, rng)
+        c = cla.to_device(q, np.full((m, n), np.nan, np.float32))
+        assert go.arrays(A, B, c) and c.events
+        got = c.get()
+        assert np.isfinite(got).all() and matmul_error(got, a, b) < 1e-5
+    big = cla.to_device(q, np.zeros((m + 1, n), np.float32))
+    assert not go.arrays(A, B, big[1:])  # an offset: run's
+    wide = cla.to_device(q, np.zeros((m, k + 3), np.float32))
+    assert not go.arrays(wide[:, :k], B, c)  # a row pitch: run's

@@ -16,7 +16,8 @@ on GPUs the register family stages tiles in local memory; on CPUs it is a local-
 vector micro-kernel. ``run`` is the shared launch path (``kernels.launch``) with this backend's
 array model (a buffer, an element offset and a leading dimension per operand) as the adapter
 (``OpenCLState``, in ``state.py``: one queue's context, programs (shared per context), buffer
-pool and that model).
+pool and that model); ``bind`` gives the engine's hot path a pre-bound launch for plain
+operands (``bound.py``: kernel objects whose scalar arguments were set once).
 ``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
 is the honest yardstick on CPU devices. ``timings`` reads OpenCL profiling events: from the
 start of the first command a call enqueues to the end of its last, queued behind a spin kernel
@@ -41,6 +42,7 @@ from .. import kernels as K
 from ..kernels import launch
 from ..kernels.probe import probe_source
 from . import choice, platforms
+from .bound import Bound, bind
 from .choice import NoUsableDevice
 from .device import device_spec
 from .mma import MmaFamily
@@ -251,6 +253,11 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         return times
 
     # ------------------------------------------------------------------ the kernel
+
+    def bind(self, plan) -> Bound | None:
+        """A pre-bound launch of ``plan`` for the hot path (``bound.py``), or None where only
+        :meth:`run` applies."""
+        return bind(self, plan)
 
     def run(self, plan, a, b, out) -> None:
         """``out[...] = a @ b`` on ``out``'s queue, queued behind the operands' pending events;

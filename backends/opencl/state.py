@@ -81,10 +81,10 @@ class Kernel:
     (``set_scalar_arg_dtypes``), so every launch packs them in one call; a first launch with a
     plain Python number leaves pyopencl's generic (slow) path in place."""
 
-    __slots__ = ("kern", "typed")
+    __slots__ = ("kern", "program", "typed")
 
-    def __init__(self, kern) -> None:
-        self.kern, self.typed = kern, False
+    def __init__(self, kern, program) -> None:
+        self.kern, self.program, self.typed = kern, program, False
 
     def __call__(self, queue, gsize, lsize, *args, wait_for=None):
         if not self.typed:
@@ -95,6 +95,15 @@ class Kernel:
             self.typed = True
         return self.kern(queue, gsize, lsize, *args, wait_for=wait_for)
 
+    def instance(self, args: tuple):
+        """A kernel object of its own (the same program and function) with the int arguments
+        of ``args`` set; None marks a buffer the caller sets per launch (``bound.py``)."""
+        cl, _ = cl_modules()
+        kern = cl.Kernel(self.program, self.kern.function_name)
+        for i, v in enumerate(args):
+            if v is not None:
+                kern.set_arg(i, np.int32(v))
+        return kern
 
 
 class SharedSourceState:
@@ -116,6 +125,7 @@ class SharedSourceState:
         else:
             self.ctx, self.queue = queue.context, queue
         self.rec = recorder or Recorder()
+        self.enqueue_nd = cl.enqueue_nd_range_kernel  # (bound.py's launches)
         self.Array = cl_modules()[1].Array
         self.shapes: dict[tuple, tuple] = {}  # (shape, dtype) -> what empty() passes
         self.scratch: dict[str, Any] = {}  # aligned copies of A and B, reused across calls
@@ -167,7 +177,7 @@ class SharedSourceState:
     def _program(self, name: str, src: str) -> Kernel:
         cl, _ = cl_modules()
         prg = cl.Program(self.ctx, src).build(options=["-cl-mad-enable"])
-        return Kernel(cl.Kernel(prg, name))
+        return Kernel(cl.Kernel(prg, name), prg)
 
     def _build(self, plan, aligned: bool, single: bool = False):
         defs = K.defines(plan, aligned, single)
