@@ -234,12 +234,20 @@ def test_operands_of_two_contexts_and_host_operands(user, rng):
     assert type(r) is np.ndarray and matmul_error(r, a, b) < 1e-5
 
 
-def test_timings_of_calls_on_a_plain_queue(user, rng):
-    """A caller's queue without profiling: ``timings`` falls back to the host clock."""
+def test_timings_of_calls_on_a_plain_queue(user, rng, monkeypatch):
+    """A caller's queue without profiling: ``timings`` waits for that queue and falls back to
+    the host clock."""
+    import pyopencl as cl
+
     be, q = user
     _, _, A, B = operands(q, 16, 16, 16, rng)
+    finished = []
+    real = cl.CommandQueue.finish
+    monkeypatch.setattr(cl.CommandQueue, "finish", lambda self: (finished.append(self),
+                                                                 real(self))[1])
     times = be.timings(lambda: tiledmm.matmul(A, B), repeat=2, warmup=1)
     assert len(times) == 2 and all(t > 0 for t in times)
+    assert sum(f is q for f in finished) >= 3  # after the warm-up and each timed call
 
 
 #: plans the pre-bound launch takes: one GEMM, K slices reduced after it, one-pass gemv

@@ -231,11 +231,13 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         """Seconds per call from profiling events (first command's start to last one's end).
         On NVIDIA GPUs each timed call is queued behind a 1 ms spin kernel (as on CUDA), so a
         call of several commands (split-K's GEMM and reduction) is timed without the host's
-        enqueue gaps between them: device time, as the CUDA backends measure it."""
+        enqueue gaps between them: device time, as the CUDA backends measure it. Work ``fn``
+        queues on a caller's queue is waited for too (every queue this backend ran on); a
+        queue without profiling gives wall time."""
         st = self.state()
         for _ in range(warmup):
             fn()
-        st.queue.finish()
+        self.synchronize()
         spin = st.spin()
         times = []
         for _ in range(repeat):
@@ -245,7 +247,7 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
             t0 = time.perf_counter()
             try:
                 fn()
-                st.queue.finish()
+                self.synchronize()
             finally:
                 events, st.events = st.events, None
             wall = time.perf_counter() - t0
