@@ -23,8 +23,11 @@ sides times ``--scale``: 1 on a GPU, 0.25 on a CPU device unless given), float32
   hot path where ``Backend.bind`` gives one, the whole call without a wait);
 - ``rel_error`` against a float64 NumPy product, and the plan (family, tiles, options).
 
-The summary holds the geometric mean of ``of_vendor`` and its minimum. JSON to ``--out``
-(and stdout), with the machine info of ``tiledmm.bench.machine``.
+Every figure is measured in ``--rounds`` rounds over all shapes (the order reversed every
+other round, so drift and other load spread over the shapes); a row holds the median over
+the rounds and each round (``rounds``). The summary holds the geometric mean of
+``of_vendor`` and its minimum. JSON to ``--out`` (and stdout), with the machine info of
+``tiledmm.bench.machine`` and the commit.
 """
 
 from __future__ import annotations
@@ -111,69 +114,95 @@ def vendor(dev_is_gpu: bool):
     return "cupy.matmul", make
 
 
-def row(be, label, m, n, k, args, user_queue, vend, rng) -> dict:
-    import pyopencl.array as cla
+#: figures measured each round (the row holds the median over rounds, ``rounds`` each one)
+FIGURES = ("call_us", "enqueue_us", "pipelined_us", "device_us", "host_numpy_us", "vendor_us")
 
-    dt = np.dtype(args.dtype)
-    a = rng.standard_normal((m, k)).astype(dt)
-    b = rng.standard_normal((k, n)).astype(dt)
-    q = user_queue or be.state().queue
-    A, B = cla.to_device(q, a), cla.to_device(q, b)
-    q.finish()
 
-    def wait(r):  # the result's queue (r.finish() waits only for events the array holds)
+class Case:
+    """One shape: its operands (the caller's and the backend's), first call and plan."""
+
+    def __init__(self, be, label, m, n, k, args, user_queue, vend, rng) -> None:
+        import pyopencl.array as cla
+
+        self.be, self.label, self.m, self.n, self.k, self.args = be, label, m, n, k, args
+        dt = self.dt = np.dtype(args.dtype)
+        self.a = rng.standard_normal((m, k)).astype(dt)
+        self.b = rng.standard_normal((k, n)).astype(dt)
+        q = user_queue or be.state().queue
+        self.A, self.B = cla.to_device(q, self.a), cla.to_device(q, self.b)
+        q.finish()
+        r = self.call()  # first call: plan, compile, first-use tuning (not timed)
+        ref = self.a.astype(np.float64) @ self.b.astype(np.float64)
+        self.err = float(np.linalg.norm(r.get() - ref) / max(np.linalg.norm(ref), 1e-300))
+        del r
+        # the backend's own arrays (its profiling queue): device time and the host pieces
+        self.BA, self.BB = be.asarray(self.a, dt), be.asarray(self.b, dt)
+        self.plan = dispatch.plan_for(be, m, n, k, dt.name)
+        self.vend = None if vend is None else (vend[0], *vend[1](self.a, self.b))
+        self.rounds: list[dict] = []
+
+    def call(self):
+        return tiledmm.matmul(self.A, self.B)
+
+    @staticmethod
+    def wait(r) -> None:  # the result's queue (r.finish() waits only for events it holds)
         r.queue.finish()
 
-    def call():
-        return tiledmm.matmul(A, B)
+    def round(self) -> None:
+        """Every figure once (each a median over its calls)."""
+        be, args, dt, (m, n) = self.be, self.args, self.dt, (self.m, self.n)
+        calls = wall_us(self.call, self.wait, args.budget, args.repeat, args.warmup)
+        enq = wall_us(self.call, self.wait, args.budget / 4, args.repeat, 1, timed_wait=False)
+        piped = pipelined_us(self.call, self.wait, max(5, min(args.repeat, len(calls))))
+        BA, BB = self.BA, self.BB
+        dev = be.timings(lambda: tiledmm.matmul(BA, BB), repeat=max(5, min(args.repeat, 20)),
+                         warmup=args.warmup)  # fmt: skip
+        host_in = wall_us(lambda: tiledmm.matmul(self.a, self.b), lambda r: None,
+                          args.budget / 2, args.repeat, 1)  # fmt: skip (a NumPy result is done)
+        R = be.empty((m, n), dt, like=BA)
+        st = be.state()
+        go = be.bind(self.plan)
+        work = [("alloc_result", lambda: be.empty((m, n), dt, like=BA)),
+                ("backend_run", lambda: be.run(self.plan, BA, BB, R)),
+                ("matmul_no_wait", lambda: tiledmm.matmul(BA, BB))]  # fmt: skip
+        if go is not None:  # the hot path's pre-bound launch, where the backend has one
+            work.insert(2, ("bound_launch", lambda: go.arrays(BA, BB, R)))
+        pieces = {}
+        for name, fn in work:  # host time of each piece alone, the queue drained after it
+            t = wall_us(fn, lambda r: st.queue.finish(), args.budget / 8, 20, 1,
+                        timed_wait=False)  # fmt: skip
+            pieces[name] = round(statistics.median(t), 2)
+        got = dict(call_us=statistics.median(calls), enqueue_us=statistics.median(enq),
+                   pipelined_us=piped, device_us=statistics.median(dev) * 1e6,
+                   host_numpy_us=statistics.median(host_in), pieces_us=pieces,
+                   calls_timed=len(calls))  # fmt: skip
+        if self.vend is not None:
+            vt = wall_us(self.vend[1], self.vend[2], args.budget, args.repeat, args.warmup)
+            got["vendor_us"] = statistics.median(vt)
+        self.rounds.append(got)
 
-    r = call()  # first call: plan, compile, first-use tuning (not timed)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    err = float(np.linalg.norm(r.get() - ref) / max(np.linalg.norm(ref), 1e-300))
-    del r
-    flops = 2.0 * m * n * k
-    calls = wall_us(call, wait, args.budget, args.repeat, args.warmup)
-    enq = wall_us(call, wait, args.budget / 4, args.repeat, 1, timed_wait=False)
-    piped = pipelined_us(call, wait, max(5, min(args.repeat, int(len(calls)))))
-    # device time: the backend's own arrays (its profiling queue), the same call
-    BA, BB = be.asarray(a, dt), be.asarray(b, dt)
-    dev = be.timings(lambda: tiledmm.matmul(BA, BB), repeat=max(5, min(args.repeat, 20)),
-                     warmup=args.warmup)  # fmt: skip
-    host_in = wall_us(lambda: tiledmm.matmul(a, b), lambda r: None, args.budget / 2,
-                      args.repeat, 1)  # fmt: skip (a NumPy result is complete)
-    plan = dispatch.plan_for(be, m, n, k, dt.name)
-    pieces = {}
-    R = be.empty((m, n), dt, like=BA)
-    st = be.state()
-    go = be.bind(plan)
-    work = [("alloc_result", lambda: be.empty((m, n), dt, like=BA)),
-            ("backend_run", lambda: be.run(plan, BA, BB, R)),
-            ("matmul_no_wait", lambda: tiledmm.matmul(BA, BB))]  # fmt: skip
-    if go is not None:  # the hot path's pre-bound launch, where the backend has one
-        work.insert(2, ("bound_launch", lambda: go.arrays(BA, BB, R)))
-    for name, fn in work:  # host time of each piece alone, the queue drained after it
-        t = wall_us(fn, lambda r: st.queue.finish(), args.budget / 8, 20, 1, timed_wait=False)
-        pieces[name] = statistics.median(t)
-    out = dict(shape=f"{m}x{n}x{k}", kind=label, m=m, n=n, k=k, dtype=dt.name,
-               kernel=plan.kernel, block_tile=list(plan.block_tile),
-               thread_tile=list(plan.thread_tile), options=dict(plan.options),
-               tiles_from=plan.geometry_source, rel_error=err,
-               call_us=statistics.median(calls), enqueue_us=statistics.median(enq),
-               pipelined_us=piped, device_us=statistics.median(dev) * 1e6,
-               host_numpy_us=statistics.median(host_in),
-               pieces_us={k2: round(v, 2) for k2, v in pieces.items()},
-               calls_timed=len(calls))  # fmt: skip
-    out["gflops"] = flops / out["call_us"] / 1e3
-    out["device_gflops"] = flops / out["device_us"] / 1e3
-    out["host_share_us"] = out["call_us"] - out["device_us"]
-    if vend is not None:
-        fn, vwait = vend[1](a, b)
-        vt = wall_us(fn, vwait, args.budget, args.repeat, args.warmup)
-        out["vendor"] = vend[0]
-        out["vendor_us"] = statistics.median(vt)
-        out["of_vendor"] = out["vendor_us"] / out["call_us"]
-        out["device_of_vendor"] = out["vendor_us"] / out["device_us"]
-    return out
+    def row(self) -> dict:
+        """Medians over the rounds, and each round."""
+        plan, flops = self.plan, 2.0 * self.m * self.n * self.k
+        out = dict(shape=f"{self.m}x{self.n}x{self.k}", kind=self.label, m=self.m, n=self.n,
+                   k=self.k, dtype=self.dt.name, kernel=plan.kernel,
+                   block_tile=list(plan.block_tile), thread_tile=list(plan.thread_tile),
+                   options=dict(plan.options), tiles_from=plan.geometry_source,
+                   rel_error=self.err)  # fmt: skip
+        for f in FIGURES:
+            if f in self.rounds[0]:
+                out[f] = statistics.median(r[f] for r in self.rounds)
+        out["pieces_us"] = {p: statistics.median(r["pieces_us"][p] for r in self.rounds)
+                            for p in self.rounds[0]["pieces_us"]}  # fmt: skip
+        out["gflops"] = flops / out["call_us"] / 1e3
+        out["device_gflops"] = flops / out["device_us"] / 1e3
+        out["host_share_us"] = out["call_us"] - out["device_us"]
+        if self.vend is not None:
+            out["vendor"] = self.vend[0]
+            out["of_vendor"] = out["vendor_us"] / out["call_us"]
+            out["device_of_vendor"] = out["vendor_us"] / out["device_us"]
+        out["rounds"] = self.rounds
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=50, help="most timed calls per figure")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--budget", type=float, default=1.0, help="seconds per figure (soft)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds over all shapes (figures: the median over rounds)")
+    p.add_argument("--note", default="", help="a line stored with the results")
     p.add_argument("--arrays", choices=("user", "backend"), default="user",
                    help="operands on a context and queue of the caller's own (default), or on "
                         "the backend's")  # fmt: skip
@@ -202,11 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         user_queue = cl.CommandQueue(ctx)
     vend = vendor(dev.is_gpu)
     rng = np.random.default_rng(37)
-    rows = []
     started = time.perf_counter()
-    for label, m, n, k in scaled(scale):
-        r = row(be, label, m, n, k, args, user_queue, vend, rng)
-        rows.append(r)
+    cases = [Case(be, label, m, n, k, args, user_queue, vend, rng)
+             for label, m, n, k in scaled(scale)]  # fmt: skip
+    for i in range(args.rounds):  # rounds, every shape in each, the order reversed every other
+        for c in cases if i % 2 == 0 else cases[::-1]:
+            c.round()
+    rows = [c.row() for c in cases]
+    for r in rows:
         print(f"{r['shape']:>16} {r['kernel']:8} call {r['call_us']:10.1f} us  enqueue "
               f"{r['enqueue_us']:8.1f}  pipelined {r['pipelined_us']:10.1f}  device "
               f"{r['device_us']:10.1f}  vendor {r.get('vendor_us', float('nan')):10.1f}  "
@@ -221,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = dict(about=__doc__.splitlines()[0], command=" ".join(["python -m",
                "benches.studies.opencl_calls", *sys.argv[1:]]), commit=commit_info(),
                machine_info=machine_info([be]),
+               note=args.note,
                settings=dict(scale=scale, dtype=args.dtype, repeat=args.repeat,
                              warmup=args.warmup, budget=args.budget, arrays=args.arrays,
-                             run_seconds=time.perf_counter() - started),
+                             rounds=args.rounds, run_seconds=time.perf_counter() - started),
                summary=summary, rows=rows)  # fmt: skip
     text = json.dumps(doc, indent=1, default=str)
     if args.out:
