@@ -267,7 +267,7 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         st = self.home(out)
         if not (a.queue is st.queue and b.queue is st.queue) and _other_home(a, b, out):
             return self._run_elsewhere(plan, a, b, out)
-        a, b, wait = prepare(self._queues, st, a, b, out)
+        a, b, wait = prepare(st, a, b, out)
         st.begin(wait)
         launch.run(st, st.launches, plan, a, b, out)
         _done(st, out)
@@ -277,7 +277,7 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         st = self.home(out)
         if not (a.queue is st.queue and b.queue is st.queue) and _other_home(a, b, out):
             return False  # (the per-matrix loop: run, each through the host)
-        a, b, wait = prepare(self._queues, st, a, b, out)
+        a, b, wait = prepare(st, a, b, out)
         st.begin(wait)
         done = launch.run_batched(st, st.launches, plan, a, b, out)
         _done(st, out)
@@ -304,7 +304,9 @@ def _other_home(a, b, out) -> bool:
 
 
 def _done(st: OpenCLState, out) -> None:
-    """The call's last event becomes ``out``'s pending events (it waited for the old ones)."""
+    """The call's last event becomes ``out``'s pending events (it waited for the old ones);
+    a call that enqueued nothing leaves no wait behind for the state's next command."""
+    st.wait = None
     if st.last is not None:
         del out.events[:]
         out.events.append(st.last)

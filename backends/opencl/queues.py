@@ -23,7 +23,7 @@ from typing import Any
 
 from .state import OpenCLState, Recorder, cl_modules
 
-__all__ = ["Queues", "MAX_QUEUES", "prepare"]
+__all__ = ["Queues", "MAX_QUEUES", "prepare", "largest"]
 
 MAX_QUEUES = 64
 
@@ -66,7 +66,7 @@ class Queues:
         return list(self.by_queue.values())
 
 
-def prepare(queues: Queues, st: OpenCLState, a: Any, b: Any, out: Any) -> tuple:
+def prepare(st: OpenCLState, a: Any, b: Any, out: Any) -> tuple:
     """(a, b, events to wait for) for a call on ``st`` (``out``'s queue): operands of another
     queue of this context contribute a marker of theirs, of another context a copy on ``st``
     (through the host); pending events of all three are waited for."""
