@@ -6,14 +6,18 @@ are used (``platforms.py``: probed once per device; a failing one is skipped wit
 shown by ``tiledmm info``; where none passes the backend is unavailable, saying why and what to
 install). ``TILEDMM_OPENCL_DEVICE`` picks the device by index into ``devices()`` (the usable
 ones) or by a case-insensitive piece of its platform and name (default: the first usable GPU,
-else the first usable device). Native arrays are ``pyopencl.array.Array`` on this backend's
-queue.
+else the first usable device). Native arrays are ``pyopencl.array.Array``, on any context and
+queue: a product of pyopencl arrays runs on their queue (the caller's) and returns a queued
+array holding the call's event, no host wait inside (``queues.py``); NumPy operands go to the
+chosen device's own context and queue, and NumPy comes back.
 
 Tiles come from the geometry database (``kernels/geometry.json``) by device name, else by kind:
 on GPUs the register family stages tiles in local memory; on CPUs it is a local-memory-free
 vector micro-kernel. ``run`` is the shared launch path (``kernels.launch``) with this backend's
 array model (a buffer, an element offset and a leading dimension per operand) as the adapter
-(``OpenCLState``, in ``state.py``: one device's context, queue, programs and that model).
+(``OpenCLState``, in ``state.py``: one queue's context, programs (shared per context), buffer
+pool and that model); ``bind`` gives the engine's hot path a pre-bound launch for plain
+operands (``bound.py``: kernel objects whose scalar arguments were set once).
 ``vendor_matmul`` is ``numpy.matmul`` through the host (OpenCL has no vendor BLAS here), which
 is the honest yardstick on CPU devices. ``timings`` reads OpenCL profiling events: from the
 start of the first command a call enqueues to the end of its last, queued behind a spin kernel
@@ -23,12 +27,11 @@ command fall back to wall time.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 from dataclasses import replace
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -38,111 +41,14 @@ from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl
 from .. import kernels as K
 from ..kernels import launch
 from ..kernels.probe import probe_source
-from . import platforms
+from . import choice, platforms
+from .bound import Bound, bind
 from .device import device_spec
 from .mma import MmaFamily
-from .state import OpenCLState, cl_modules
+from .queues import Queues, largest, prepare
+from .state import OpenCLState, check_size, cl_modules
 
-__all__ = ["OpenCLBackend", "NoUsableDevice", "register_backends"]
-
-ENV = "TILEDMM_OPENCL_DEVICE"
-platforms.prepare_once()  # before anything in this process enumerates OpenCL platforms
-
-
-class NoUsableDevice(RuntimeError):
-    """OpenCL devices exist, but none builds a kernel (the message says why and the fix)."""
-
-#: whether this process has queried OpenCL ("started"), and whether it is a child forked after
-#: its parent did ("forked"): OpenCL cannot run there (see FORKED)
-_runtime = {"started": False, "forked": False}
-FORKED = (
-    "OpenCL cannot run in this process: it was forked (os.fork, or multiprocessing's default "
-    "'fork' start method on Linux) after OpenCL started in its parent, and the runtime's "
-    "threads (PoCL's, a driver's) do not exist in a forked child, so its first call would "
-    "hang (a fresh context hangs too); start the workers with the 'spawn' or 'forkserver' "
-    "start method (multiprocessing.get_context('spawn')), or use OpenCL in the parent only "
-    "after the fork"
-)
-
-
-def _after_fork_in_child() -> None:
-    """A child of a process that queried OpenCL: every OpenCL call raises FORKED at once."""
-    if _runtime["started"]:
-        _runtime["forked"] = True
-        _all_devices.cache_clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _check_fork() -> None:
-    if _runtime["forked"]:
-        raise RuntimeError(FORKED)
-
-
-@cache
-def _all_devices() -> tuple:
-    """Every device of every platform, in the loader's order (a platform whose devices cannot
-    be listed contributes none)."""
-    _check_fork()
-    cl, _ = cl_modules()
-    _runtime["started"] = True  # from the first platform query on, a forked child cannot run
-    out = []
-    for p in cl.get_platforms():
-        try:
-            out += p.get_devices()
-        except Exception:  # noqa: BLE001 - DEVICE_NOT_FOUND and the like
-            continue
-    return tuple(out)
-
-
-def _usable() -> list:
-    """The devices that pass the probe (each probed once per process), in the loader's order."""
-    return [d for d in _all_devices() if platforms.probe(d) is None]
-
-
-def _skipped() -> list[tuple[str, str]]:
-    """(device, why) of every device probed so far that failed."""
-    out = []
-    for d in _all_devices():
-        why = platforms.probe(d) if platforms.probed(d) else None
-        if why:
-            out.append((platforms.label(d), why))
-    return out
-
-
-def _none_usable(devs) -> NoUsableDevice:
-    return NoUsableDevice(platforms.unusable_reason([(platforms.label(d), platforms.probe(d))
-                                                     for d in devs]))  # fmt: skip
-
-
-def _pick(choice: str):
-    devs = _all_devices()
-    if not devs:
-        raise RuntimeError("no OpenCL device found")
-    if choice:
-        if choice.isdigit():
-            usable = _usable()
-            if not usable:
-                raise _none_usable(devs)
-            if int(choice) >= len(usable):
-                raise RuntimeError(f"{ENV}={choice}: only {len(usable)} usable OpenCL device(s)")
-            return usable[int(choice)]
-        matches = [d for d in devs if choice.lower() in f"{d.platform.name} {d.name}".lower()]
-        if not matches:
-            names = ", ".join(d.name.strip() for d in devs)
-            raise RuntimeError(f"{ENV}={choice!r} matches no OpenCL device (found: {names})")
-        for d in matches:
-            if platforms.probe(d) is None:
-                return d
-        raise _none_usable(matches)
-    cl, _ = cl_modules()
-    gpus = [d for d in devs if d.type & cl.device_type.GPU]
-    for d in gpus + [d for d in devs if d not in gpus]:  # the first usable GPU, else device
-        if platforms.probe(d) is None:
-            return d
-    raise _none_usable(devs)
-
+__all__ = ["OpenCLBackend", "register_backends"]
 
 #: how long the spin kernel ahead of each timed call keeps an NVIDIA GPU busy (ns): longer than
 #: the host side of any call timed here (pyopencl's: 160 us for one GEMM, 300-450 us with a
@@ -161,41 +67,53 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
 
     def __init__(self) -> None:
         self._states: dict[str, OpenCLState] = {}
+        self._queues = Queues()  # every queue run on: the caller's arrays' too (queues.py)
+        self._array: type | None = None  # pyopencl.array.Array, once a state exists
 
     # ------------------------------------------------------------------ device
 
     def state(self) -> OpenCLState:
         """The device chosen by ``TILEDMM_OPENCL_DEVICE`` now: context, queue, programs (a
         RuntimeError saying why in a child forked after OpenCL started: FORKED)."""
-        _check_fork()
-        choice = os.environ.get(ENV, "")
-        st = self._states.get(choice)
+        choice.check_fork()
+        sel = os.environ.get(choice.ENV, "")
+        st = self._states.get(sel)
         if st is None:
-            st = self._states[choice] = OpenCLState(_pick(choice))
+            st = OpenCLState(choice.pick(sel), recorder=self._queues.rec)
+            self._states[sel] = self._queues.add(st)
+            self._array = cl_modules()[1].Array
         return st
+
+    def home(self, x: Any) -> OpenCLState:
+        """The state a call with result ``x`` runs on: a pyopencl array's own queue (the
+        caller's context and queue, ``queues.py``), else the selected device's."""
+        if self._array is not None and isinstance(x, self._array):
+            choice.check_fork()
+            return self._queues.of(x)
+        return self.state()
 
     def selected_device(self) -> Any:
         """The pyopencl device ``TILEDMM_OPENCL_DEVICE`` selects now (its open state's), or
         None before pyopencl has been imported in this process (this never imports it, so
         ``import tiledmm`` stays light); the device is picked, not opened."""
-        choice = os.environ.get(ENV, "")
-        st = self._states.get(choice)
+        sel = os.environ.get(choice.ENV, "")
+        st = self._states.get(sel)
         if st is not None:
             return st.dev
         if "pyopencl" not in sys.modules:
             return None
-        return _pick(choice)
+        return choice.pick(sel)
 
     def unavailable_reason(self) -> str | None:
         try:
             import pyopencl  # noqa: F401
         except ImportError:
             return "pyopencl is not installed (pip install 'tiledmm[opencl]')"
-        if _runtime["forked"]:
-            return FORKED
+        if choice.RUNTIME["forked"]:
+            return choice.FORKED
         try:
             self.state()
-        except NoUsableDevice as exc:  # devices, none of whose compilers builds: say why
+        except choice.NoUsableDevice as exc:  # devices, none of whose compilers builds: say why
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - no platform, bad selection, ICD trouble
             text = " ".join(str(exc).split()) or type(exc).__name__
@@ -217,11 +135,11 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
 
     def device_key(self) -> str:
         """The device choice (``TILEDMM_OPENCL_DEVICE``) the next call runs on."""
-        return os.environ.get(ENV, "")
+        return os.environ.get(choice.ENV, "")
 
     def devices(self) -> list[DeviceSpec]:
         """The usable devices (every one probed); skipped ones are named in ``extra``."""
-        return [_with_notes(device_spec(d)) for d in _usable()]
+        return [_with_notes(device_spec(d)) for d in choice.usable()]
 
     def search_space(self, kernel: str, dtype: str, device: DeviceSpec) -> list[Geometry]:
         """The geometries ``tiledmm tune`` tries (backends/kernels/space.py)."""
@@ -261,27 +179,33 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         return isinstance(x, cla.Array)
 
     def asarray(self, x: Any, dtype: np.dtype) -> Any:
+        """A pyopencl array of ``dtype``: one of ``dtype`` as it is (on its own queue), another
+        converted on its queue, host data copied to the selected device's queue."""
+        if self._array is not None and isinstance(x, self._array):
+            if x.dtype == dtype:
+                return x
+            check_size(x.shape)
+            return self.home(x).contiguous(x).astype(dtype)
         _, cla = cl_modules()
-        q = self.state().queue
-        _check_size(np.shape(x))  # before the host copy and the buffer
-        if isinstance(x, cla.Array):
-            if x.dtype != dtype:
-                x = self.state().contiguous(x).astype(dtype)
-            return x
-        return cla.to_device(q, np.ascontiguousarray(x, dtype=dtype), allocator=self.state().pool)
+        st = self.state()
+        check_size(np.shape(x))  # before the host copy and the buffer
+        if isinstance(x, cla.Array):  # (before any state existed: x's queue is not known yet)
+            return self.asarray(x, dtype)
+        return cla.to_device(st.queue, np.ascontiguousarray(x, dtype=dtype), allocator=st.pool)
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, like: Any = None) -> Any:
-        _check_size(tuple(shape))
-        return self.state().empty(shape, dtype)
+        """On ``like``'s queue when it is a pyopencl array (the caller's), else the selected
+        device's queue; from that queue's buffer pool."""
+        return self.home(like).empty(shape, dtype)
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        return self.state().contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
+        return self.home(x).contiguous(x).get() if hasattr(x, "get") else np.asarray(x)
 
     def vendor_matmul(self, a: Any, b: Any) -> Any:
         """numpy.matmul through the host: OpenCL ships no BLAS; on CPU devices this is the
         OpenBLAS yardstick the kernels are compared against."""
         _, cla = cl_modules()
-        return cla.to_device(self.state().queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
+        return cla.to_device(self.home(a).queue, np.matmul(self.to_numpy(a), self.to_numpy(b)))
 
     def vendor_backend(self) -> Backend:
         """The yardstick's backend: cuBLAS through CuPy on an NVIDIA GPU (when available);
@@ -297,17 +221,22 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         return self
 
     def synchronize(self) -> None:
-        self.state().queue.finish()
+        """Wait for every queue this backend has run on (the callers' too)."""
+        self.state()
+        for st in self._queues.all():
+            st.queue.finish()
 
     def timings(self, fn, *, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call from profiling events (first command's start to last one's end).
         On NVIDIA GPUs each timed call is queued behind a 1 ms spin kernel (as on CUDA), so a
         call of several commands (split-K's GEMM and reduction) is timed without the host's
-        enqueue gaps between them: device time, as the CUDA backends measure it."""
+        enqueue gaps between them: device time, as the CUDA backends measure it. Work ``fn``
+        queues on a caller's queue is waited for too (every queue this backend ran on); a
+        queue without profiling gives wall time."""
         st = self.state()
         for _ in range(warmup):
             fn()
-        st.queue.finish()
+        self.synchronize()
         spin = st.spin()
         times = []
         for _ in range(repeat):
@@ -317,35 +246,81 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
             t0 = time.perf_counter()
             try:
                 fn()
-                st.queue.finish()
+                self.synchronize()
             finally:
                 events, st.events = st.events, None
             wall = time.perf_counter() - t0
-            span = events[-1].profile.end - events[0].profile.start if events else None
-            times.append(span * 1e-9 if span is not None else wall)
+            times.append(_span(events) or wall)
         return times
 
     # ------------------------------------------------------------------ the kernel
 
+    def bind(self, plan) -> Bound | None:
+        """A pre-bound launch of ``plan`` for the hot path (``bound.py``), or None where only
+        :meth:`run` applies."""
+        return bind(self, plan)
+
     def run(self, plan, a, b, out) -> None:
-        st = self.state()
+        """``out[...] = a @ b`` on ``out``'s queue, queued behind the operands' pending events;
+        the call's last event becomes ``out.events`` (``queues.py``)."""
+        st = self.home(out)
+        if not (a.queue is st.queue and b.queue is st.queue) and _other_home(a, b, out):
+            return self._run_elsewhere(plan, a, b, out)
+        a, b, wait = prepare(st, a, b, out)
+        st.begin(wait)
         launch.run(st, st.launches, plan, a, b, out)
+        _done(st, out)
 
     def run_batched(self, plan, a, b, out) -> bool:
         """The whole broadcast batch in one launch (see ``kernels.launch.run_batched``)."""
-        st = self.state()
-        return launch.run_batched(st, st.launches, plan, a, b, out)
+        st = self.home(out)
+        if not (a.queue is st.queue and b.queue is st.queue) and _other_home(a, b, out):
+            return False  # (the per-matrix loop: run, each through the host)
+        a, b, wait = prepare(st, a, b, out)
+        st.begin(wait)
+        done = launch.run_batched(st, st.launches, plan, a, b, out)
+        _done(st, out)
+        return done
+
+    def _run_elsewhere(self, plan, a, b, out) -> None:
+        """Operands of two contexts, the largest an input: the product there, then its result
+        through the host into ``out``."""
+        _, cla = cl_modules()
+        st = self.home(largest(a, b))
+        c = st.empty(out.shape, out.dtype)
+        self.run(plan, a, b, c)
+        home = self.home(out)
+        home.begin(list(out.events))
+        home.copy(cla.to_device(home.queue, c.get(), allocator=home.pool), out)
+        _done(home, out)
 
 
-def _check_size(shape: tuple[int, ...]) -> None:
-    """Buffers are indexed with 32-bit element offsets: refuse a larger operand up front."""
-    if math.prod(shape) > K.INT_MAX:
-        shape = "x".join(map(str, shape))
-        raise ValueError(
-            f"an operand of {shape} elements is too large for the OpenCL backend's 32-bit "
-            "indexing (more than 2**31-1 elements): use backend='numpy', or split the product "
-            "into blocks"
-        )
+def _other_home(a, b, out) -> bool:
+    """Whether an input lives in another context than ``out`` and outsizes it (then the call
+    runs in the input's context: ``largest``)."""
+    big = largest(a, b, out)
+    return big is not out and big.context != out.context
+
+
+def _done(st: OpenCLState, out) -> None:
+    """The call's last event becomes ``out``'s pending events (it waited for the old ones);
+    a call that enqueued nothing leaves no wait behind for the state's next command."""
+    st.wait = None
+    if st.last is not None:
+        del out.events[:]
+        out.events.append(st.last)
+        st.last = None
+
+
+def _span(events) -> float | None:
+    """Seconds from the first event's start to the last one's end (None: no events, or a
+    queue without profiling)."""
+    if not events:
+        return None
+    try:
+        return (events[-1].profile.end - events[0].profile.start) * 1e-9
+    except Exception:  # noqa: BLE001 - PROFILING_INFO_NOT_AVAILABLE: a caller's plain queue
+        return None
 
 
 @lru_cache(maxsize=16)  # a spec per calibration state: bounded
@@ -356,7 +331,7 @@ def _noted(spec: DeviceSpec, notes: tuple[tuple[str, str], ...]) -> DeviceSpec:
 def _with_notes(spec: DeviceSpec) -> DeviceSpec:
     """``spec`` with the skipped devices (and what ``platforms.prepare_icd`` did) in ``extra``,
     which ``tiledmm info`` prints."""
-    notes = tuple(("skipped", f"{name}: {why}") for name, why in _skipped())
+    notes = tuple(("skipped", f"{name}: {why}") for name, why in choice.skipped())
     if platforms.icd_note():
         notes += (("ICD", platforms.icd_note()),)
     return _noted(spec, notes) if notes else spec

@@ -1,11 +1,21 @@
-"""One OpenCL device's state for the OpenCL backend: context, profiling queue, compiled programs
-(built once per source), pooled buffers, and the array model (a buffer, an element offset and a
-leading dimension per operand) that the shared launch path (``kernels.launch.Adapter``) runs
-with: layouts, strided copies, aligned scratch copies, GEMM and split-K reduction enqueues.
+"""One OpenCL queue's state for the OpenCL backend: its context's compiled programs (built once
+per source and context, shared by every queue of the context), pooled buffers, and the array
+model (a buffer, an element offset and a leading dimension per operand) that the shared launch
+path (``kernels.launch.Adapter``) runs with: layouts, strided copies, aligned scratch copies,
+GEMM and split-K reduction enqueues.
+
+Host cost per call (issue 37): kernels are :class:`Kernel` objects whose scalar argument types
+are declared once, so pyopencl packs the scalars itself (its generic per-argument path took
+15-20 us per NumPy scalar: 200-300 us for a GEMM's 20 arguments, on PoCL and NVIDIA's OpenCL
+alike); results and temporaries come from this queue's buffer pool through pyopencl's light
+array constructor (``cla.empty`` validates its arguments in Python: 20-25 us); a call waits for
+its operands' pending events and leaves its last event on the result (:meth:`begin`,
+:attr:`last`), all on the device: nothing here waits on the host.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -16,7 +26,7 @@ from .. import kernels as K
 from ..kernels import launch
 from .mma import MmaState
 
-__all__ = ["OpenCLState", "SharedSourceState", "cl_modules"]
+__all__ = ["OpenCLState", "SharedSourceState", "Kernel", "Recorder", "cl_modules", "check_size"]
 
 _COPY2D = """
 #if REAL_BYTES == 8
@@ -34,6 +44,7 @@ __kernel void copy2d(const int rows, const int cols,
     dst[doff + i * d0 + j * d1] = src[soff + i * s0 + j * s1];
 }
 """
+_COPY_SOURCES = {n: f"#define REAL_BYTES {n}\n" + _COPY2D for n in (4, 8)}
 
 
 def cl_modules():
@@ -44,28 +55,109 @@ def cl_modules():
     return cl, cla
 
 
+def check_size(shape: tuple[int, ...]) -> None:
+    """Buffers are indexed with 32-bit element offsets: refuse a larger operand up front."""
+    if math.prod(shape) > K.INT_MAX:
+        shape = "x".join(map(str, shape))
+        raise ValueError(
+            f"an operand of {shape} elements is too large for the OpenCL backend's 32-bit "
+            "indexing (more than 2**31-1 elements): use backend='numpy', or split the product "
+            "into blocks"
+        )
+
+
+class Recorder:
+    """The events ``timings`` collects (None: not recording), shared by a backend's states."""
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events: list[Any] | None = None
+
+
+class Kernel:
+    """A built kernel, launched as ``kernel(queue, global, local, *args, wait_for=None)``: on
+    its first launch the NumPy scalars among ``args`` declare the scalar argument types
+    (``set_scalar_arg_dtypes``), so every launch packs them in one call; a first launch with a
+    plain Python number leaves pyopencl's generic (slow) path in place."""
+
+    __slots__ = ("kern", "program", "typed")
+
+    def __init__(self, kern, program) -> None:
+        self.kern, self.program, self.typed = kern, program, False
+
+    def __call__(self, queue, gsize, lsize, *args, wait_for=None):
+        if not self.typed:
+            if not any(isinstance(a, (int, float, complex)) for a in args):
+                self.kern.set_scalar_arg_dtypes(
+                    [a.dtype if isinstance(a, np.generic) else None for a in args]
+                )
+            self.typed = True
+        return self.kern(queue, gsize, lsize, *args, wait_for=wait_for)
+
+    def instance(self, args: tuple):
+        """A kernel object of its own (the same program and function) with the int arguments
+        of ``args`` set; None marks a buffer the caller sets per launch (``bound.py``)."""
+        cl, _ = cl_modules()
+        kern = cl.Kernel(self.program, self.kern.function_name)
+        for i, v in enumerate(args):
+            if v is not None:
+                kern.set_arg(i, np.int32(v))
+        return kern
+
+
 class SharedSourceState:
     """Context, queue and compiled programs for one device; also the array model that the
     shared launch path (``kernels.launch.Adapter``) runs with on this device (the shared-source
     families; :class:`OpenCLState` adds mma)."""
 
-    def __init__(self, dev) -> None:
+    def __init__(self, dev, queue=None, peer: SharedSourceState | None = None,
+                 recorder: Recorder | None = None) -> None:  # fmt: skip
+        """The device's own context and profiling queue (``queue`` None), or a caller's
+        ``queue``; ``peer``: a state of the same context, whose programs and launches are
+        shared; ``recorder``: the backend's (``timings``)."""
         cl, _ = cl_modules()
         self.dev = dev
-        self.ctx = cl.Context([dev])
-        profiling = cl.command_queue_properties.PROFILING_ENABLE
-        self.queue = cl.CommandQueue(self.ctx, properties=profiling)
-        self.events: list[Any] | None = None  # commands enqueued while timings() records
+        if queue is None:
+            self.ctx = cl.Context([dev])
+            profiling = cl.command_queue_properties.PROFILING_ENABLE
+            self.queue = cl.CommandQueue(self.ctx, properties=profiling)
+        else:
+            self.ctx, self.queue = queue.context, queue
+        self.rec = recorder or Recorder()
+        self.enqueue_nd = cl.enqueue_nd_range_kernel  # (bound.py's launches)
+        self.Array = cl_modules()[1].Array
+        self.shapes: dict[tuple, tuple] = {}  # (shape, dtype) -> what empty() passes
         self.scratch: dict[str, Any] = {}  # aligned copies of A and B, reused across calls
-        self.fp64 = "cl_khr_fp64" in dev.extensions
-        self.pocl = "portable computing language" in dev.platform.name.lower()
-        self.kernels: LRUCache[Any] = LRUCache(256)
-        self.launches = launch.Launches(self._build)
-        # results and temporaries come from a pool: NVIDIA's OpenCL pays ~0.3 ms on the first
-        # write of every fresh 64 MB buffer (GPU.md), a pooled one is reused
+        self.wait: list | None = None  # events the next command waits for (``begin``)
+        self.last: Any = None  # the event of the last command enqueued
+        if peer is not None:
+            self.fp64, self.pocl = peer.fp64, peer.pocl
+            self.kernels, self.launches = peer.kernels, peer.launches
+        else:
+            self.fp64 = "cl_khr_fp64" in dev.extensions
+            self.pocl = "portable computing language" in dev.platform.name.lower()
+            self.kernels: LRUCache[Any] = LRUCache(256)
+            self.launches = launch.Launches(self._build)
+        # results and temporaries come from this queue's pool (a block freed here is reused
+        # by a later command of this in-order queue only): NVIDIA's OpenCL pays ~0.3 ms on the
+        # first write of every fresh 64 MB buffer (GPU.md), a pooled one is reused
         from pyopencl.tools import ImmediateAllocator, MemoryPool
 
         self.pool = MemoryPool(ImmediateAllocator(self.queue))
+
+    @property
+    def events(self) -> list[Any] | None:
+        """The commands enqueued while ``timings`` records (the backend's recorder)."""
+        return self.rec.events
+
+    @events.setter
+    def events(self, value: list[Any] | None) -> None:
+        self.rec.events = value
+
+    def begin(self, wait: list | None) -> None:
+        """A call starts: its first command waits for ``wait`` (events, or None)."""
+        self.wait, self.last = wait or None, None
 
     def spin(self):
         """The spin kernel ahead of timed calls (NVIDIA GPUs: it reads the global timer
@@ -77,13 +169,15 @@ class SharedSourceState:
         except Exception:  # noqa: BLE001 - a driver without inline PTX: time without it
             return None
 
-    def kernel(self, name: str, src: str):
-        """Build ``src`` once (pyopencl also caches the binary on disk) and keep the kernel."""
+    def kernel(self, name: str, src: str) -> Kernel:
+        """Build ``src`` once per context (pyopencl also caches the binary on disk) and keep
+        the kernel."""
         return self.kernels.get_or_make((name, src), lambda: self._program(name, src))
 
-    def _program(self, name: str, src: str):
+    def _program(self, name: str, src: str) -> Kernel:
         cl, _ = cl_modules()
-        return getattr(cl.Program(self.ctx, src).build(options=["-cl-mad-enable"]), name)
+        prg = cl.Program(self.ctx, src).build(options=["-cl-mad-enable"])
+        return Kernel(cl.Kernel(prg, name), prg)
 
     def _build(self, plan, aligned: bool, single: bool = False):
         defs = K.defines(plan, aligned, single)
@@ -104,8 +198,36 @@ class SharedSourceState:
         return (base, id(base), off, s0, s1, off // x.dtype.itemsize)  # type: ignore[return-value]
 
     def empty(self, shape, dtype):
-        _, cla = cl_modules()
-        return cla.empty(self.queue, shape, dtype, allocator=self.pool)
+        """A C-contiguous array on this queue from its pool, through pyopencl's light
+        constructor where it has one (shape, strides and size cached per shape and dtype;
+        ValueError past 32-bit indexing)."""
+        try:
+            shape, dtype, strides, size = self.shapes[(shape, dtype)]
+        except (KeyError, TypeError):  # (a list is no key)
+            shape, dtype, strides, size = self._shape(shape, dtype)
+        try:
+            return self.Array(None, shape, dtype, allocator=self.pool, strides=strides,
+                              _fast=True, _size=size, _context=self.ctx, _queue=self.queue)
+        except TypeError:  # a pyopencl without it
+            return cl_modules()[1].empty(self.queue, shape, dtype, allocator=self.pool)
+
+    def _shape(self, shape, dtype) -> tuple:
+        key = (shape, dtype)
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        check_size(shape)
+        strides, step = [], dtype.itemsize
+        for d in reversed(shape):
+            strides.append(step)
+            step *= max(d, 1)
+        meta = (shape, dtype, tuple(strides[::-1]), math.prod(shape))
+        if len(self.shapes) >= 256:
+            self.shapes.clear()
+        try:
+            self.shapes[key] = meta
+        except TypeError:
+            pass
+        return meta
 
     def contiguous(self, x):
         if x.flags.c_contiguous or x.ndim != 2:
@@ -130,7 +252,7 @@ class SharedSourceState:
         if not rows or not cols:
             return
         dt = src.dtype
-        k = self.kernel("copy2d", f"#define REAL_BYTES {dt.itemsize}\n" + _COPY2D)
+        k = self.kernel("copy2d", _COPY_SOURCES[dt.itemsize])
         so, s0, s1 = _strided(src)
         do, d0, d1 = _strided(dst)
         i32, i64 = np.int32, np.int64
@@ -139,7 +261,7 @@ class SharedSourceState:
           dst.base_data, i64(do), i64(d0), i64(d1))  # fmt: skip
 
     def device_id(self) -> int:
-        return id(self)
+        return id(self.kernels)  # the context's (launches are shared by its queues)
 
     def enqueue(self, call, m, n, k, a, oa, lda, b, ob, ldb, c, oc, ldc, bt=launch.NOBATCH,
                 tail=()):  # fmt: skip
@@ -179,10 +301,17 @@ class SharedSourceState:
         return buf.data
 
     def enqueue_kernel(self, kern, *args) -> None:
-        """Launch ``kern`` on the queue, keeping its event while ``timings`` records."""
-        event = kern(self.queue, *args)
-        if self.events is not None:
-            self.events.append(event)
+        """Launch ``kern`` on the queue (the first command of a call after the events
+        ``begin`` named), keeping its event as :attr:`last` and while ``timings`` records."""
+        wait = self.wait
+        if wait is not None:
+            self.wait = None
+            event = kern(self.queue, *args, wait_for=wait)
+        else:
+            event = kern(self.queue, *args)
+        self.last = event
+        if self.rec.events is not None:
+            self.rec.events.append(event)
 
 
 _NOBATCH = tuple(np.int32(v) for v in launch.NOBATCH[1:])
