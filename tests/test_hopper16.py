@@ -16,6 +16,7 @@ from tiledmm_backends.cupy_cuda import hopper
 
 import tiledmm
 from tiledmm.device.nvidia import reference_h200
+from tiledmm.planner import hopper as hplan
 from tiledmm.planner.make import make_plan
 
 from .conftest import requires_backend
@@ -32,11 +33,14 @@ def _plan(m=256, n=256, k=256, dtype="float16", **opts):
 
 
 def test_takes_16bit_mma_plans_on_compute_capability_9(monkeypatch):
+    """The planner decides (tiledmm.planner.hopper.runs: the option, else the environment when
+    the product is planned, else DEFAULT_ON above DECODE_M rows) and records it in the plan's
+    option ``hopper``; the backend's takes obeys the plan."""
     monkeypatch.delenv("TILEDMM_HOPPER16", raising=False)
-    assert hopper.takes(_plan(), "90") == hopper.DEFAULT_ON
-    monkeypatch.setattr(hopper, "DEFAULT_ON", True)
-    assert not hopper.takes(_plan(m=hopper.DECODE_M), "90")  # decode keeps mma.sync by default
-    assert hopper.takes(_plan(m=hopper.DECODE_M, hopper=1), "90")
+    monkeypatch.setattr(hplan, "DEFAULT_ON", True)
+    assert not hopper.takes(_plan(m=hplan.DECODE_M), "90")  # decode keeps mma.sync by default
+    assert _plan(m=hplan.DECODE_M).options["hopper"] == 0 and _plan().options["hopper"] == 1
+    assert hopper.takes(_plan(m=hplan.DECODE_M, hopper=1), "90")
     assert hopper.takes(_plan(), "90") and hopper.takes(_plan(dtype="bfloat16"), "90")
     assert not hopper.takes(_plan(), "80") and not hopper.takes(_plan(), "100")
     assert not hopper.takes(_plan(dtype="float64"), "90")
@@ -44,45 +48,51 @@ def test_takes_16bit_mma_plans_on_compute_capability_9(monkeypatch):
     assert not hopper.takes(_plan(wgmma=1), "90")  # the older wgmma experiment asked by name
     monkeypatch.setenv("TILEDMM_HOPPER16", "0")
     assert not hopper.takes(_plan(), "90")
-    monkeypatch.setattr(hopper, "DEFAULT_ON", False)
+    monkeypatch.setattr(hplan, "DEFAULT_ON", False)
     monkeypatch.setenv("TILEDMM_HOPPER16", "1")
     assert hopper.takes(_plan(), "90") and not hopper.takes(_plan(hopper=0), "90")
+    planned_with_1 = _plan()
     monkeypatch.delenv("TILEDMM_HOPPER16")
     assert hopper.takes(_plan(hopper=1), "90") and not hopper.takes(_plan(), "90")
+    assert hopper.takes(planned_with_1, "90")  # the decision is the plan's, made when planned
+    bare = types.SimpleNamespace(dtype="float16", options={}, m=4096)  # no decision recorded
+    assert not hopper.takes(bare, "90")
+    monkeypatch.setattr(hplan, "DEFAULT_ON", True)
+    assert hopper.takes(bare, "90")
 
 
 def test_config_by_rows_and_overrides():
-    assert hopper.config(_plan(m=4096)) == hopper.CONFIGS["large"]
-    assert hopper.config(_plan(m=hopper.DECODE_M)) == hopper.CONFIGS["decode"]
+    assert hopper.config(_plan(m=4096)) == hplan.CONFIGS["large"]
+    assert hopper.config(_plan(m=hplan.DECODE_M)) == hplan.CONFIGS["decode"]
     cfg = hopper.config(_plan(m=4096, hopper_stages=3, hopper_cluster=2))
     assert cfg["stages"] == 3 and cfg["cluster"] == 2 and cfg["bn"] == 256
 
 
 def test_defines_and_shared_memory():
-    for name, cfg in hopper.CONFIGS.items():
+    for name, cfg in hplan.CONFIGS.items():
         for dtype in hopper.DTYPES:
             d = hopper.defines(dtype, cfg)
             assert d["DTYPE"] == hopper.DTYPES[dtype], name
             assert hopper.smem_bytes(d) <= hopper.SMEM_LIMIT
-    big = hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=4, epi=0))
+    big = hopper.defines("float16", dict(hplan.CONFIGS["large"], stages=4, epi=0))
     assert hopper.smem_bytes(big) == 4 * (384 * 128 + 16) + 1024
     assert (big["PRODUCER_REGS"], big["CONSUMER_REGS"]) == (40, 232)
-    staged = hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=3, epi=1))
+    staged = hopper.defines("float16", dict(hplan.CONFIGS["large"], stages=3, epi=1))
     assert hopper.smem_bytes(staged) == 3 * (384 * 128 + 16) + 128 * 256 * 2 + 1024
     with pytest.raises(ValueError, match="shared memory"):  # 4 stages and the C panels
-        hopper.defines("float16", dict(hopper.CONFIGS["large"], stages=4, epi=1))
+        hopper.defines("float16", dict(hplan.CONFIGS["large"], stages=4, epi=1))
     # 40 x 128 + 232 x 256 registers fit the SM's 65536
     assert 128 * big["PRODUCER_REGS"] + 256 * big["CONSUMER_REGS"] <= 65536
-    bad = [dict(hopper.CONFIGS["large"], stages=5),  # 240 KiB of stages
-           dict(hopper.CONFIGS["large"], bn=192),  # a consumer of 192 columns
-           dict(hopper.CONFIGS["large"], cm=4),  # four consumers
-           dict(hopper.CONFIGS["large"], bn=64, cn=1, cluster=2),  # one B panel to split
-           dict(hopper.CONFIGS["large"], bm=512, cm=2)]  # fmt: skip
+    bad = [dict(hplan.CONFIGS["large"], stages=5),  # 240 KiB of stages
+           dict(hplan.CONFIGS["large"], bn=192),  # a consumer of 192 columns
+           dict(hplan.CONFIGS["large"], cm=4),  # four consumers
+           dict(hplan.CONFIGS["large"], bn=64, cn=1, cluster=2),  # one B panel to split
+           dict(hplan.CONFIGS["large"], bm=512, cm=2)]  # fmt: skip
     for cfg in bad:
         with pytest.raises(ValueError, match="hopper tiles"):
             hopper.defines("float16", cfg)
     with pytest.raises(ValueError, match="float16 or bfloat16"):
-        hopper.defines("float32", hopper.CONFIGS["large"])
+        hopper.defines("float32", hplan.CONFIGS["large"])
 
 
 # ------------------------------------------------------------------ TMA arguments
@@ -205,7 +215,7 @@ def test_run_path(fake, layout, rng):
         got = np.asarray(out, np.float64)
         assert np.isfinite(got).all()
         assert np.abs(got - ref).max() <= 2e-3 * max(1.0, np.abs(ref).max()), (m, n, k)
-    assert calls and all(c[3] == hopper.CONFIGS["large"]["group_m"] for c in calls if c[0] > 64)
+    assert calls and all(c[3] == hplan.CONFIGS["large"]["group_m"] for c in calls if c[0] > 64)
 
 
 def test_run_refuses_other_devices(monkeypatch):
@@ -218,7 +228,7 @@ def test_mma_run_routes_16bit_plans(monkeypatch):
     """The CuPy backend's mma family hands 16-bit plans to hopper.run on 9.x devices only."""
     from tiledmm_backends.cupy_cuda import mma
 
-    monkeypatch.setattr(hopper, "DEFAULT_ON", True)
+    monkeypatch.setattr(hplan, "DEFAULT_ON", True)
     monkeypatch.delenv("TILEDMM_HOPPER16", raising=False)
     seen = []
     monkeypatch.setattr(hopper, "run", lambda cp, plan, a, b, out: seen.append(plan.dtype))
@@ -237,12 +247,12 @@ def test_mma_run_routes_16bit_plans(monkeypatch):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", sorted(hopper.CONFIGS) + ["cluster2", "staged"])
+@pytest.mark.parametrize("name", sorted(hplan.CONFIGS) + ["cluster2", "staged"])
 @pytest.mark.parametrize("dtype", sorted(hopper.DTYPES))
 def test_kernel_builds_for_sm90a(name, dtype, tmp_path):
     """As NVRTC gets it (defines first, no host headers), for sm_90a: no warnings, no spills."""
     extra = {"cluster2": dict(cluster=2), "staged": dict(stages=3, epi=1, cluster=2)}
-    cfg = dict(hopper.CONFIGS["large"], **extra[name]) if name in extra else hopper.CONFIGS[name]
+    cfg = dict(hplan.CONFIGS["large"], **extra[name]) if name in extra else hplan.CONFIGS[name]
     d = hopper.defines(dtype, cfg)
     src = tmp_path / "k.cu"
     src.write_text("".join(f"#define {k} {v}\n" for k, v in d.items()) + hopper.SRC.read_text())

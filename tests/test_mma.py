@@ -251,7 +251,13 @@ def test_plan_defines_match_the_spec():
 
 @pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
 def test_mma_plans_on_h200(dtype):
-    p = make_plan(4095, 4095, 4095, dtype=dtype, kernel="mma", device=H200, backend="cupy")
+    """mma.sync plans (16-bit: asked for with option ``hopper`` 0; by default the Hopper kernel
+    runs them, tests/test_hopper_plan.py)."""
+    geo = default_mma_geometry(dtype, H200)
+    if dtype != "float64":
+        geo = replace(geo, options=geo.options + (("hopper", 0),))
+    p = make_plan(4095, 4095, 4095, dtype=dtype, kernel="mma", device=H200, geometry=geo,
+                  backend="cupy")  # fmt: skip
     text = str(p)
     assert "mma.sync" in text and "warp tile" in text and p.kernel == "mma"
     assert p.level("tensor cores") is not None and p.predicted_seconds > 0
@@ -291,18 +297,21 @@ def test_tensor_roof_above_the_fma_roof():
 def test_measured_16bit_roof():
     """A calibrated float16 vendor rate is the 16-bit roof (bfloat16 shares it); mma.sync plans
     still predict at the share of the whitepaper rate it can issue, never above the roof."""
-    sheet = tc.roof(H200, "float16")[0]
-    assert tc.roof(H200, "bfloat16")[0] == sheet and "estimate" in tc.roof(H200, "float16")[1]
+    bare = reference_h200({**nvidia.H200_MEASURED, "peak_flops": {}})  # no float16 measured
+    sheet = tc.roof(bare, "float16")[0]
+    assert tc.roof(bare, "bfloat16")[0] == sheet and "estimate" in tc.roof(bare, "float16")[1]
+    assert tc.roof(H200, "float16")[0] == nvidia.H200_MEASURED["peak_flops"]["float16"]
     frac = nvidia.MMA_SYNC_FRACTION[(9, 0)]["f16"]
-    assert tc.peak(H200, "float16")[0] == pytest.approx(sheet * frac)
-    measured = replace(H200, peak_flops=H200.peak_flops + (("float16", 0.8 * sheet),))
+    assert tc.peak(bare, "float16")[0] == pytest.approx(sheet * frac)
+    measured = replace(bare, peak_flops=bare.peak_flops + (("float16", 0.8 * sheet),))
     for dtype in ("float16", "bfloat16"):
         rate, src = tc.roof(measured, dtype)
         assert rate == 0.8 * sheet and src.startswith("measured float16")
         assert tc.peak(measured, dtype)[0] == pytest.approx(sheet * frac)
-    low = replace(H200, peak_flops=H200.peak_flops + (("float16", 0.5 * sheet),))
+    low = replace(bare, peak_flops=bare.peak_flops + (("float16", 0.5 * sheet),))
     assert tc.peak(low, "float16")[0] == 0.5 * sheet  # the roof caps the mma.sync share
     p = make_plan(4096, 4096, 4096, dtype="float16", kernel="mma", device=measured)
+    assert p.options["hopper"] == 1  # the Hopper kernel runs it, at the roof
     assert peak_of(p, "float16") == 0.8 * sheet  # what the bench records as the row's roof
 
 
@@ -452,11 +461,12 @@ def test_model_default_fits_the_problem_and_requests_are_kept():
 def test_16bit_tiles_halved_for_grids_under_one_block_per_sm():
     """The H200's 16-bit tables (8 warps, one block per SM) run small grids with half the block
     and two blocks per SM (float16 1024^3: 32 blocks of 128x256 ran at 0.26 of the vendor, 64
-    of 128x128 at 0.38); large grids, float64 and the model default keep their tiles."""
+    of 128x128 at 0.38); large grids, float64 and the model default keep their tiles. (mma.sync
+    tiles: option ``hopper`` 0; the Hopper kernel would run them otherwise.)"""
     from tiledmm.planner.shapefit import for_product
 
     opts = (("copy_after", 1), ("fk", 16), ("fm", 16), ("fn", 8), ("frag_pipe", 3),
-            ("group_m", 8), ("stages", 4))  # fmt: skip
+            ("group_m", 8), ("hopper", 0), ("stages", 4))  # fmt: skip
     wide = tiledmm.Geometry((128, 256, 64), (64, 64), opts, None, "table")
     tall = tiledmm.Geometry((256, 128, 64), (64, 64), opts, None, "table")
     for geo, dtype in ((wide, "float16"), (tall, "bfloat16")):

@@ -4,8 +4,9 @@ The fifth rung of the ``mma`` family on compute capability 9.x: TMA copies into 
 mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups issuing
 ``wgmma.mma_async`` from 128-byte-swizzled shared memory (B read N-major, as NumPy stores it),
 ``setmaxnreg``, and a persistent grid walking the tiles in a grouped order. A 16-bit mma plan
-on such a device runs here (:func:`takes`) unless its options say ``hopper`` 0; the plan's
-other options (the ``mma.sync`` tiles) are then not used: :func:`config` picks this kernel's.
+on such a device runs here (:func:`takes`: the planner's decision, ``tiledmm.planner.hopper``,
+which also gives the plan this kernel's geometry and model); :func:`config` reads the
+configuration off the plan's options.
 
 Host side:
 
@@ -24,16 +25,16 @@ NVRTC compiles for ``sm_90a`` directly (wgmma and setmaxnreg exist only on the "
 from __future__ import annotations
 
 import ctypes as C
-import os
 from pathlib import Path
 from typing import Any
 
+from tiledmm.planner import hopper as hplan
 from tiledmm.util.lru import LRUCache
 
 __all__ = [
-    "DTYPES", "CONFIGS", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes",
-    "tma_ready", "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order",
-    "Driver", "HopperKernel", "device_info", "kernel", "run",
+    "DTYPES", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes", "tma_ready",
+    "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
+    "device_info", "kernel", "run",
 ]  # fmt: skip
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
@@ -41,98 +42,49 @@ SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
 DTYPES = {"float16": 1, "bfloat16": 2}
 #: dynamic shared memory a block may opt into on sm_90
 SMEM_LIMIT = 227 * 1024
-#: named configurations: block tile (bm, bn), consumer warpgroups (cm, cn), stages, cluster
-#: (blocks along M sharing B by multicast), group_m (tile rows per group of the order)
-CONFIGS: dict[str, dict[str, int]] = {
-    "large": dict(bm=128, bn=256, cm=2, cn=1, stages=3, cluster=1, group_m=16, epi=1),
-    "decode": dict(bm=64, bn=256, cm=1, cn=2, stages=5, cluster=1, group_m=1),
-}
-#: products with at most this many rows take the "decode" configuration
-DECODE_M = 64
 
 _KERNELS: LRUCache[Any] = LRUCache(16)
 _MAPS: LRUCache[Any] = LRUCache(64)
 _DEVICES: dict[int, tuple[str, int]] = {}
 
 
-#: whether 16-bit mma plans of more than ``DECODE_M`` rows on 9.x devices take this kernel unless
-#: told otherwise: on since the H200 run of 2026-12-07 (docs/mma.md, "The fifth rung"), where
-#: tiledmm.matmul with it ran at 0.91-1.05 of cuBLAS against mma.sync's 0.47-0.53; decode
-#: shapes keep mma.sync by default (through tiledmm.matmul there, 0.32-0.36 of cuBLAS against
-#: mma.sync's 0.35-0.43, though the kernel alone reached 0.73-0.88)
-DEFAULT_ON = True
-
-
 def takes(plan: Any, cc: str) -> bool:
-    """Whether a plan runs here: a 16-bit mma plan on compute capability 9.x, where its option
-    ``hopper`` (1 / 0), else the environment's ``TILEDMM_HOPPER16`` (1 / 0), else
-    ``DEFAULT_ON`` for plans of more than ``DECODE_M`` rows says so; never a plan that asks for
-    the older ``wgmma`` experiment."""
-    if plan.dtype not in DTYPES or not str(cc).startswith("9"):
-        return False
-    o = plan.options
-    if int(o.get("wgmma", 0)):
-        return False
-    if "hopper" in o:
-        return bool(int(o["hopper"]))
-    env = os.environ.get("TILEDMM_HOPPER16")
-    return env != "0" if env in ("0", "1") else DEFAULT_ON and plan.m > DECODE_M
+    """Whether a plan runs here (``tiledmm.planner.hopper.runs``, the planner's own decision:
+    a 16-bit mma plan on compute capability 9.x where its option ``hopper``, else
+    ``TILEDMM_HOPPER16``, else ``DEFAULT_ON`` for more than ``DECODE_M`` rows says so); ``cc``
+    as CuPy gives it ("90")."""
+    text = str(cc)
+    major = int(text[:-1]) if text[:-1].isdigit() else None
+    return hplan.runs(plan.dtype, (major, 0) if major is not None else None, plan.options,
+                      plan.m)  # fmt: skip
 
 
 def config(plan: Any) -> dict[str, int]:
-    """This kernel's configuration for a plan: ``CONFIGS["decode"]`` for at most ``DECODE_M``
-    rows, else ``"large"``; the plan's options ``hopper_*`` (bm, bn, cm, cn, stages, cluster,
-    group_m) override single fields."""
-    cfg = dict(CONFIGS["decode" if plan.m <= DECODE_M else "large"])
-    for key in cfg:
-        v = plan.options.get(f"hopper_{key}")
-        if v is not None:
-            cfg[key] = int(v)
-    return cfg
+    """This kernel's configuration for a plan (``tiledmm.planner.hopper.config``: the
+    "decode" or "large" configuration, single fields overridden by options ``hopper_<key>``;
+    a Hopper plan carries them all)."""
+    return hplan.config(plan.m, plan.options)
 
 
 def smem_bytes(d: dict[str, int]) -> int:
-    """Dynamic shared memory of one block: the stage ring (A: BM rows of 128 bytes, B: BN of
-    them), its 2 x STAGES mbarriers, with ``EPI`` 1 the C staging panels (BM x BN 16-bit
-    values), and 1 KiB for the ring's 1024-byte alignment."""
-    c = d["BM"] * d["BN"] * 2 if d.get("EPI") else 0
-    return d["STAGES"] * ((d["BM"] + d["BN"]) * 128 + 16) + c + 1024
+    """Dynamic shared memory of one block of defines ``d`` (``tiledmm.planner.hopper``'s
+    rule)."""
+    return hplan.smem_bytes(dict(bm=d["BM"], bn=d["BN"], stages=d["STAGES"], epi=d.get("EPI", 0)))
 
 
 def defines(dtype: str, cfg: dict[str, int]) -> dict[str, int]:
     """``hopper_gemm.cu``'s defines for ``dtype`` and a configuration (ValueError for one it
-    cannot run); ``cfg["wait1"]`` 0 waits for each stage's MMAs before the next (default 1:
-    one group in flight); ``cfg["epi"]`` 1 stores C through shared memory and TMA."""
-    bm, bn, cm, cn = cfg["bm"], cfg["bn"], cfg["cm"], cfg["cn"]
-    stages, cluster = cfg["stages"], cfg["cluster"]
-    bad = []
-    if dtype not in DTYPES:
-        bad.append(f"dtype {dtype!r} is not float16 or bfloat16")
-    if cm < 1 or cn < 1 or cm * cn > 2:
-        bad.append("one or two consumer warpgroups (cm * cn)")
-    elif bm % cm or bn % cn:
-        bad.append(f"{cm}x{cn} consumers must split the block evenly")
-    else:
-        wm, wn = bm // cm, bn // cn
-        if wm not in (64, 128) or wn not in (64, 128, 256) or wm // 64 * wn > 256:
-            bad.append(f"each consumer owns 64 or 128 rows of 64, 128 or 256 columns, at most "
-                       f"128 accumulators per thread (not {wm}x{wn})")  # fmt: skip
-    if cluster not in (1, 2) or (cluster == 2 and (bn // 64) % 2):
-        bad.append("cluster 1, or 2 with an even number of 64-column B panels")
-    if stages < 2:
-        bad.append("at least 2 stages")
-    if bm > 256:
-        bad.append("BM at most 256 (one TMA box)")
-    two = cm * cn == 2
-    d = dict(DTYPE=DTYPES.get(dtype, 0), BM=bm, BN=bn, CM=cm, CN=cn, STAGES=stages,
-             CLUSTER=cluster, WAIT1=int(cfg.get("wait1", 1)), PRODUCER_REGS=40 if two else 0,
-             CONSUMER_REGS=232 if two else 0, EPI=int(cfg.get("epi", 0)))  # fmt: skip
-    if not bad and smem_bytes(d) > SMEM_LIMIT:
-        bad.append(f"{stages} stages need {smem_bytes(d)} bytes of shared memory, over "
-                   f"{SMEM_LIMIT}")  # fmt: skip
+    cannot run: ``tiledmm.planner.hopper.problems``); ``cfg["wait1"]`` 0 waits for each
+    stage's MMAs before the next (default 1: one group in flight); ``cfg["epi"]`` 1 stores C
+    through shared memory and TMA."""
+    bad = hplan.problems(dtype, dict(cfg), SMEM_LIMIT)
     if bad:
-        raise ValueError(f"hopper tiles {bm}x{bn}: " + "; ".join(bad))
-    return d
+        raise ValueError(f"hopper tiles {cfg['bm']}x{cfg['bn']}: " + "; ".join(bad))
+    two = cfg["cm"] * cfg["cn"] == 2
+    return dict(DTYPE=DTYPES[dtype], BM=cfg["bm"], BN=cfg["bn"], CM=cfg["cm"], CN=cfg["cn"],
+                STAGES=cfg["stages"], CLUSTER=cfg["cluster"], WAIT1=int(cfg.get("wait1", 1)),
+                PRODUCER_REGS=40 if two else 0, CONSUMER_REGS=232 if two else 0,
+                EPI=int(cfg.get("epi", 0)))  # fmt: skip
 
 
 # ------------------------------------------------------------------ host logic (CPU-testable)

@@ -9,7 +9,8 @@ first the correctness check on odd shapes (float32 reference from torch with TF3
 NaN-poisoned output; cuBLAS's error on the same data beside it), then, when correct, the timing
 sweep: CUDA-event medians after warm-up, cuBLAS timed on the same arrays in alternating rounds.
 ``--library``: also ``tiledmm.matmul`` on torch tensors with the new kernel
-(``TILEDMM_HOPPER16=1``) and with today's ``mma.sync`` path (``=0``), host side included.
+(``TILEDMM_HOPPER16=1``) and with the ``mma.sync`` path (``=0``), host side included (the switch
+is read when a product is planned: the caches are cleared after each change).
 The table printed last has each shape's fraction of cuBLAS; ``--json`` keeps every number.
 """
 
@@ -77,15 +78,18 @@ def _time(torch, fn, target_ms: float = 25.0, rounds: int = 5) -> float:
 def _library(torch, a, b, v: float) -> dict:
     """``tiledmm.matmul`` on the tensors with the new kernel and with today's path."""
     import tiledmm
+    from tiledmm.core.dispatch import clear_caches
 
     lib = {}
     for flag in ("1", "0"):
         os.environ["TILEDMM_HOPPER16"] = flag
+        clear_caches()  # the switch is read when a product is planned; plans are cached
         got = tiledmm.matmul(a, b)
         ref = torch.matmul(a, b).float()
         lib["err" + flag] = ((got.float() - ref).norm() / ref.norm()).item()
         lib[flag] = _time(torch, lambda a=a, b=b: tiledmm.matmul(a, b))
     os.environ["TILEDMM_HOPPER16"] = "1"
+    clear_caches()
     return dict(library_seconds=lib["1"], library_of_vendor=v / lib["1"],
                 mma_sync_seconds=lib["0"], mma_sync_of_vendor=v / lib["0"],
                 library_vs_cublas_diff=lib["err1"], mma_sync_vs_cublas_diff=lib["err0"])

@@ -34,6 +34,7 @@ __all__ = [
     "optin_shared",
     "H200_CC",
     "H200_MEASURED",
+    "TENSOR_PEAKS",
     "reference_h200",
     "measured_from_record",
 ]
@@ -217,6 +218,9 @@ H200_MEASURED: dict[str, Any] = {
     "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl)",
     "levels": {"DRAM": 4529500000000.0, "L2": 12335000000000.0, "shared memory": 32719000000000.0},
     "fma_peaks": {"float32": 58525000000000.0, "float64": 32768000000000.0},
+    # the vendor float16 GEMM (cuBLAS HGEMM through cupy.matmul): the calibration of
+    # 2026-12-02 that benches/results/h200-cupy.json records (calibrate timed float16 from then)
+    "peak_flops": {"float16": 749850000000000.0},
 }
 
 
@@ -226,7 +230,9 @@ def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
     measured; the others datasheet/derived SM-side ceilings at the 1.98 GHz boost clock,
     scaled by ``sustained`` = 0.77 (cuBLAS SGEMM sustains 51 of the 67 TFLOP/s datasheet FP32
     peak; the shared-memory-bound tiled kernels 0.77 of 128 B/clk), and an L2 of 6.6 TB/s,
-    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute).
+    what the naive kernel moved through it (16.95 GB in 2.574 ms, Nsight Compute). Vendor-GEMM
+    rates: cuBLAS SGEMM and DGEMM (GPU.md), and the calibrated float16 one (the tensor cores'
+    16-bit roof, :func:`tiledmm.model.tensorcore.roof`).
     ``measured``: another set in H200_MEASURED's form (``python -m tiledmm.report.modelcheck
     --calibration FILE`` checks a new calibration this way before it is copied in)."""
     measured = H200_MEASURED if measured is None else measured
@@ -241,6 +247,9 @@ def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
     fma = {"float32": sms * l32 * 2 * clock, "float64": sms * l64 * 2 * clock}
     levels = estimates | measured.get("levels", {})
     fma |= measured.get("fma_peaks", {})
+    # the vendor GEMM's rate per dtype: cuBLAS SGEMM and DGEMM (GPU.md), and any the
+    # calibration measured (the tensor cores' 16-bit roof: tensorcore.roof)
+    peaks = {"float32": 50.8e12, "float64": 60.7e12} | measured.get("peak_flops", {})
     loaded = set(measured.get("levels", {})) | ({"compute"} if measured.get("fma_peaks") else set())
     return DeviceSpec(
         name="NVIDIA H200",
@@ -256,7 +265,7 @@ def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
         registers_per_unit=65536,
         max_registers_per_thread=255,
         caches=(("L2", 60 << 20),),
-        peak_flops=(("float32", 50.8e12), ("float64", 60.7e12)),
+        peak_flops=tuple(sorted(peaks.items())),
         bandwidth=levels["DRAM"],
         launch_overhead=5e-6,
         levels=tuple(levels.items()),
@@ -273,6 +282,11 @@ def reference_h200(measured: dict[str, Any] | None = None) -> DeviceSpec:
     )
 
 
+#: the vendor-GEMM rates of a calibration the reference takes (the tensor cores' 16-bit roof);
+#: its float32 and float64 figures stay GPU.md's (the register family's pad rule reads them)
+TENSOR_PEAKS = ("float16",)
+
+
 def measured_from_record(record: dict) -> dict[str, Any]:
     """A calibration record (``tiledmm calibrate``) in :data:`H200_MEASURED`'s form."""
     return {
@@ -280,4 +294,6 @@ def measured_from_record(record: dict) -> dict[str, Any]:
         f"{record.get('date', '?')} (probes.cl)",
         "levels": {k: float(f"{v:.5g}") for k, v in sorted(record.get("levels", {}).items())},
         "fma_peaks": {k: float(f"{v:.5g}") for k, v in sorted(record.get("fma_peaks", {}).items())},
+        "peak_flops": {k: float(f"{v:.5g}") for k, v in sorted(record.get("peak_flops", {}).items())
+                       if k in TENSOR_PEAKS},
     }

@@ -1,5 +1,6 @@
 """The tensor-core rung's plans (issue 14): default tiles per dtype and the mma plan, with the
-tensor-core levels of :mod:`tiledmm.model.tensorcore`."""
+tensor-core levels of :mod:`tiledmm.model.tensorcore`; 16-bit plans the Hopper kernel runs
+(issue 38) are :mod:`tiledmm.planner.hopper`'s."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from ..device import nvidia
 from ..device.spec import DeviceSpec
 from ..model import tensorcore as tc
+from . import hopper
 from .geometry import Geometry
 from .plans import Plan, PlanError, kib, occupancy
 
@@ -60,6 +62,12 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
     if why:
         raise PlanError(why)
     geo = geo or default_mma_geometry(dtype, device, precision)
+    cc = nvidia.compute_capability(device)
+    if hopper.runs(dtype, cc, dict(geo.options), m):
+        if geo.source != "requested" or hopper.requested(geo, m):
+            return hopper.plan_hopper(m, n, k, dtype, device, geo, backend)
+        # tiles asked for that only mma.sync has: mma.sync runs them
+    sync_only = dtype in hopper.DTYPES and cc is not None and cc[0] == 9  # the plan says so
     big = default_mma_geometry(dtype, device, precision)
     fit = dict(geo.options).get("fit")
     if fit and (geo.block_tile, geo.thread_tile) != (big.block_tile, big.thread_tile):
@@ -69,6 +77,8 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
         plans = []
         for small in (False, True):
             g = default_mma_geometry(dtype, device, precision, small=small, fit=False)
+            if sync_only:  # decided above: mma.sync, for both sizes
+                g = replace(g, options=tuple(sorted({**dict(g.options), "hopper": 0}.items())))
             try:
                 plans.append(plan_mma(m, n, k, dtype, device, replace(g, source=geo.source),
                                        backend))  # fmt: skip
@@ -78,6 +88,8 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
             return min(plans, key=lambda p: p.predicted_seconds)
         raise PlanError(f"no default mma tiles fit {device.name}")
     opts = dict(geo.options)
+    if sync_only and not int(opts.get("wgmma", 0)):
+        opts["hopper"] = 0
     kind = tc.kind(dtype, precision) or ""
     d_frag = tc.default_fragment(kind, nvidia.compute_capability(device))
     frag = tuple(int(opts.get(x, d)) for x, d in zip(("fm", "fn", "fk"), d_frag, strict=True))

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from ..device.spec import DeviceSpec
+from ..model import hopper as hm
 from ..model import tensorcore as tc
 from ..model.levels import Level
 
@@ -132,8 +133,12 @@ class Plan:
                 f"tiles in shared memory ({kib(self.shared_bytes)} per block); each of "
                 f"{self.threads_per_block} threads computes {what}"
             )
+        what = "blocks"
+        if int(self.options.get("hopper", 0)):  # a persistent grid walks the tiles
+            what = (f"tiles, walked by {min(self.grid[0] * self.grid[1], dev.compute_units)} "
+                    "persistent blocks (one per SM)")
         lines.append(
-            f"  grid {self.grid[0]} x {self.grid[1]} = {self.grid[0] * self.grid[1]} blocks; "
+            f"  grid {self.grid[0]} x {self.grid[1]} = {self.grid[0] * self.grid[1]} {what}; "
             f"padded shape {mp}x{np_}x{kp}: {self.padding_waste:.1%} of executed FLOPs are "
             f"padding (edge tiles zero-filled)"
         )
@@ -215,6 +220,10 @@ def mma_words(p: Plan) -> str:
     bm, bn, bk = p.block_tile
     wm, wn = p.thread_tile
     o = p.options
+    if int(o.get("hopper", 0)):  # the Hopper kernel (tiledmm.planner.hopper)
+        cfg = {key[7:]: int(v) for key, v in o.items() if key.startswith("hopper_")}
+        cfg["c_tma"] = p.n % 8 == 0 or p.m <= 1
+        return hm.describe(cfg, ITEMSIZE.get(p.dtype, 2), p.shared_bytes, p.threads_per_block)
     frag = (int(o.get("fm", 16)), int(o.get("fn", 8)), int(o.get("fk", 8)))
     k = tc.kind(p.dtype, o.get("precision")) or "?"
     warps = p.threads_per_block // 32

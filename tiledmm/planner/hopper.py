@@ -1,0 +1,173 @@
+"""The Hopper 16-bit rung's plans (issue 38): whether the TMA + ``wgmma`` kernel runs a 16-bit
+mma plan (:func:`runs`), its configurations (:data:`CONFIGS`, :func:`config`) and their
+constraints (:func:`problems`), and the plan that carries its geometry and levels
+(:func:`plan_hopper`, the model in :mod:`tiledmm.model.hopper`). The CuPy backend reads these
+decisions (its ``hopper.takes``, ``config`` and ``defines``), so the plan describes the kernel
+that runs it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..device import nvidia
+from ..device.spec import DeviceSpec
+from ..model import hopper as hm
+from ..model import tensorcore as tc
+from .geometry import Geometry
+from .plans import Plan, PlanError, occupancy
+
+__all__ = ["DTYPES", "CONFIGS", "KEYS", "DECODE_M", "DEFAULT_ON", "ENV", "runs", "config",
+           "smem_bytes", "problems", "requested", "plan_hopper"]  # fmt: skip
+
+DTYPES = ("float16", "bfloat16")
+#: named configurations: block tile (bm, bn), consumer warpgroups (cm, cn), stages, cluster
+#: (blocks along M sharing B by multicast), group_m (tile rows per group of the order), epi
+#: (1: C through shared memory and TMA stores). "large": the H200 run's best (Le, 2026-12-07:
+#: 0.98-1.03 of cuBLAS at 4096^3-8192^3 and the prefill shapes); "decode": D2 (0.875 at 8 and
+#: 32 rows against D's 0.74-0.75)
+CONFIGS: dict[str, dict[str, int]] = {
+    "large": dict(bm=128, bn=256, cm=2, cn=1, stages=3, cluster=1, group_m=16, epi=1),
+    "decode": dict(bm=64, bn=256, cm=1, cn=2, stages=5, cluster=1, group_m=1, epi=0),
+}
+#: the fields a plan's options may set as ``hopper_<key>`` (wait1 0: each stage's MMAs waited
+#: for before the next; default 1, one group in flight)
+KEYS = ("bm", "bn", "cm", "cn", "stages", "cluster", "group_m", "epi", "wait1")
+#: products with at most this many rows take the "decode" configuration
+DECODE_M = 64
+#: whether 16-bit mma plans of more than ``DECODE_M`` rows on 9.x devices take the kernel unless
+#: told otherwise: on since the H200 run of 2026-12-07 (docs/mma.md, "The fifth rung"), where
+#: tiledmm.matmul with it ran at 0.91-1.05 of cuBLAS against mma.sync's 0.47-0.53; decode
+#: shapes keep mma.sync by default (through tiledmm.matmul there, 0.32-0.36 of cuBLAS against
+#: mma.sync's 0.35-0.43, though the kernel alone reached 0.73-0.88)
+DEFAULT_ON = True
+#: the environment switch (1 / 0), read when a product is planned
+ENV = "TILEDMM_HOPPER16"
+
+
+def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: int) -> bool:
+    """Whether the Hopper kernel runs a ``dtype`` mma plan of ``m`` rows on a device of compute
+    capability ``cc``: 16-bit on 9.x, where the option ``hopper`` (1 / 0), else the environment's
+    ``TILEDMM_HOPPER16`` (1 / 0), else ``DEFAULT_ON`` for more than ``DECODE_M`` rows says so;
+    never a plan that asks for the older ``wgmma`` experiment."""
+    if dtype not in DTYPES or cc is None or cc[0] != 9 or int(options.get("wgmma", 0)):
+        return False
+    if "hopper" in options:
+        return bool(int(options["hopper"]))
+    env = os.environ.get(ENV)
+    return env == "1" if env in ("0", "1") else DEFAULT_ON and m > DECODE_M
+
+
+def config(m: int, options: Mapping[str, Any]) -> dict[str, int]:
+    """The kernel's configuration: ``CONFIGS["decode"]`` for at most ``DECODE_M`` rows, else
+    ``"large"``; options ``hopper_<key>`` (:data:`KEYS`) override single fields."""
+    cfg = dict(CONFIGS["decode" if m <= DECODE_M else "large"])
+    for key in KEYS:
+        v = options.get(f"hopper_{key}")
+        if v is not None:
+            cfg[key] = int(v)
+    return cfg
+
+
+def smem_bytes(cfg: Mapping[str, int]) -> int:
+    """Dynamic shared memory of one block: the stage ring (A: BM rows of 128 bytes, B: BN of
+    them), its 2 x STAGES mbarriers, with ``epi`` the C staging panels (BM x BN 16-bit
+    values), and 1 KiB for the ring's 1024-byte alignment."""
+    c = cfg["bm"] * cfg["bn"] * 2 if cfg.get("epi") else 0
+    return cfg["stages"] * ((cfg["bm"] + cfg["bn"]) * 128 + 16) + c + 1024
+
+
+def problems(dtype: str, cfg: Mapping[str, int], smem_limit: int) -> list[str]:
+    """What ``hopper_gemm.cu`` cannot run in ``cfg`` for ``dtype`` (empty: it can), with
+    ``smem_limit`` bytes of dynamic shared memory per block."""
+    bm, bn, cm, cn = cfg["bm"], cfg["bn"], cfg["cm"], cfg["cn"]
+    stages, cluster = cfg["stages"], cfg["cluster"]
+    bad = []
+    if dtype not in DTYPES:
+        bad.append(f"dtype {dtype!r} is not float16 or bfloat16")
+    if cm < 1 or cn < 1 or cm * cn > 2:
+        bad.append("one or two consumer warpgroups (cm * cn)")
+    elif bm % cm or bn % cn:
+        bad.append(f"{cm}x{cn} consumers must split the block evenly")
+    else:
+        wm, wn = bm // cm, bn // cn
+        if wm not in (64, 128) or wn not in (64, 128, 256) or wm // 64 * wn > 256:
+            bad.append(f"each consumer owns 64 or 128 rows of 64, 128 or 256 columns, at most "
+                       f"128 accumulators per thread (not {wm}x{wn})")  # fmt: skip
+    if cluster not in (1, 2) or (cluster == 2 and (bn // 64) % 2):
+        bad.append("cluster 1, or 2 with an even number of 64-column B panels")
+    if stages < 2:
+        bad.append("at least 2 stages")
+    if bm > 256:
+        bad.append("BM at most 256 (one TMA box)")
+    if cfg.get("group_m", 1) < 1:
+        bad.append("group_m at least 1")
+    if not bad and smem_bytes(cfg) > smem_limit:
+        bad.append(f"{stages} stages need {smem_bytes(cfg)} bytes of shared memory, over "
+                   f"{smem_limit}")  # fmt: skip
+    return bad
+
+
+def requested(geo: Geometry, m: int) -> dict[str, int] | None:
+    """A requested geometry (``plan --block-tile``) as a configuration: block tile
+    BM x BN x 64 and warp tile WM x WN as consumers of WM x WN; None when it is no such tile
+    (then the tiles are ``mma.sync``'s)."""
+    (bm, bn, bk), (wm, wn) = (int(x) for x in geo.block_tile), (int(x) for x in geo.thread_tile)
+    if bk != hm.BK or min(bm, bn, wm, wn) < 1 or bm % wm or bn % wn:
+        return None
+    cfg = dict(config(m, dict(geo.options)), bm=bm, bn=bn, cm=bm // wm, cn=bn // wn)
+    return cfg if not problems("float16", cfg, 1 << 30) else None
+
+
+def plan_hopper(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geometry,
+                backend: str) -> Plan:  # fmt: skip
+    """The plan of a product the Hopper kernel runs: its block tile, consumer tile
+    (``thread_tile``), options (``hopper`` 1 and every ``hopper_<key>`` resolved), shared
+    memory, the tile grid (``grid``: tiles along N and M; the launch is persistent) and the
+    levels of :func:`tiledmm.model.hopper.hopper_levels`."""
+    opts = dict(geo.options)
+    asked = requested(geo, m) if geo.source == "requested" else None
+    cfg = asked or config(m, opts)
+    limit = nvidia.optin_shared(device)
+    bad = problems(dtype, cfg, limit)
+    if bad:
+        raise PlanError(f"hopper tiles {cfg['bm']}x{cfg['bn']}: " + "; ".join(bad))
+    if asked or any(key.startswith("hopper_") for key in opts):
+        why = geo.source
+    else:
+        name = "decode" if m <= DECODE_M else "large"
+        why = (f"Hopper {name!r} configuration (hopper.CONFIGS, "
+               f"{'at most' if name == 'decode' else 'more than'} {DECODE_M} rows: "
+               + ("the H200 run's best, Le: 0.98-1.03 of cuBLAS from 4096^3" if name == "large"
+                  else "D2: 0.875 of cuBLAS at 8 and 32 rows") + f"); tiles asked: {geo.source}")
+    bm, bn, s = cfg["bm"], cfg["bn"], tc.ITEMSIZE[dtype]
+    kp = math.ceil(k / hm.BK) * hm.BK
+    c = dict(cfg, m=m, n=n, k=k, epi=int(cfg.get("epi", 0)), copied=hm.copies(m, n, k),
+             c_tma=n % 8 == 0 or m <= 1)  # fmt: skip
+    c["pitch_a"] = (k if k % 8 == 0 else -(-k // 8) * 8) * s
+    c["pitch_b"] = (n if n % 8 == 0 else -(-n // 8) * 8) * s
+    t = hm.tiles_of(c, device.compute_units)
+    threads = 128 * (cfg["cm"] * cfg["cn"] + 1)
+    shared = smem_bytes(cfg)
+    regs = device.registers_per_unit // threads // 8 * 8  # setmaxnreg moves them to consumers
+    occ = occupancy(device, "mma", threads, shared, regs, t["tiles"])
+    mp, np_ = t["tm"] * bm, t["tn"] * bn
+    flops, executed = 2 * m * n * k, 2 * mp * np_ * kp
+    global_bytes = (s * kp * (bm + bn) * mp * np_) // (bm * bn)
+    levels = tuple(hm.hopper_levels(c, s, device, dtype)) if flops else ()
+    top = max(levels, key=lambda lv: lv.seconds) if levels else None
+    options = {key: v for key, v in opts.items() if key == "precision"}
+    options.update({"hopper": 1, **{f"hopper_{key}": int(v) for key, v in cfg.items()}})
+    return Plan(
+        backend=backend, kernel="mma", dtype=dtype, m=m, n=n, k=k, block_tile=(bm, bn, hm.BK),
+        thread_tile=(bm // cfg["cm"], bn // cfg["cn"]), threads_per_block=threads,
+        grid=(t["tn"], t["tm"]), padded_shape=(mp, np_, kp),
+        padding_waste=1 - flops / executed if executed else 0.0, flops=flops,
+        global_bytes=global_bytes, intensity=flops / global_bytes if global_bytes else 0.0,
+        shared_bytes=shared, registers_per_thread=regs, bound=top.name if top else "compute",
+        predicted_seconds=device.host_cost(backend) + (top.seconds if top else 0.0),
+        occupancy=occ, device=device, options=options, geometry_source=why, levels=levels,
+    )  # fmt: skip
