@@ -14,9 +14,11 @@ whose options ask for ``wgmma`` runs Hopper's warpgroup MMA instead (:mod:`.wgmm
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from tiledmm import Geometry
+from tiledmm.device import nvidia
 from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
@@ -24,7 +26,8 @@ from ..kernels import launch
 from . import hopper, wgmma
 from .arrays import ARRAYS, cupy_module
 
-__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "MmaFamily", "search_space"]
+__all__ = ["MMA_DTYPES", "build", "run", "run_batched", "MmaFamily", "search_space",
+           "HOPPER_TILES", "HOPPER_GROUPS", "hopper_space"]  # fmt: skip
 
 #: input dtypes of the family (float32 only with precision="tf32")
 MMA_DTYPES = ("float64", "float16", "bfloat16", "float32")
@@ -143,14 +146,55 @@ _SPACE["bf16"] = _SPACE["f16"]
 
 
 def search_space(kernel: str, dtype: str, device: Any) -> list[Geometry] | None:
-    """mma candidates for ``tiledmm tune`` (float32 is TF32 only on request: not tuned here)."""
+    """mma candidates for ``tiledmm tune`` (float32 is TF32 only on request: not tuned here).
+    16-bit on compute capability 9.x: the Hopper kernel's (:func:`hopper_space`) and the
+    ``mma.sync`` tiles, these with option ``hopper`` 0 (the planner would give them to the
+    Hopper kernel otherwise)."""
     kind = {"float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(dtype)
-    out = []
+    cc = nvidia.compute_capability(device)
+    hop = dtype in hopper.DTYPES and cc is not None and cc[0] == 9
+    out = hopper_space(dtype) if hop else []
     for bt, wt, (fm, fn, fk), st in _SPACE.get(kind or "", []):
         opts = {"fm": fm, "fn": fn, "fk": fk, "stages": st, "group_m": 8}
         if kind == "f64" and wt == (32, 32):  # 128 registers: 2 blocks of 8 warps, 3 of 4
             opts["min_blocks"] = 2 if bt[0] * bt[1] > 64 * 64 else 3
+        if hop:
+            opts["hopper"] = 0
         out.append(Geometry(bt, wt, tuple(sorted(opts.items())), source="search space"))
+    return out
+
+
+#: the Hopper kernel's knobs ``tiledmm tune`` crosses: block tiles (BM, BN), consumer
+#: warpgroups (CM, CN), epilogue, cluster and tile-order group; per tile and epilogue the two
+#: deepest stage rings that fit
+HOPPER_TILES = ((128, 256, 2, 1), (256, 128, 2, 1), (128, 128, 2, 1), (128, 64, 2, 1),
+                (256, 64, 2, 1), (128, 256, 1, 2), (128, 128, 1, 2), (64, 256, 1, 2),
+                (64, 128, 1, 2))  # fmt: skip
+HOPPER_GROUPS = (8, 16)
+
+
+def hopper_space(dtype: str) -> list[Geometry]:
+    """The Hopper kernel's candidates (options ``hopper`` 1 and ``hopper_<key>``), only those
+    :func:`.hopper.defines` accepts."""
+    out = []
+    for (bm, bn, cm, cn), epi, cluster, group in itertools.product(
+        HOPPER_TILES, (0, 1), (1, 2), HOPPER_GROUPS
+    ):  # fmt: skip
+        fits = []
+        for stages in range(8, 1, -1):
+            cfg = dict(bm=bm, bn=bn, cm=cm, cn=cn, stages=stages, cluster=cluster,
+                       group_m=group, epi=epi)  # fmt: skip
+            try:
+                hopper.defines(dtype, cfg)
+            except ValueError:
+                continue
+            fits.append(cfg)
+            if len(fits) == 2:
+                break
+        for cfg in fits:
+            opts = {"hopper": 1, **{f"hopper_{key}": v for key, v in cfg.items()}}
+            out.append(Geometry((bm, bn, 64), (bm // cm, bn // cn), tuple(sorted(opts.items())),
+                                source="search space"))  # fmt: skip
     return out
 
 
@@ -178,6 +222,17 @@ class MmaFamily:
         if plan.kernel == K.MMA:
             return run_batched(ARRAYS, self.launches, plan, a, b, out)
         return super().run_batched(plan, a, b, out)
+
+    def plan_problem(self, plan) -> str | None:
+        """What the kernels refuse in ``plan``: a Hopper plan's configuration as
+        :func:`.hopper.defines` checks it; other plans as the shared sources check them."""
+        if plan.kernel == K.MMA and int(plan.options.get("hopper", 0)):
+            try:
+                hopper.defines(plan.dtype, hopper.config(plan))
+            except (ValueError, KeyError) as exc:
+                return str(exc)
+            return None
+        return super().plan_problem(plan)
 
     def search_space(self, kernel: str, dtype: str, device: Any):
         """Candidate tiles for ``tiledmm tune`` (mma: :func:`search_space`)."""
