@@ -1,3 +1,3 @@
 """Rank 9, report: the README tables and figures, and the model check
-(``python -m tiledmm.report.render.modelcheck``).
+(``python -m tiledmm.report.modelcheck``; the Hopper kernel's rows: ``hoppercheck``).
 """

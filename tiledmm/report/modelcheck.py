@@ -6,7 +6,8 @@ reference device (GPU rows: :func:`tiledmm.device.nvidia.reference_h200`; CPU ro
 file recorded: its measured level ceilings where its calibration had them, else estimates;
 its per-call host cost where the row was timed by the wall clock, none where by device
 events) and reports measured / predicted time.
-``python -m tiledmm.report.modelcheck [files]`` prints the table and the worst case per band.
+``python -m tiledmm.report.modelcheck [files]`` prints the table and the worst case per band,
+then the Hopper 16-bit kernel's rows (:mod:`tiledmm.report.hoppercheck`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
 from ..planner.make import batch_plan, make_plan
 from ..planner.plans import Plan
+from .hoppercheck import COMMITTED_HOPPER, format_section, hopper_rows, is_probe
 
 __all__ = [
     "model_counters",
@@ -349,12 +351,19 @@ def main(argv: list[str] | None = None) -> int:
         print("H200_MEASURED: dict[str, Any] = " + json.dumps(measured, indent=4) + "\n")
         reference = reference_h200(measured)
     paths = [Path(a) for a in args] or [Path(n) for n in COMMITTED if Path(n).exists()]
+    if not args:  # the Hopper kernel's sweeps (issue 38) too
+        paths += [Path(n) for n in COMMITTED_HOPPER if Path(n).exists()]
     if not paths:
         print("modelcheck: no results files given, and no committed ones here (benches/results/"
               " of a tiledmm checkout): pass FILES", file=sys.stderr)  # fmt: skip
         return 2
+    probes = [p for p in paths if is_probe(p)]
+    paths = [p for p in paths if p not in probes]
     try:
-        print(format_table(check_files(paths, reference)))
+        if paths:
+            print(format_table(check_files(paths, reference)))
+        if probes:
+            print(format_section([r for p in probes for r in hopper_rows(p, reference)]))
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a missing or foreign file
         what = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) else repr(exc)
         print(f"modelcheck: cannot check {what}", file=sys.stderr)
