@@ -215,7 +215,7 @@ def device_spec(name: str, cc: tuple[int, int], a: dict[str, int], *, launch_ove
 #: :func:`reference_h200` and counts as measured under load (not scaled by ``sustained``).
 #: Updating the reference is this one edit (docs/model.md, "Calibrating the reference").
 H200_MEASURED: dict[str, Any] = {
-    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl)",
+    "source": "tiledmm calibrate --backend cupy, 2026-11-30 (probes.cl); float16 GEMM 2026-12-02",
     "levels": {"DRAM": 4529500000000.0, "L2": 12335000000000.0, "shared memory": 32719000000000.0},
     "fma_peaks": {"float32": 58525000000000.0, "float64": 32768000000000.0},
     # the vendor float16 GEMM (cuBLAS HGEMM through cupy.matmul): the calibration of
