@@ -45,7 +45,7 @@ from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import default_geometry, make_plan
 from ..planner.plans import PlanError
-from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
+from .shortlist import Shortlist, smaller_shape, timing_shape
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
            "ENABLE", "BUDGET", "SIZE", "GPU_BUDGET", "CPU_BUDGET", "SHORTLIST", "REFINE_FLOPS"]
@@ -257,8 +257,8 @@ def _current(be: Backend, family: str, dtype: str, dev: Any, cls: str) -> Geomet
 
 
 def _predict(be: Backend, family: str, dtype: str, cls: str, current: Geometry):
-    """Seconds the model predicts for one timed call of ``current`` on a shape (the batch
-    capped as :class:`~tiledmm.tune.shortlist.Shortlist` times it), as dispatch would plan it."""
+    """Seconds the model predicts for one timed call of ``current`` on a shape (the whole
+    batch, as :class:`~tiledmm.tune.shortlist.Shortlist` times it), as dispatch would plan it."""
     dev = be.device()
 
     def predict(shape) -> float | None:
@@ -269,7 +269,7 @@ def _predict(be: Backend, family: str, dtype: str, cls: str, current: Geometry):
                              backend=be.name)  # fmt: skip
         except PlanError:
             return None
-        return plan.predicted_seconds * min(b, BATCH_CAP)
+        return plan.predicted_seconds * b
 
     return predict
 

@@ -12,9 +12,11 @@ stops planning after :data:`RANK_SHARE` of the budget.
 Each candidate is checked as ``tiledmm tune`` checks (``Tuner.odd_ok``: a NaN-poisoned output
 against a float64 reference on a 97x131x67 product, edges in every dimension), then run once on
 the caller's shape into a NaN-poisoned output (every element written, sampled rows against
-float64), then timed with the backend's ``timings``. Compile errors, crashes and wrong results
-are recorded and never chosen. The fastest two and the current tiles race in alternating
-rounds (``Tuner.rounds``) where the budget leaves time; the current tiles stay on a tie.
+float64), then timed with the backend's ``timings``. A batched product runs as
+``tiledmm.matmul`` runs it, the whole batch in one call (``tiledmm.tune.task.launch``). Compile
+errors, crashes and wrong results are recorded and never chosen. The fastest two and the
+current tiles race in alternating rounds (``Tuner.rounds``) where the budget leaves time; the
+current tiles stay on a tie.
 """
 
 from __future__ import annotations
@@ -35,17 +37,19 @@ from ..planner.geometry import Geometry
 from ..planner.make import default_geometry
 from ..util.accuracy import rel_error
 from .search import TOL, Tuner
-from .task import Task, runs_as
+from .task import Task, launch, runs_as, stacked
 
-__all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
+__all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS",
+           "SAMPLE_MATRICES"]  # fmt: skip
 
 #: Of the budget, at most this share goes to ranking the search space with the planner.
 RANK_SHARE = 0.3
 #: Rows of the caller-shape output compared with a float64 reference (every element is
 #: checked for being written).
 SAMPLE_ROWS = 16
-#: Matrices of a batched product timed per call (the plan is for the whole batch).
-BATCH_CAP = 4
+#: Matrices of a batch whose sampled rows are compared (every element is checked for being
+#: written).
+SAMPLE_MATRICES = 4
 
 
 class Shortlist(Task):
@@ -130,38 +134,36 @@ class Shortlist(Task):
     def resize(self, shape: tuple[int, int, int, int]) -> None:
         """Time on ``shape`` from now on (results so far are dropped; call :meth:`operands`)."""
         b, m, n, k = self.shape = tuple(shape)
-        self.batch = min(b, BATCH_CAP)
-        self.flops = 2 * self.batch * m * n * k
+        self.batch = b  # the whole batch, in one call, as dispatch runs it
+        self.flops = 2 * b * m * n * k
         self.key = f"{self.tuner.dtype}|{self.family}|{b}x{m}x{n}x{k}|first-use"
         self.results: dict[str, dict] = {}
         self.host = None
 
     def operands(self) -> None:
-        """Random operands of the shape on the device, the float64 rows the check compares."""
-        _, m, n, k = self.shape
+        """Random operands of the shape on the device (stacks for a batch, as the caller's),
+        the float64 rows of a few matrices the check compares."""
+        b, m, n, k = self.shape
         be, dt, rng = self.tuner.be, np.dtype(self.tuner.dtype), self.tuner.np_rng
-        a = [rng.standard_normal((m, k)).astype(dt) for _ in range(self.batch)]
-        b = [rng.standard_normal((k, n)).astype(dt) for _ in range(self.batch)]
+        a, y = _normal(rng, (b, m, k), dt), _normal(rng, (b, k, n), dt)
         rows = np.sort(rng.choice(m, size=min(m, SAMPLE_ROWS), replace=False))
-        ref = [x[rows].astype(np.float64) @ y.astype(np.float64) for x, y in zip(a, b, strict=True)]
-        A, B = [be.asarray(x, dt) for x in a], [be.asarray(y, dt) for y in b]
-        self.host = (a, b, rows, ref, A, B, be.asarray(np.zeros((m, n), dt), dt))
+        mats = sorted({0, b - 1, *rng.choice(b, size=min(b, SAMPLE_MATRICES - 2), replace=False)})
+        ref = {i: a[i, rows].astype(np.float64) @ y[i].astype(np.float64) for i in mats}
+        A, B = stacked(be, a, dt), stacked(be, y, dt)
+        self.host = (rows, ref, A, B, be.asarray(np.zeros((*A.shape[:-2], m, n), dt), dt))
 
     def check(self, plan) -> float:
-        """Worst relative error on the shape: NaN-poisoned outputs, every element written,
-        sampled rows against float64."""
+        """Worst relative error on the shape, run as dispatch runs it: a NaN-poisoned output,
+        every element written, sampled rows of a few matrices against float64."""
         be, dt = self.tuner.be, np.dtype(self.tuner.dtype)
-        _, _, rows, ref, A, B, _ = self.host
-        worst = 0.0
-        for i in range(self.batch):
-            C = be.asarray(np.full((plan.m, plan.n), np.nan, dt), dt)
-            be.run(plan, A[i], B[i], C)
-            be.synchronize()
-            c = be.to_numpy(C)
-            if not np.isfinite(c).all():
-                return math.inf
-            worst = max(worst, rel_error(c[rows], ref[i]))
-        return worst
+        rows, ref, A, B, _ = self.host
+        C = be.asarray(np.full((*A.shape[:-2], plan.m, plan.n), np.nan, dt), dt)
+        launch(be, plan, A, B, C)
+        be.synchronize()
+        c = be.to_numpy(C).reshape(-1, plan.m, plan.n)
+        if not np.isfinite(c).all():
+            return math.inf
+        return max(rel_error(c[i, rows], r) for i, r in ref.items())
 
     def evaluate(self, g: Geometry, reps_time: float, skip_edges: bool = False,
                  max_call: float = math.inf) -> dict:  # fmt: skip
@@ -181,15 +183,14 @@ class Shortlist(Task):
             if not err <= TOL.get(tuner.dtype, 1e-4):
                 rec.update(status="wrong result")
                 return self._keep(rec)
-            _, _, _, _, A, B, C = self.host
+            _, _, A, B, C = self.host
             one = tuner.again(plan, A, B, C)  # warm now: the check compiled it
             if one > max_call:
                 rec.update(status="slow", seconds=one)
                 return self._keep(rec)
 
             def fn():
-                for i in range(self.batch):
-                    be.run(plan, A[i], B[i], C)
+                launch(be, plan, A, B, C)
 
             reps = int(min(10, max(3, reps_time / max(one, 1e-6))))
             s = statistics.median(be.timings(fn, repeat=reps, warmup=0))
@@ -228,7 +229,7 @@ class Shortlist(Task):
     def race(self, keys: list[str]) -> dict[str, float]:
         """Seconds per call of ``keys``' geometries timed in alternating rounds."""
         by_key = {g.key(): g for g in self.candidates}
-        _, _, _, _, A, B, C = self.host
+        _, _, A, B, C = self.host
         times = self.tuner.rounds(self, [by_key[k] for k in keys], (None, None, None, A, B, C))
         return dict(zip(keys, times, strict=True))
 
@@ -237,9 +238,19 @@ def _agree(g: Geometry, opts: dict) -> int:
     return sum(opts.get(k) == v for k, v in g.options)
 
 
+def _normal(rng, shape: tuple, dt: np.dtype) -> np.ndarray:
+    if dt in (np.float32, np.float64):
+        return rng.standard_normal(shape, dtype=dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
 def smaller_shape(shape, cls: str) -> tuple | None:
-    """``shape`` with its dimensions over 512 halved, if it stays in class ``cls``."""
+    """``shape`` made smaller within class ``cls``: a batch of 4 or more halved (each matrix
+    as the caller's), else its dimensions over 512 halved; None when neither stays in the
+    class."""
     b, m, n, k = shape
+    if b >= 4:
+        return (b // 2, m, n, k)
     smaller = tuple(d // 2 if d > 2 * tuning.SKINNY_K else d for d in (m, n, k))
     if smaller == (m, n, k) or tuning.shape_class(*smaller, b) != cls:
         return None

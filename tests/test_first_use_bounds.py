@@ -1,0 +1,158 @@
+"""First use's bounds and what it times (issue 37; the H200 first-contact run of session 18,
+benches/results/logs/h200-first-contact-cupy-s18.txt): the class ``square`` was tuned four
+times (9.8 s for a 2 s class budget, each run 2.0-3.2 s), and a batch was timed one matrix per
+launch where dispatch runs it in one batched launch (its tiles then ran 0.59 of cuBLAS against
+0.78 untuned). A fake host backend whose first run of a block tile sleeps, as a compile does, and
+whose batches go through ``run_batched``; its timings are injected per block tile."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import tiledmm
+from tiledmm import Backend, Geometry
+from tiledmm.core import dispatch, tuning
+from tiledmm.tune import first_use
+from tiledmm.tune.search import Tuner
+from tiledmm.tune.task import Task
+from tiledmm.util.accuracy import rel_error
+
+SPEED = {  # seconds per call, per block tile: the budget, not the list, bounds what is timed
+    (16, 16, 16): 5e-5,
+    (32, 32, 32): 1e-4,  # the shipped default
+    (64, 64, 64): 2e-4,
+    (8, 8, 8): 4e-4,
+    (16, 32, 16): 6e-5,
+    (32, 16, 32): 7e-5,
+    (32, 64, 32): 8e-5,
+    (64, 32, 16): 9e-5,
+}
+COMPILE = 0.4  # seconds a block tile's first run takes
+BUDGET = 1.0
+
+
+class Compiling(Backend):
+    """A host backend that "compiles" each block tile on its first run (``compile`` seconds)
+    and runs a batch in one call (``run_batched``), recording every call."""
+
+    name, kernels, priority = "fake-first-use-bounds", ("tiled",), -100
+
+    def __init__(self):
+        self.calls: list[tuple] = []  # (how, block tile, output shape)
+        self.compiled: set = set()
+        self.compile = COMPILE
+
+    def accepts(self, x):
+        return False
+
+    def device(self):
+        return replace(tiledmm.host_cpu(), name="fake bounds device", launch_overhead=2e-6,
+                       peak_flops=(("float32", 1e11), ("float64", 5e10)))  # fmt: skip
+
+    def geometry(self, kernel, dtype, device):
+        return Geometry((32, 32, 32), source="fake default")
+
+    def search_space(self, kernel, dtype, device):
+        return [Geometry(s) for s in SPEED]
+
+    def _go(self, how, plan, out):
+        self.calls.append((how, plan.block_tile, tuple(out.shape)))
+        if plan.block_tile not in self.compiled:
+            self.compiled.add(plan.block_tile)
+            time.sleep(self.compile)
+
+    def run(self, plan, a, b, out):
+        self._go("run", plan, out)
+        out[...] = a @ b
+
+    def run_batched(self, plan, a, b, out):
+        self._go("batched", plan, out)
+        out[...] = np.matmul(a, b)
+        return True
+
+    def timings(self, fn, *, repeat=10, warmup=2):
+        fn()
+        return [SPEED.get(self.calls[-1][1], 1e-4)] * repeat
+
+
+_BE: list[Compiling] = []
+
+
+@pytest.fixture
+def be(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(first_use.ENABLE, "1")
+    monkeypatch.setenv(tuning.IGNORE_SHIPPED, "1")
+    monkeypatch.delenv(first_use.BUDGET, raising=False)
+    first_use.reset()
+    first_use.configure(shortlist=len(SPEED), budget=BUDGET)
+    if not _BE:
+        _BE.append(Compiling())
+        tiledmm.register_backend(_BE[0])
+    b = _BE[0]
+    b.calls.clear()
+    b.compiled.clear()
+    b.compile = COMPILE
+    dispatch.clear_caches()
+    yield b
+    first_use.configure()
+    first_use.reset()
+    dispatch.clear_caches()
+
+
+def _operands(*shape, seed=0):
+    *batch, m, n, k = shape
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((*batch, m, k)), rng.standard_normal((*batch, k, n))
+
+
+def _entries(tmp_path):
+    return json.loads((tmp_path / "tuning.json").read_text())["entries"]
+
+
+def _runs(caplog) -> list[float]:
+    """Seconds of each first-use run the log reports (every run's line says "in X s")."""
+    out = []
+    for r in caplog.records:
+        got = re.search(r"\bin (\d+(?:\.\d+)?) s\b", r.getMessage())
+        if r.name == "tiledmm" and "first use:" in r.getMessage() and got:
+            out.append(float(got.group(1)))
+    return out
+
+
+def test_first_use_times_a_batch_as_dispatch_runs_it(be, tmp_path):
+    """A batched call's candidates are checked and timed through ``run_batched`` on the whole
+    batch, as dispatch then runs the product; never one matrix per ``run``."""
+    be.compile = 0.0
+    first_use.configure(shortlist=len(SPEED), budget=60.0)
+    a, b = _operands(8, 64, 64, 64)
+    c = tiledmm.matmul(a, b, backend=be.name)
+    assert rel_error(c, a @ b) < 1e-12
+    on_shape = [(how, shape) for how, _, shape in be.calls if shape[-2:] == (64, 64)]
+    assert len(on_shape) > 8  # the candidates, then the call itself
+    assert set(on_shape) == {("batched", (8, 64, 64))}
+    [e] = _entries(tmp_path)
+    assert e["shape_class"] == "batched" and e["measured"]["shape"] == [8, 64, 64, 64]
+    assert e["block_tile"] == [16, 16, 16]
+    assert e["measured"]["gflops"] == pytest.approx(2 * 8 * 64**3 / 5e-5 / 1e9, rel=1e-3)
+
+
+def test_tiledmm_tune_times_a_batch_as_dispatch_runs_it(be, tmp_path):
+    """The same for ``tiledmm tune``'s tasks: checks, timing and the final race of a batched
+    task go through ``run_batched`` on the whole batch; its log key says so."""
+    be.compile = 0.0
+    tuner = Tuner(be, "float64", budget=30, strategy="exhaustive", resume=False)
+    task = Task(tuner, "tiled", "batched", (4, 32, 32, 32))
+    tuner.search(task, 30)
+    on_shape = {(how, shape) for how, _, shape in be.calls if shape[-2:] == (32, 32)}
+    assert on_shape == {("batched", (4, 32, 32))}
+    assert task.key.endswith("|as-dispatch")  # (logs of per-matrix launches are not reused)
+    assert task.choice is not None and json.loads(task.choice["geometry"])[0] == [16, 16, 16]
+    tuner.vendor_gflops(task, task.host)  # the vendor library: one call on the stacks
+    assert tuner.vendor[task.key] > 0
