@@ -8,6 +8,7 @@ whose batches go through ``run_batched``; its timings are injected per block til
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from dataclasses import replace
@@ -124,6 +125,65 @@ def _runs(caplog) -> list[float]:
         if r.name == "tiledmm" and "first use:" in r.getMessage() and got:
             out.append(float(got.group(1)))
     return out
+
+
+def test_a_single_first_use_counts_every_compile_within_its_budget(be, tmp_path, caplog):
+    """Each candidate's first run compiles (0.4 s); the budget (1 s) holds the current tiles'
+    compile and every candidate begun. Before, the current tiles' first run was added to the
+    deadline and a candidate began when the median cost so far fitted: 1.2 s and more."""
+    a, b = _operands(256, 256, 256)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="tiledmm"):
+        c = tiledmm.matmul(a, b, backend=be.name)
+    took = time.monotonic() - t0
+    assert rel_error(c, a @ b) < 1e-12
+    timed = {t for how, t, shape in be.calls if shape == (256, 256)}
+    assert len(timed) >= 2  # the current tiles and at least one candidate
+    assert took <= BUDGET + 0.15, (took, timed)
+    assert _entries(tmp_path)[0]["measured"]["class_seconds"] <= BUDGET + 0.1
+
+
+def test_a_class_is_tuned_once_and_its_total_is_bounded_over_its_shapes(be, tmp_path, caplog):
+    """Calls of one class, each 8x the FLOPs of the last (a refinement each, before): one run,
+    and the class's first-use seconds stay within its budget; a new process (the entry says the
+    budget is spent) does not tune it again."""
+    with caplog.at_level(logging.INFO, logger="tiledmm"):
+        for n in (64, 128, 256, 512):
+            a, b = _operands(n, n, n)
+            assert rel_error(tiledmm.matmul(a, b, backend=be.name), a @ b) < 1e-12
+        first_use.reset()
+        dispatch.clear_caches()
+        tiledmm.matmul(*_operands(1024, 1024, 1024), backend=be.name)
+    saved = [r for r in caplog.records if "saved to" in r.getMessage()]
+    assert len(saved) == 1, [r.getMessage() for r in saved]
+    assert sum(_runs(caplog)) <= BUDGET + 0.15, _runs(caplog)
+    [e] = _entries(tmp_path)
+    assert e["measured"]["call_shape"] == [1, 64, 64, 64]
+    assert any("not tuned again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cheap_run_leaves_the_rest_of_the_class_budget_to_a_refinement(be, tmp_path):
+    """Without compiles a run takes a fraction of the budget: a call 8x larger refines with
+    what is left (the entry sums the class's seconds); once less than half is left, no more."""
+    be.compile = 0.0
+    tiledmm.matmul(*_operands(64, 64, 64), backend=be.name)
+    [e1] = _entries(tmp_path)
+    tiledmm.matmul(*_operands(256, 256, 256), backend=be.name)
+    [e2] = _entries(tmp_path)
+    assert e2["measured"]["call_shape"] == [1, 256, 256, 256]
+    total = e2["measured"]["class_seconds"]
+    assert total == pytest.approx(e1["measured"]["seconds_spent"]
+                                  + e2["measured"]["seconds_spent"], abs=2e-3)  # fmt: skip
+    assert total <= BUDGET
+    # another process finds the class's budget nearly spent: it is not tuned again
+    e2["measured"]["class_seconds"] = 0.6 * BUDGET
+    tuning.save_entries([e2])
+    first_use.reset()
+    dispatch.clear_caches()
+    be.calls.clear()
+    tiledmm.matmul(*_operands(1024, 1024, 1024), backend=be.name)
+    assert {t for _, t, _ in be.calls} == {(16, 16, 16)}  # the entry's tiles, no short list
+    assert _entries(tmp_path)[0]["measured"]["call_shape"] == [1, 256, 256, 256]
 
 
 def test_first_use_times_a_batch_as_dispatch_runs_it(be, tmp_path):

@@ -40,7 +40,7 @@ from .search import TOL, Tuner
 from .task import Task, launch, runs_as, stacked
 
 __all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS",
-           "SAMPLE_MATRICES"]  # fmt: skip
+           "SAMPLE_MATRICES", "OPERAND_CAP"]  # fmt: skip
 
 #: Of the budget, at most this share goes to ranking the search space with the planner.
 RANK_SHARE = 0.3
@@ -50,6 +50,10 @@ SAMPLE_ROWS = 16
 #: Matrices of a batch whose sampled rows are compared (every element is checked for being
 #: written).
 SAMPLE_MATRICES = 4
+#: Elements of one operand or result (the batch included) first use times at most: a larger
+#: product is timed on a smaller shape of its class (making 8192^3's random operands and their
+#: reference took the H200 run's whole budget before anything was timed).
+OPERAND_CAP = 1 << 24
 
 
 class Shortlist(Task):
@@ -258,11 +262,14 @@ def smaller_shape(shape, cls: str) -> tuple | None:
 
 
 def timing_shape(predict, shape, cls: str, limit: float) -> tuple | None:
-    """``shape``, or the largest :func:`smaller_shape` one whose call of the current tiles the model
-    predicts within ``limit`` seconds; None when there is none."""
+    """``shape``, or the largest :func:`smaller_shape` one whose call of the current tiles the
+    model predicts within ``limit`` seconds and whose operands hold at most
+    :data:`OPERAND_CAP` elements each; None when there is none."""
     while shape is not None:
-        t = predict(shape)
-        if t is None or t <= limit:
-            return shape if t is not None else None
+        b, m, n, k = shape
+        if b * max(m * k, k * n, m * n) <= OPERAND_CAP:
+            t = predict(shape)
+            if t is None or t <= limit:
+                return shape if t is not None else None
         shape = smaller_shape(shape, cls)
     return None
