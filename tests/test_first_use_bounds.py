@@ -216,3 +216,38 @@ def test_tiledmm_tune_times_a_batch_as_dispatch_runs_it(be, tmp_path):
     assert task.choice is not None and json.loads(task.choice["geometry"])[0] == [16, 16, 16]
     tuner.vendor_gflops(task, task.host)  # the vendor library: one call on the stacks
     assert tuner.vendor[task.key] > 0
+
+
+def test_the_short_list_ranks_k_slices_for_skinny_products(monkeypatch):
+    """CuPy's register space on the H200 (the model, no GPU): for 4096x32x4096 and
+    16x8192x8192 the short list holds tiles in K slices (split_k "auto"), which the model ranks
+    first; before, each tile took the current tiles' options, without slices."""
+    from tiledmm_backends.cupy_cuda import CupyBackend
+
+    from tiledmm.device.nvidia import reference_h200
+    from tiledmm.tune.first_run import current_tiles
+    from tiledmm.tune.shortlist import Shortlist
+
+    monkeypatch.setenv(tuning.IGNORE_SHIPPED, "1")
+    h200 = reference_h200()
+
+    class Offline(CupyBackend):
+        def device(self):
+            return h200
+
+        def device_key(self):
+            return "offline H200"
+
+        def search_space(self, kernel, dtype, device):  # a quarter of it, for time
+            return [g for g in super().search_space(kernel, dtype, device)
+                    if dict(g.options).get("group_m") == 1 and g.block_tile[2] == 16]  # fmt: skip
+
+    off = Offline()
+    for shape in [(1, 4096, 32, 4096), (1, 16, 8192, 8192)]:
+        cur = current_tiles(off, "register", "float32", h200, "skinny_mn")
+        sl = Shortlist(off, "register", "float32", "skinny_mn", shape, cur, 6,
+                       time.monotonic() + 60.0)  # fmt: skip
+        ranked = sl.candidates[2:]  # after the current tiles and the shipped default
+        assert ranked, shape
+        slices = [int(sl.plan(g).options.get("split_k", 1)) for g in ranked]
+        assert slices[0] > 1 and dict(ranked[0].options)["split_k"] == "auto", (shape, ranked)

@@ -4,10 +4,15 @@ Candidates, in order: the tiles dispatch runs now (the user database's fallback,
 table or the model default), the shipped default, what other backends tuned on this device
 (``tuning.sibling_entries``: CuPy and OpenCL run one kernel source), then the planner's
 fastest predictions over the backend's search space (``Backend.search_space``), one per block
-and thread tile (the model ranks tiles, rarely options: ``tune_search.MODEL_FIRST``). Planning a
-GPU space costs milliseconds per candidate (3840 candidates for CuPy's register family), so the
-model ranks one geometry per tile (the current tiles' options where the space holds them) and
-stops planning after :data:`RANK_SHARE` of the budget.
+and thread tile (the model ranks tiles, rarely options: ``tune_search.MODEL_FIRST``), and one
+more per tile with K slices (``split_k``) where the space has them and they slice this product:
+a grid effect the model ranks right (``tiledmm tune`` tries them early for the same reason).
+Without that, the current tiles' options (no K slices) chose every tile's options, and the
+H200's skinny products never saw a split-K candidate, although the model ranks them first
+(4096x32x4096: 128x32 in 16 slices predicted 0.034 ms, the best tile without slices 0.059).
+Planning a GPU space costs milliseconds per candidate (3840 candidates for CuPy's register
+family), so the model ranks these representatives only and stops planning after
+:data:`RANK_SHARE` of the budget.
 
 Each candidate is checked as ``tiledmm tune`` checks (``Tuner.odd_ok``: a NaN-poisoned output
 against a float64 reference on a 97x131x67 product, edges in every dimension), then run once on
@@ -33,6 +38,7 @@ import numpy as np
 
 from ..core import tuning
 from ..core.backend import Backend
+from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import default_geometry
 from ..util.accuracy import rel_error
@@ -113,8 +119,8 @@ class Shortlist(Task):
         stop = clock() + RANK_SHARE * max(0.0, deadline - clock())
         mine = dict(self.current.options)
         tiles: dict[tuple, Geometry] = {}
-        for g in self.space:
-            key = (g.block_tile, g.thread_tile)
+        for g in self.space:  # per tile: its options nearest the current ones, with K slices too
+            key = (g.block_tile, g.thread_tile, _sliced(g))
             old = tiles.get(key)
             if old is None or _agree(g, mine) > _agree(old, mine):
                 tiles[key] = g
@@ -125,9 +131,15 @@ class Shortlist(Task):
                                                               here, strict=True))  # fmt: skip
 
         scored = []
+        b, m, n, k = self.shape
+        t = self.tuner
         for g in sorted(tiles.values(), key=far):
             if clock() > stop:
                 break
+            fit = shapefit.for_product(g, self.family, m, n, k, t.device, self.cls, b, t.dtype,
+                                       t.be.name) if _sliced(g) else g  # fmt: skip
+            if _sliced(g) and not _sliced(fit):
+                continue  # one slice on this product: the same launch as the tile without
             plan = self.plan(g)
             if plan is not None:
                 scored.append((plan.predicted_seconds, len(scored), g))
@@ -240,6 +252,11 @@ class Shortlist(Task):
 
 def _agree(g: Geometry, opts: dict) -> int:
     return sum(opts.get(k) == v for k, v in g.options)
+
+
+def _sliced(g: Geometry) -> bool:
+    """Whether ``g`` runs K slices (``split_k`` "auto" or a count over 1)."""
+    return str(dict(g.options).get("split_k", 1)) not in ("1", "None")
 
 
 def _normal(rng, shape: tuple, dt: np.dtype) -> np.ndarray:
