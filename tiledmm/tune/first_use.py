@@ -197,18 +197,18 @@ def tune_class(be: Backend, family: str, dtype: str, shape: tuple[int, int, int,
         if (not force and _own_table(be, family, dtype, dev, cls)) or not _database_ok():
             _done[key] = math.inf
             return None
-        t0 = clock()
+        t0, charged = clock(), None if force else mine
         try:
             entry, remember = _run(be, family, dtype, cls, shape, conf, spent)
         except Exception:
             _done[key] = math.inf  # out of memory, a device error: not again this process
-            _charge(mine, spent + clock() - t0)
+            _charge(charged, spent + clock() - t0)
             raise
         if entry is not None:
             _done[key] = flops
         elif remember:
             _done[key] = math.inf
-            _charge(mine, spent + clock() - t0)
+            _charge(charged, spent + clock() - t0)
         return entry
 
 
