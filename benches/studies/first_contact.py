@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -236,20 +237,24 @@ def _gm(xs) -> float:
 
 def summarize(rows: list[dict], names: list[str], entries: list[dict]) -> dict:
     """Geometric means of each variant / vendor (all shapes; and without vectors), the worst
-    shape of first use, and what first use cost per class (the sum of its runs' seconds)."""
+    shape of first use, and what first use cost per class: the sum of its runs' seconds, those
+    that saved nothing included (each run's log line says "in X s"), and how many runs."""
     mats = [r for r in rows if r["shape_class"] != "vector"]
     worst = min(rows, key=lambda r: r["of_vendor"]["first_use"]) if rows else None
     cost: dict[str, float] = {}
+    runs: dict[str, int] = {}
     for r in rows:
         for line in r["first_use_log"]:
-            if " in " in line and " s; saved" in line:
-                sec = float(line.rsplit(" in ", 1)[1].split(" s;")[0])
-                cost[r["shape_class"]] = cost.get(r["shape_class"], 0.0) + sec
+            got = re.search(r"\bin (\d+(?:\.\d+)?) s\b", line)
+            if got and line.startswith("first use: ") and "calibrated" not in line:
+                cost[r["shape_class"]] = cost.get(r["shape_class"], 0.0) + float(got.group(1))
+                runs[r["shape_class"]] = runs.get(r["shape_class"], 0) + 1
     return dict(
         geomean_of_vendor={v: _gm(r["of_vendor"][v] for r in rows) for v in names},
         geomean_of_vendor_no_vectors={v: _gm(r["of_vendor"][v] for r in mats) for v in names},
         worst=dict(shape=worst["shape"], of_vendor=worst["of_vendor"]) if worst else None,
         first_use_seconds_per_class=cost,
+        first_use_runs_per_class=runs,
         first_call_seconds_max=max((r["first_call_seconds"] for r in rows), default=0.0),
         entries=len(entries),
         wrong_first_calls=[r["shape"] for r in rows if not r["first_call_rel_error"] <= 1e-3],
@@ -263,7 +268,9 @@ def table(s: dict, names: list[str]) -> str:
     if s["worst"]:
         w = s["worst"]
         lines.append(f"worst shape (first use): {w['shape']} at {w['of_vendor']['first_use']:.3f}")
-    cost = ", ".join(f"{c} {t:.2f} s" for c, t in s["first_use_seconds_per_class"].items())
+    runs = s.get("first_use_runs_per_class", {})
+    cost = ", ".join(f"{c} {t:.2f} s ({runs.get(c, '?')} runs)"
+                     for c, t in s["first_use_seconds_per_class"].items())  # fmt: skip
     lines.append(f"first use cost per class (all its runs): {cost or 'none'}")
     if s["wrong_first_calls"]:
         lines.append(f"WRONG first calls: {', '.join(s['wrong_first_calls'])}")

@@ -9,9 +9,11 @@ and timed within a budget; the winner goes into the user database as ``tiledmm t
 it, marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One INFO line on the
 ``tiledmm`` logger says what happened.
 
-- Budget: :data:`GPU_BUDGET` seconds per class on a GPU, :data:`CPU_BUDGET` on a CPU, beyond
-  the current tiles' first run (their compile), which the untuned call pays anyway; ranking,
-  checks, compiles and timing all count. :data:`SHORTLIST` candidates at most.
+- Budget: :data:`GPU_BUDGET` seconds per class on a GPU, :data:`CPU_BUDGET` on a CPU, in all:
+  over every run of the class (its entry records the seconds spent so far,
+  ``measured.class_seconds``, so across processes too), and within a run every second counts,
+  ranking, operands, checks, timing and every compile, the current tiles' included
+  (:mod:`tiledmm.tune.first_run`). :data:`SHORTLIST` candidates at most.
 - Settings: ``TILEDMM_FIRST_USE_TUNING=0`` turns it off (then nothing is timed or written, and
   dispatch is what it was without this module); ``TILEDMM_FIRST_USE_BUDGET`` (seconds) and
   ``TILEDMM_FIRST_USE_SHORTLIST``; :func:`configure` sets the same from Python and wins.
@@ -19,7 +21,11 @@ it, marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One IN
   not tuned; one too slow to time a few calls within the budget is timed on a smaller shape
   of the same class. A first-use entry is tuned again when a call of its class is
   :data:`REFINE_FLOPS` times larger than the call it was tuned for (the largest products, where
-  the time goes, decide the tiles; ``shapefit`` fits them to smaller grids).
+  the time goes, decide the tiles; ``shapefit`` fits them to smaller grids), with what is left
+  of the class's budget, and only where that is :data:`REFINE_LEFT` of it or more: on the H200
+  (session 18) the class ``square`` was tuned at 512^3, 1024^3, 2048^3 and 4096^3, each run
+  2.0-3.2 s, 9.8 s in all for a class of a 2 s budget. A refinement that chooses nothing still
+  charges its seconds to the entry; after the budget, ``tiledmm tune`` refines.
 - Once per process and class: a lock per class (threads wait for the one that tunes), the
   database re-read before tuning (another process may have tuned it), and a failed or
   timed-out short list is remembered. A database that is corrupt is left alone (its
@@ -32,7 +38,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import statistics
 import threading
 import time
 import warnings
@@ -41,27 +46,21 @@ from typing import Any
 
 from ..core import dispatch, tuning, tuning_check
 from ..core.backend import Backend
-from ..planner import shapefit
 from ..planner.geometry import Geometry
-from ..planner.make import default_geometry, make_plan
-from ..planner.plans import PlanError
-from .shortlist import BATCH_CAP, Shortlist, smaller_shape, timing_shape
+from . import first_run
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
-           "ENABLE", "BUDGET", "SIZE", "GPU_BUDGET", "CPU_BUDGET", "SHORTLIST", "REFINE_FLOPS"]
+           "class_seconds", "ENABLE", "BUDGET", "SIZE", "GPU_BUDGET", "CPU_BUDGET", "SHORTLIST",
+           "REFINE_FLOPS", "REFINE_LEFT"]  # fmt: skip
 
 ENABLE, BUDGET, SIZE = ("TILEDMM_FIRST_USE_TUNING", "TILEDMM_FIRST_USE_BUDGET",
                         "TILEDMM_FIRST_USE_SHORTLIST")  # fmt: skip
 GPU_BUDGET, CPU_BUDGET = 2.0, 5.0
 SHORTLIST = 6
-#: a first-use entry is tuned again for a call this many times its tuning call's FLOPs
+#: a first-use entry is tuned again for a call this many times its tuning call's FLOPs ...
 REFINE_FLOPS = 8.0
-#: calls of the current tiles the budget must hold for the model to time a shape as it is
-CALLS_IN_BUDGET = 12
-#: calls one candidate costs (the check, three timed): the list must fit, else a smaller shape
-CALLS_PER_CANDIDATE = 4
-#: of the time left, what each candidate's timed repeats may take
-REPEAT_SHARE = 0.1
+#: ... where at least this share of the class's budget is left
+REFINE_LEFT = 0.5
 _FALSE = ("0", "false", "no", "off")
 
 log = logging.getLogger("tiledmm")
@@ -181,26 +180,56 @@ def tune_class(be: Backend, family: str, dtype: str, shape: tuple[int, int, int,
         if mine is not None and not tuning.is_first_use(mine):
             _done[key] = math.inf  # `tiledmm tune` chose: first use never overrides it
             return None
-        if not force:
-            if mine is not None:
-                meas = mine["measured"]
-                tuned = 2.0 * math.prod(meas.get("call_shape") or meas.get("shape") or (0,))
-                if flops < REFINE_FLOPS * tuned:
-                    _done[key] = tuned
-                    return None
+        spent = 0.0  # by this class's earlier runs
+        if not force and mine is not None:
+            meas = mine["measured"]
+            tuned = 2.0 * math.prod(meas.get("call_shape") or meas.get("shape") or (0,))
+            if flops < REFINE_FLOPS * tuned:
+                _done[key] = tuned
+                return None
+            spent = class_seconds(mine)
+            if conf.budget - spent < REFINE_LEFT * conf.budget:
+                _done[key] = math.inf
+                log.info("first use: %s %s %s %r: not tuned again for %s (%.2f s of its %.3g s "
+                         "spent; `tiledmm tune` tunes further)", be.name, family, dtype, cls,
+                         "x".join(map(str, shape)), spent, conf.budget)  # fmt: skip
+                return None
         if (not force and _own_table(be, family, dtype, dev, cls)) or not _database_ok():
             _done[key] = math.inf
             return None
+        t0, charged = clock(), None if force else mine
         try:
-            entry, remember = _run(be, family, dtype, cls, shape, conf)
+            entry, remember = _run(be, family, dtype, cls, shape, conf, spent)
         except Exception:
             _done[key] = math.inf  # out of memory, a device error: not again this process
+            _charge(charged, spent + clock() - t0)
             raise
         if entry is not None:
             _done[key] = flops
         elif remember:
             _done[key] = math.inf
+            _charge(charged, spent + clock() - t0)
         return entry
+
+
+def class_seconds(e: dict) -> float:
+    """Seconds first use spent on an entry's class over all its runs (``measured.class_seconds``;
+    an entry from before it was recorded: its one run's)."""
+    meas = e["measured"]
+    return float(meas.get("class_seconds", meas.get("seconds_spent", 0.0)) or 0.0)
+
+
+def _charge(mine: dict | None, total: float) -> None:
+    """A refinement that saved nothing still spent the class's budget: record it in the entry
+    it left in place (so no process spends it again). Never raises."""
+    if mine is None or total <= class_seconds(mine):
+        return
+    try:
+        tuning.save_entries([dict(mine, measured=dict(mine["measured"],
+                                                      class_seconds=round(total, 3)))])  # fmt: skip
+    except (OSError, ValueError):
+        return
+    dispatch.clear_caches()
 
 
 def _own_entry(be: Backend, family: str, dtype: str, dev: Any, cls: str) -> dict | None:
@@ -248,104 +277,22 @@ def _warn_once(what: str, text: str) -> None:
 # --------------------------------------------------------------------------- one run
 
 
-def _current(be: Backend, family: str, dtype: str, dev: Any, cls: str) -> Geometry:
-    """The tiles dispatch runs now for this class (as ``dispatch`` chooses them)."""
-    geo = tuning.select(be, family, dtype, dev, cls)
-    if geo is None:
-        geo = default_geometry(family, dtype, dev)
-    return Geometry(geo.block_tile, geo.thread_tile, geo.options, None, geo.source)
-
-
-def _predict(be: Backend, family: str, dtype: str, cls: str, current: Geometry):
-    """Seconds the model predicts for one timed call of ``current`` on a shape (the batch
-    capped as :class:`~tiledmm.tune.shortlist.Shortlist` times it), as dispatch would plan it."""
-    dev = be.device()
-
-    def predict(shape) -> float | None:
-        b, m, n, k = shape
-        geo = shapefit.for_product(current, family, m, n, k, dev, cls, b, dtype, be.name)
-        try:
-            plan = make_plan(m, n, k, dtype=dtype, kernel=family, device=dev, geometry=geo,
-                             backend=be.name)  # fmt: skip
-        except PlanError:
-            return None
-        return plan.predicted_seconds * min(b, BATCH_CAP)
-
-    return predict
-
-
-def _run(be: Backend, family: str, dtype: str, cls: str, shape,
-         conf: Settings) -> tuple[dict | None, bool]:  # fmt: skip
-    """Time the short list; (the saved entry or None, whether to remember a failure)."""
+def _run(be: Backend, family: str, dtype: str, cls: str, shape, conf: Settings,
+         spent: float) -> tuple[dict | None, bool]:  # fmt: skip
+    """One run within what is left of the class's budget (``spent`` by its earlier runs); (the
+    saved entry or None, whether to remember a failure)."""
     dev = be.device()
     start = clock()
-    current = _current(be, family, dtype, dev, cls)
-    b, m, n, k = shape
-    peak = dev.peak(dtype) or dev.peak("float32")
-    if peak and 2.0 * b * m * n * k / peak < dev.launch_overhead:
-        return None, False  # launch-bound even at the device's peak: tiles cannot show
-    predict = _predict(be, family, dtype, cls, current)
-    timed = timing_shape(predict, shape, cls, conf.budget / CALLS_IN_BUDGET)
     what = f"{be.name} {family} {dtype} {cls!r} on {dev.name}"
-    if timed is None:
-        log.info("first use: %s: %s is too large to time within %.3g s; untuned", what,
-                 "x".join(map(str, shape)), conf.budget)  # fmt: skip
-        return None, True
-    task = Shortlist(be, family, dtype, cls, timed, current, conf.shortlist,
-                     start + conf.budget, clock)  # fmt: skip
-    if len(task.candidates) < 2:
-        log.info("first use: %s: nothing to choose from (one candidate plans)", what)
-        return None, True
-    task.operands()
-    base, (first, *rest) = current.key(), task.candidates
-    need = CALLS_PER_CANDIDATE * max(1, len(rest))
-    rec = task.evaluate(first, REPEAT_SHARE * conf.budget, max_call=conf.budget / need)
-    # the current tiles' first run (their compile) is what the untuned call pays anyway
-    deadline = start + conf.budget + rec.get("first_seconds", 0.0)
-    while rec["status"] == "slow" or (
-        rec["status"] == "ok" and rec["seconds"] * need > deadline - clock()
-    ):
-        smaller = smaller_shape(task.shape, cls)  # measured too slow for the list: a smaller shape
-        if smaller is None or clock() > deadline:
-            log.info("first use: %s: %s is too large to time within %.3g s; untuned", what,
-                     "x".join(map(str, task.shape)), conf.budget)  # fmt: skip
-            return None, True
-        task.resize(smaller)
-        task.operands()
-        left = deadline - clock()
-        rec = task.evaluate(first, REPEAT_SHARE * left, skip_edges=True, max_call=left / need)
-    spent: list[float] = []  # what each candidate took: one that would overrun is not begun
-    for g in rest:
-        now = clock()
-        left = deadline - now
-        if left <= 0 or (spent and left < statistics.median(spent)):
-            break
-        rec = task.evaluate(g, REPEAT_SHARE * left, max_call=left / CALLS_PER_CANDIDATE)
-        spent.append(clock() - now)
-        if rec["status"] != "ok":
-            log.debug("first use: %s: %s: %s %s", what, rec["tiles"], rec["status"],
-                      rec.get("error", ""))  # fmt: skip
-    ok = sorted(task.ok(), key=lambda r: r["seconds"])
-    tried, listed = len(task.results), len(task.candidates)
-    if not ok or (len(ok) == 1 and tried < listed and ok[0]["geometry"] == base):
-        log.info("first use: %s: no choice within %.3g s (%d of %d candidates tried, %d failed);"
-                 " untuned for this process", what, conf.budget, tried, listed,
-                 tried - len(ok))  # fmt: skip
-        return None, True
-    times = {r["geometry"]: r["seconds"] for r in ok}
-    racers = [r["geometry"] for r in ok[:2]]
-    if base in times and base not in racers:
-        racers.append(base)
-    cost = sum(times[gk] for gk in racers) * 12  # Tuner.rounds: 3 rounds of 1 + 3 calls
-    if len(racers) > 1 and deadline - clock() > cost:
-        times.update(task.race(racers))
-    win = min(times, key=lambda gk: (times[gk], gk != base))
-    entry = task.entry(
-        win,
-        times,
-        shape,
-        dict(first_use=True, budget=conf.budget, seconds_spent=round(clock() - start, 3)),
-    )
+    choice, remember = first_run.run(be, family, dtype, cls, shape, conf.shortlist,
+                                     conf.budget - spent, clock, what)  # fmt: skip
+    if choice is None:
+        return None, remember
+    win, times, task = choice.win, choice.times, choice.task
+    took = clock() - start
+    entry = task.entry(win, times, shape, dict(first_use=True, budget=conf.budget,
+                                               seconds_spent=round(took, 3),
+                                               class_seconds=round(spent + took, 3)))  # fmt: skip
     try:
         path = tuning.save_entries([entry])
     except (OSError, ValueError) as exc:
@@ -353,11 +300,11 @@ def _run(be: Backend, family: str, dtype: str, cls: str, shape,
                    f"{tuning.database_path()} ({exc}); dispatch stays untuned")  # fmt: skip
         return None, True
     dispatch.clear_caches()
-    gain = times[base] / times[win] if base in times else math.nan
+    tried = len(task.results)
     log.info("first use: %s: %s at %s, %.2fx the tiles before (%s), of %d candidates "
              "(%d failed) timed on %s in %.2f s; saved to %s (%s=0 turns this off)", what,
-             Geometry.from_key(win), _rate(task.flops / times[win]), gain,
-             current, tried, tried - len(ok), "x".join(map(str, task.shape)),
+             Geometry.from_key(win), _rate(task.flops / times[win]), first_run.gain(choice),
+             task.current, tried, tried - len(task.ok()), "x".join(map(str, task.shape)),
              clock() - start, path, ENABLE)  # fmt: skip
     return entry, False
 

@@ -23,7 +23,7 @@ from ..planner.geometry import Geometry
 from ..util.accuracy import reference, rel_error
 from ..util.atomicfile import append_line
 from .log import log_path, read_log
-from .task import Task
+from .task import Task, launch, stacked
 
 __all__ = ["Tuner"]
 
@@ -74,6 +74,8 @@ class Tuner:
     # ------------------------------------------------------------------ measuring
 
     def operands(self, shape: tuple[int, int, int, int]):
+        """Host operands (``(b, m, k)``, ``(b, k, n)``), the float64 reference, and the device
+        operands as dispatch gets them: one matrix each, or stacks for a batch."""
         b, m, n, k = shape
         a = self.np_rng.standard_normal((b, m, k))
         bb = self.np_rng.standard_normal((b, k, n))
@@ -81,26 +83,27 @@ class Tuner:
         # on a CPU, the reference on one BLAS thread: its spinning workers would take the
         # cores from the candidates timed next (tiledmm.util.accuracy)
         ref = reference(a.astype(dt), bb.astype(dt), one_thread=self.device.kind == "cpu")
-        A = [self.be.asarray(a[i].astype(dt), dt) for i in range(b)]
-        B = [self.be.asarray(bb[i].astype(dt), dt) for i in range(b)]
-        return a.astype(dt), bb.astype(dt), ref, A, B
+        a, bb = a.astype(dt), bb.astype(dt)
+        return a, bb, ref, stacked(self.be, a, dt), stacked(self.be, bb, dt)
+
+    def output(self, A, m: int, n: int, fill: float = 0.0):
+        """A device result for operands ``A`` (one matrix or a stack) of ``m`` x ``n``."""
+        dt = np.dtype(self.dtype)
+        return self.be.asarray(np.full((*A.shape[:-2], m, n), fill, dt), dt)
 
     def check(self, plan, A, B, ref) -> float:
-        """Run ``plan`` once per matrix into NaN-poisoned outputs; the worst relative error."""
-        dt = np.dtype(self.dtype)
-        worst = 0.0
-        for i in range(len(A)):
-            C = self.be.asarray(np.full((plan.m, plan.n), np.nan, dt), dt)
-            self.be.run(plan, A[i], B[i], C)
-            self.be.synchronize()
-            worst = max(worst, rel_error(self.be.to_numpy(C), ref[i]))
-        return worst
+        """Run ``plan`` once as dispatch runs it (a stack in one batched call) into a
+        NaN-poisoned output; the worst relative error of its matrices."""
+        C = self.output(A, plan.m, plan.n, np.nan)
+        launch(self.be, plan, A, B, C)
+        self.be.synchronize()
+        c = self.be.to_numpy(C).reshape(-1, plan.m, plan.n)
+        return max(rel_error(c[i], ref[i]) for i in range(len(c)))
 
     def again(self, plan, A, B, out) -> float:
-        """Seconds of one more call of ``plan`` on every matrix (compiled by now)."""
+        """Seconds of one more call of ``plan`` (compiled by now), as dispatch runs it."""
         t0 = time.perf_counter()
-        for i in range(len(A)):
-            self.be.run(plan, A[i], B[i], out)
+        launch(self.be, plan, A, B, out)
         self.be.synchronize()
         return time.perf_counter() - t0
 
@@ -112,12 +115,10 @@ class Tuner:
         if task.key not in self.vendor:
             vb = self.be.vendor_backend()
             dt = np.dtype(self.dtype)
-            A = [vb.asarray(x, dt) for x in host[0]]
-            B = [vb.asarray(x, dt) for x in host[1]]
+            A, B = stacked(vb, host[0], dt), stacked(vb, host[1], dt)  # a batch: one call
 
             def fn():
-                for x, y in zip(A, B, strict=True):
-                    vb.vendor_matmul(x, y)
+                vb.vendor_matmul(A, B)
 
             t0 = time.perf_counter()
             fn()
@@ -164,8 +165,7 @@ class Tuner:
             else:
 
                 def fn():
-                    for i in range(len(A)):
-                        self.be.run(plan, A[i], B[i], data[5])
+                    launch(self.be, plan, A, B, data[5])
 
                 try:
                     s = self.seconds(self.be, fn, min(first, limit))
@@ -182,9 +182,7 @@ class Tuner:
     def search(self, task: Task, share: float, bar=None) -> None:
         """Evaluate candidates of ``task`` until ``share`` seconds pass or the space is done."""
         host = self.operands(task.shape)
-        dt = np.dtype(self.dtype)
-        out = self.be.asarray(np.zeros(task.shape[1:3], dt), dt)
-        data = (*host, out)
+        data = (*host, self.output(host[3], *task.shape[1:3]))
         task.host = host
         start = time.monotonic()
         stop = start + share
@@ -345,8 +343,7 @@ class Tuner:
         """``task``'s ok record of geometry ``gk``, measuring it if the search did not."""
         r = task.results.get(gk)
         if r is None and task.host is not None and task.plan(Geometry.from_key(gk)) is not None:
-            dt = np.dtype(self.dtype)
-            out = self.be.asarray(np.zeros(task.shape[1:3], dt), dt)
+            out = self.output(task.host[3], *task.shape[1:3])
             r = self.evaluate(task, Geometry.from_key(gk), (*task.host, out))
         return r if r is not None and r["status"] == "ok" else None
 
@@ -368,8 +365,7 @@ class Tuner:
             for i, plan in enumerate(plans):
 
                 def fn(plan=plan):
-                    for j in range(len(A)):
-                        self.be.run(plan, A[j], B[j], C)
+                    launch(self.be, plan, A, B, C)
 
                 times[i].append(statistics.median(self.be.timings(fn, repeat=3, warmup=1)))
         return [statistics.median(t) for t in times]

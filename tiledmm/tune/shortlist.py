@@ -4,17 +4,24 @@ Candidates, in order: the tiles dispatch runs now (the user database's fallback,
 table or the model default), the shipped default, what other backends tuned on this device
 (``tuning.sibling_entries``: CuPy and OpenCL run one kernel source), then the planner's
 fastest predictions over the backend's search space (``Backend.search_space``), one per block
-and thread tile (the model ranks tiles, rarely options: ``tune_search.MODEL_FIRST``). Planning a
-GPU space costs milliseconds per candidate (3840 candidates for CuPy's register family), so the
-model ranks one geometry per tile (the current tiles' options where the space holds them) and
-stops planning after :data:`RANK_SHARE` of the budget.
+and thread tile (the model ranks tiles, rarely options: ``tune_search.MODEL_FIRST``), and one
+more per tile with K slices (``split_k``) where the space has them and they slice this product:
+a grid effect the model ranks right (``tiledmm tune`` tries them early for the same reason).
+Without that, the current tiles' options (no K slices) chose every tile's options, and the
+H200's skinny products never saw a split-K candidate, although the model ranks them first
+(4096x32x4096: 128x32 in 16 slices predicted 0.034 ms, the best tile without slices 0.059).
+Planning a GPU space costs milliseconds per candidate (3840 candidates for CuPy's register
+family), so the model ranks these representatives only and stops planning after
+:data:`RANK_SHARE` of the budget.
 
 Each candidate is checked as ``tiledmm tune`` checks (``Tuner.odd_ok``: a NaN-poisoned output
 against a float64 reference on a 97x131x67 product, edges in every dimension), then run once on
 the caller's shape into a NaN-poisoned output (every element written, sampled rows against
-float64), then timed with the backend's ``timings``. Compile errors, crashes and wrong results
-are recorded and never chosen. The fastest two and the current tiles race in alternating
-rounds (``Tuner.rounds``) where the budget leaves time; the current tiles stay on a tie.
+float64), then timed with the backend's ``timings``. A batched product runs as
+``tiledmm.matmul`` runs it, the whole batch in one call (``tiledmm.tune.task.launch``). Compile
+errors, crashes and wrong results are recorded and never chosen. The fastest two and the
+current tiles race in alternating rounds (``Tuner.rounds``) where the budget leaves time; the
+current tiles stay on a tie.
 """
 
 from __future__ import annotations
@@ -31,21 +38,28 @@ import numpy as np
 
 from ..core import tuning
 from ..core.backend import Backend
+from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import default_geometry
 from ..util.accuracy import rel_error
 from .search import TOL, Tuner
-from .task import Task, runs_as
+from .task import Task, launch, runs_as, stacked
 
-__all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS", "BATCH_CAP"]
+__all__ = ["smaller_shape", "timing_shape", "Shortlist", "RANK_SHARE", "SAMPLE_ROWS",
+           "SAMPLE_MATRICES", "OPERAND_CAP"]  # fmt: skip
 
 #: Of the budget, at most this share goes to ranking the search space with the planner.
 RANK_SHARE = 0.3
 #: Rows of the caller-shape output compared with a float64 reference (every element is
 #: checked for being written).
 SAMPLE_ROWS = 16
-#: Matrices of a batched product timed per call (the plan is for the whole batch).
-BATCH_CAP = 4
+#: Matrices of a batch whose sampled rows are compared (every element is checked for being
+#: written).
+SAMPLE_MATRICES = 4
+#: Elements of one operand or result (the batch included) first use times at most: a larger
+#: product is timed on a smaller shape of its class (making 8192^3's random operands and their
+#: reference took the H200 run's whole budget before anything was timed).
+OPERAND_CAP = 1 << 24
 
 
 class Shortlist(Task):
@@ -105,8 +119,8 @@ class Shortlist(Task):
         stop = clock() + RANK_SHARE * max(0.0, deadline - clock())
         mine = dict(self.current.options)
         tiles: dict[tuple, Geometry] = {}
-        for g in self.space:
-            key = (g.block_tile, g.thread_tile)
+        for g in self.space:  # per tile: its options nearest the current ones, with K slices too
+            key = (g.block_tile, g.thread_tile, _sliced(g))
             old = tiles.get(key)
             if old is None or _agree(g, mine) > _agree(old, mine):
                 tiles[key] = g
@@ -117,9 +131,15 @@ class Shortlist(Task):
                                                               here, strict=True))  # fmt: skip
 
         scored = []
+        b, m, n, k = self.shape
+        t = self.tuner
         for g in sorted(tiles.values(), key=far):
             if clock() > stop:
                 break
+            fit = shapefit.for_product(g, self.family, m, n, k, t.device, self.cls, b, t.dtype,
+                                       t.be.name) if _sliced(g) else g  # fmt: skip
+            if _sliced(g) and not _sliced(fit):
+                continue  # one slice on this product: the same launch as the tile without
             plan = self.plan(g)
             if plan is not None:
                 scored.append((plan.predicted_seconds, len(scored), g))
@@ -130,38 +150,36 @@ class Shortlist(Task):
     def resize(self, shape: tuple[int, int, int, int]) -> None:
         """Time on ``shape`` from now on (results so far are dropped; call :meth:`operands`)."""
         b, m, n, k = self.shape = tuple(shape)
-        self.batch = min(b, BATCH_CAP)
-        self.flops = 2 * self.batch * m * n * k
+        self.batch = b  # the whole batch, in one call, as dispatch runs it
+        self.flops = 2 * b * m * n * k
         self.key = f"{self.tuner.dtype}|{self.family}|{b}x{m}x{n}x{k}|first-use"
         self.results: dict[str, dict] = {}
         self.host = None
 
     def operands(self) -> None:
-        """Random operands of the shape on the device, the float64 rows the check compares."""
-        _, m, n, k = self.shape
+        """Random operands of the shape on the device (stacks for a batch, as the caller's),
+        the float64 rows of a few matrices the check compares."""
+        b, m, n, k = self.shape
         be, dt, rng = self.tuner.be, np.dtype(self.tuner.dtype), self.tuner.np_rng
-        a = [rng.standard_normal((m, k)).astype(dt) for _ in range(self.batch)]
-        b = [rng.standard_normal((k, n)).astype(dt) for _ in range(self.batch)]
+        a, y = _normal(rng, (b, m, k), dt), _normal(rng, (b, k, n), dt)
         rows = np.sort(rng.choice(m, size=min(m, SAMPLE_ROWS), replace=False))
-        ref = [x[rows].astype(np.float64) @ y.astype(np.float64) for x, y in zip(a, b, strict=True)]
-        A, B = [be.asarray(x, dt) for x in a], [be.asarray(y, dt) for y in b]
-        self.host = (a, b, rows, ref, A, B, be.asarray(np.zeros((m, n), dt), dt))
+        mats = sorted({0, b - 1, *rng.choice(b, size=min(b, SAMPLE_MATRICES - 2), replace=False)})
+        ref = {i: a[i, rows].astype(np.float64) @ y[i].astype(np.float64) for i in mats}
+        A, B = stacked(be, a, dt), stacked(be, y, dt)
+        self.host = (rows, ref, A, B, be.asarray(np.zeros((*A.shape[:-2], m, n), dt), dt))
 
     def check(self, plan) -> float:
-        """Worst relative error on the shape: NaN-poisoned outputs, every element written,
-        sampled rows against float64."""
+        """Worst relative error on the shape, run as dispatch runs it: a NaN-poisoned output,
+        every element written, sampled rows of a few matrices against float64."""
         be, dt = self.tuner.be, np.dtype(self.tuner.dtype)
-        _, _, rows, ref, A, B, _ = self.host
-        worst = 0.0
-        for i in range(self.batch):
-            C = be.asarray(np.full((plan.m, plan.n), np.nan, dt), dt)
-            be.run(plan, A[i], B[i], C)
-            be.synchronize()
-            c = be.to_numpy(C)
-            if not np.isfinite(c).all():
-                return math.inf
-            worst = max(worst, rel_error(c[rows], ref[i]))
-        return worst
+        rows, ref, A, B, _ = self.host
+        C = be.asarray(np.full((*A.shape[:-2], plan.m, plan.n), np.nan, dt), dt)
+        launch(be, plan, A, B, C)
+        be.synchronize()
+        c = be.to_numpy(C).reshape(-1, plan.m, plan.n)
+        if not np.isfinite(c).all():
+            return math.inf
+        return max(rel_error(c[i, rows], r) for i, r in ref.items())
 
     def evaluate(self, g: Geometry, reps_time: float, skip_edges: bool = False,
                  max_call: float = math.inf) -> dict:  # fmt: skip
@@ -181,15 +199,14 @@ class Shortlist(Task):
             if not err <= TOL.get(tuner.dtype, 1e-4):
                 rec.update(status="wrong result")
                 return self._keep(rec)
-            _, _, _, _, A, B, C = self.host
+            _, _, A, B, C = self.host
             one = tuner.again(plan, A, B, C)  # warm now: the check compiled it
             if one > max_call:
                 rec.update(status="slow", seconds=one)
                 return self._keep(rec)
 
             def fn():
-                for i in range(self.batch):
-                    be.run(plan, A[i], B[i], C)
+                launch(be, plan, A, B, C)
 
             reps = int(min(10, max(3, reps_time / max(one, 1e-6))))
             s = statistics.median(be.timings(fn, repeat=reps, warmup=0))
@@ -228,7 +245,7 @@ class Shortlist(Task):
     def race(self, keys: list[str]) -> dict[str, float]:
         """Seconds per call of ``keys``' geometries timed in alternating rounds."""
         by_key = {g.key(): g for g in self.candidates}
-        _, _, _, _, A, B, C = self.host
+        _, _, A, B, C = self.host
         times = self.tuner.rounds(self, [by_key[k] for k in keys], (None, None, None, A, B, C))
         return dict(zip(keys, times, strict=True))
 
@@ -237,9 +254,24 @@ def _agree(g: Geometry, opts: dict) -> int:
     return sum(opts.get(k) == v for k, v in g.options)
 
 
+def _sliced(g: Geometry) -> bool:
+    """Whether ``g`` runs K slices (``split_k`` "auto" or a count over 1)."""
+    return str(dict(g.options).get("split_k", 1)) not in ("1", "None")
+
+
+def _normal(rng, shape: tuple, dt: np.dtype) -> np.ndarray:
+    if dt in (np.float32, np.float64):
+        return rng.standard_normal(shape, dtype=dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
 def smaller_shape(shape, cls: str) -> tuple | None:
-    """``shape`` with its dimensions over 512 halved, if it stays in class ``cls``."""
+    """``shape`` made smaller within class ``cls``: a batch of 4 or more halved (each matrix
+    as the caller's), else its dimensions over 512 halved; None when neither stays in the
+    class."""
     b, m, n, k = shape
+    if b >= 4:
+        return (b // 2, m, n, k)
     smaller = tuple(d // 2 if d > 2 * tuning.SKINNY_K else d for d in (m, n, k))
     if smaller == (m, n, k) or tuning.shape_class(*smaller, b) != cls:
         return None
@@ -247,11 +279,14 @@ def smaller_shape(shape, cls: str) -> tuple | None:
 
 
 def timing_shape(predict, shape, cls: str, limit: float) -> tuple | None:
-    """``shape``, or the largest :func:`smaller_shape` one whose call of the current tiles the model
-    predicts within ``limit`` seconds; None when there is none."""
+    """``shape``, or the largest :func:`smaller_shape` one whose call of the current tiles the
+    model predicts within ``limit`` seconds and whose operands hold at most
+    :data:`OPERAND_CAP` elements each; None when there is none."""
     while shape is not None:
-        t = predict(shape)
-        if t is None or t <= limit:
-            return shape if t is not None else None
+        b, m, n, k = shape
+        if b * max(m * k, k * n, m * n) <= OPERAND_CAP:
+            t = predict(shape)
+            if t is None or t <= limit:
+                return shape if t is not None else None
         shape = smaller_shape(shape, cls)
     return None

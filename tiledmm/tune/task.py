@@ -3,6 +3,13 @@ shipped default, the model's, the backend's search space, pruned to those that p
 backend's kernels accept (``Backend.plan_problem``) and that run differently on the shape;
 what other backends tuned on this device, to try first) and their results, by geometry key
 (``Geometry.key``, what the tuner's log stores). :mod:`tiledmm.tune.search` runs the tasks.
+
+A batched task's operands are stacks of matrices, and every candidate runs on them as
+``tiledmm.matmul`` runs a batch (:func:`launch`: the engine's ``run_batch``, one batched launch
+on the GPU backends), never as separate launches per matrix: a batch of 32 products of 512^3
+fills an H200 in one launch where one of them does not, so tiles timed one matrix at a time
+(small tiles, for the small grid) ran the batch at 0.6 of cuBLAS where the untuned tiles ran
+0.78 (benches/data/h200-first-contact-cupy.json, session 18).
 """
 
 from __future__ import annotations
@@ -12,12 +19,13 @@ from dataclasses import replace
 from typing import Any
 
 from ..core import tuning
+from ..core.engine import run_batch
 from ..planner import shapefit
 from ..planner.geometry import Geometry
 from ..planner.make import default_geometry, make_plan
 from ..planner.plans import PlanError
 
-__all__ = ["Task"]
+__all__ = ["Task", "launch", "stacked"]
 
 
 class Task:
@@ -28,7 +36,8 @@ class Task:
         self.tuner, self.family, self.cls, self.shape = tuner, family, cls, shape
         b, m, n, k = shape
         self.flops = 2 * b * m * n * k
-        self.key = f"{tuner.dtype}|{family}|{b}x{m}x{n}x{k}"
+        # (a batch's key says it is timed as dispatch runs it: logs of per-matrix launches differ)
+        self.key = f"{tuner.dtype}|{family}|{b}x{m}x{n}x{k}" + ("|as-dispatch" if b > 1 else "")
         self.results: dict[str, dict] = {}
         dev, dt = tuner.device, tuner.dtype
         model = replace(default_geometry(family, dt, dev), source="model default")
@@ -78,6 +87,23 @@ class Task:
 
     def best(self) -> dict | None:
         return max(self.ok(), key=lambda r: r["gflops"], default=None)
+
+
+def launch(be: Any, plan: Any, A: Any, B: Any, C: Any) -> None:
+    """``C = A @ B`` as ``tiledmm.matmul`` runs it: ``run`` for one matrix, the engine's
+    ``run_batch`` for a stack (``(batch, m, k)``: the backend's ``run_batched``, else ``run``
+    per matrix)."""
+    if len(A.shape) == 2:
+        be.run(plan, A, B, C)
+    else:
+        batch = tuple(C.shape[:-2])
+        run_batch(be, plan, A, B, C, batch, batch, batch)
+
+
+def stacked(be: Any, x: Any, dtype: Any) -> Any:
+    """A host stack of matrices (``(batch, rows, cols)``) on ``be``: one matrix as a 2-D
+    array, several as one 3-D array (what a caller's batched operand is)."""
+    return be.asarray(x[0] if len(x) == 1 else x, dtype)
 
 
 def _refused(be: Any, plan: Any) -> bool:
