@@ -27,7 +27,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import os
 import threading
 import warnings
 from dataclasses import replace
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from ..device.spec import DeviceSpec
 from ..planner.geometry import Geometry
+from ..util import env
 from ..util.atomicfile import atomic_write, locked
 from ..util.store import CachedFile
 from .tuning_check import describe, entry_problem, key_of, read_database, unusable
@@ -54,7 +54,6 @@ SKINNY_K = 256  # K at most this: a short reduction (skinny_k)
 ODD_MULTIPLE = 32  # a dimension that is not a multiple of this makes a product "odd"
 IGNORE_SHIPPED = "TILEDMM_IGNORE_SHIPPED_TUNING"
 FORMAT = 1
-_FALSE = ("", "0", "false", "no", "off")
 
 
 class TuningWarning(UserWarning):
@@ -81,7 +80,7 @@ def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
 
 def ignore_shipped() -> bool:
     """Whether ``TILEDMM_IGNORE_SHIPPED_TUNING`` asks to hide the shipped device tables."""
-    return os.environ.get(IGNORE_SHIPPED, "").strip().lower() not in _FALSE
+    return env.switch(IGNORE_SHIPPED, default=False)
 
 
 def database_path() -> Path:

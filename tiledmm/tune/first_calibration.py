@@ -29,7 +29,6 @@ line on the ``tiledmm`` logger says what was measured.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from ..core import dispatch
 from ..core.backend import Backend
 from ..device.calibration import has_ceilings, load_calibration, save_calibration
+from ..util import env
 from . import first_use
 from .calibrate import measure, writable_cache
 from .host_cost import calibrating
@@ -47,7 +47,6 @@ __all__ = ["configure", "settings", "prepare", "before_plan", "calibrate_backend
 
 ENABLE, BUDGET = "TILEDMM_FIRST_USE_CALIBRATION", "TILEDMM_FIRST_USE_CALIBRATION_BUDGET"
 GPU_BUDGET, CPU_BUDGET = 10.0, 3.0
-_FALSE = ("0", "false", "no", "off")
 
 log = logging.getLogger("tiledmm")
 
@@ -76,14 +75,10 @@ def settings(gpu: bool = True) -> Settings:
     """The settings in force for a GPU (``gpu=True``) or CPU device."""
     on = _python.enabled
     if on is None:
-        on = os.environ.get(ENABLE, "1").strip().lower() not in _FALSE
+        on = env.switch(ENABLE)
     budget = _python.budget
     if budget is None:
-        text = os.environ.get(BUDGET, "").strip().lower().rstrip("s")
-        try:
-            budget = float(text) if text else GPU_BUDGET if gpu else CPU_BUDGET
-        except ValueError:
-            budget = GPU_BUDGET if gpu else CPU_BUDGET
+        budget = env.seconds(BUDGET, GPU_BUDGET if gpu else CPU_BUDGET)
     return Settings(bool(on) and bool(first_use.settings(gpu).enabled), budget)
 
 

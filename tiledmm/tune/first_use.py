@@ -47,6 +47,7 @@ from typing import Any
 from ..core import dispatch, tuning, tuning_check
 from ..core.backend import Backend
 from ..planner.geometry import Geometry
+from ..util import env
 from . import first_run
 
 __all__ = ["configure", "settings", "prepare", "tune_class", "prewarm", "reset", "Settings",
@@ -61,7 +62,6 @@ SHORTLIST = 6
 REFINE_FLOPS = 8.0
 #: ... where at least this share of the class's budget is left
 REFINE_LEFT = 0.5
-_FALSE = ("0", "false", "no", "off")
 
 log = logging.getLogger("tiledmm")
 clock = time.monotonic  # tests replace it
@@ -95,10 +95,10 @@ def settings(gpu: bool = True) -> Settings:
     """The settings in force for a GPU (``gpu=True``) or CPU device."""
     on = _python.enabled
     if on is None:
-        on = os.environ.get(ENABLE, "1").strip().lower() not in _FALSE
+        on = env.switch(ENABLE)
     budget = _python.budget
     if budget is None:
-        budget = _seconds(os.environ.get(BUDGET, ""), GPU_BUDGET if gpu else CPU_BUDGET)
+        budget = env.seconds(BUDGET, GPU_BUDGET if gpu else CPU_BUDGET)
     size = _python.shortlist
     if size is None:
         try:
@@ -106,14 +106,6 @@ def settings(gpu: bool = True) -> Settings:
         except ValueError:
             size = SHORTLIST
     return Settings(bool(on), budget, size)
-
-
-def _seconds(text: str, default: float) -> float:
-    t = text.strip().lower()
-    try:
-        return float(t[:-2]) / 1e3 if t.endswith("ms") else float(t.rstrip("s")) if t else default
-    except ValueError:
-        return default
 
 
 # --------------------------------------------------------------------------- state
