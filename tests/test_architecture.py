@@ -55,21 +55,12 @@ MODULES = {_module_name(f) for f in _files()}
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(absolute module, imported names, line) for every import in ``path``: nested and
     type-only ones too."""
-    here = _module_name(path)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(a.name, [], node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package
-            for _ in range(max(node.level - 1, 0)):
-                base = base.rpartition(".")[0]
-            if node.level:
-                mod = f"{base}.{node.module}" if node.module else base
-            else:
-                mod = node.module or ""
-            found.append((mod, [a.name for a in node.names], node.lineno))
+            found.append(_import_from(node, path))
     return found
 
 
@@ -221,7 +212,7 @@ def test_no_module_reaches_into_private_names():
         aliases: dict[str, str] = {}
         for node in ast.walk(tree):  # every name bound to one of our modules, relative too
             if isinstance(node, ast.ImportFrom):
-                (mod, _, _), = [i for i in _imports_of(node, f)]
+                mod = _import_from(node, f)[0]
                 for a in node.names:
                     full = f"{mod}.{a.name}"
                     aliases[a.asname or a.name] = full if full in MODULES or not _ours(mod) \
@@ -248,17 +239,17 @@ def test_no_module_reaches_into_private_names():
     assert not offences, "\n".join(offences)
 
 
-def _imports_of(node: ast.ImportFrom, path: Path) -> list[tuple[str, list[str], int]]:
+def _import_from(node: ast.ImportFrom, path: Path) -> tuple[str, list[str], int]:
+    """(absolute module, imported names, line) of one ``from ... import`` in ``path``."""
     here = _module_name(path)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
-    base = package
+    base = here if path.name == "__init__.py" else here.rpartition(".")[0]
     for _ in range(max(node.level - 1, 0)):
         base = base.rpartition(".")[0]
     if node.level:
         mod = f"{base}.{node.module}" if node.module else base
     else:
         mod = node.module or ""
-    return [(mod, [a.name for a in node.names], node.lineno)]
+    return mod, [a.name for a in node.names], node.lineno
 
 
 def test_modules_are_short():

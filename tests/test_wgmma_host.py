@@ -105,7 +105,7 @@ def fake_cupy(monkeypatch):
     monkeypatch.setattr(wgmma.hopper, "sm90a_cubin", lambda *args: b"")
     monkeypatch.setattr(wgmma, "_KERNELS", type(wgmma._KERNELS)(16))
     monkeypatch.setattr(wgmma, "_BY_PLAN", type(wgmma._BY_PLAN)(16))
-    monkeypatch.setattr(wgmma, "_DEVICES", {})
+    monkeypatch.setattr(wgmma.hopper, "_DEVICES", {})  # hopper.device_info's cache
     monkeypatch.setattr(wgmma, "_building", None, raising=False)  # the defines being built
     init = wgmma.WgmmaKernel.__init__
 

@@ -184,18 +184,6 @@ def _rows8(cp: Any, x: Any, whole: bool) -> tuple[Any, int]:
     return y, ld
 
 
-_DEVICES: dict[int, tuple[str, int]] = {}
-
-
-def _device(cp: Any) -> tuple[int, str, int]:
-    """(device id, compute capability, multiprocessors) of the current device, looked up once."""
-    dev = cp.cuda.runtime.getDevice()
-    if dev not in _DEVICES:
-        d = cp.cuda.Device(dev)
-        _DEVICES[dev] = (d.compute_capability, int(d.attributes["MultiProcessorCount"]))
-    return (dev, *_DEVICES[dev])
-
-
 def _kernel(cp: Any, plan: Any, dev: int, sms: int) -> WgmmaKernel:
     """The build for ``plan`` on device ``dev``: one per distinct set of defines (plans of
     other shapes share it)."""
@@ -207,7 +195,7 @@ def _kernel(cp: Any, plan: Any, dev: int, sms: int) -> WgmmaKernel:
 def run(cp: Any, plan: Any, a: Any, b: Any, out: Any) -> None:
     """``out[...] = a @ b`` (2-D float32, float16 or bfloat16, any strides) with a wgmma
     plan."""
-    dev, cc, sms = _device(cp)
+    dev, cc, sms = hopper.device_info(cp)
     if cc != "90":
         raise ValueError(f"the wgmma kernel is sm_90a code: compute capability 9.0, not {cc}")
     (m, k), n = a.shape, b.shape[1]
