@@ -4,7 +4,10 @@ metric)."""
 from __future__ import annotations
 
 import subprocess
+import types
 from pathlib import Path
+
+import numpy as np
 
 from tiledmm.util.accuracy import matmul_error, rel_error
 
@@ -30,3 +33,17 @@ def nvcc_build(text: str, tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
+
+
+class DeviceArray(np.ndarray):
+    """A NumPy array with CuPy's ``.data.ptr``: the stand-in for device arrays in the host-side
+    tests of the CUDA kernels' launch code."""
+
+    @property
+    def data(self):  # noqa: D102 - CuPy's ``.data.ptr``
+        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
+def device_array(x) -> DeviceArray:
+    """``x`` as a :class:`DeviceArray` (a view, no copy)."""
+    return np.asarray(x).view(DeviceArray)

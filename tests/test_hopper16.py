@@ -15,6 +15,7 @@ import pytest
 from tiledmm_backends.cupy_cuda import hopper
 
 import tiledmm
+from tests.helpers import device_array
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner import hopper as hplan
 from tiledmm.planner.make import make_plan
@@ -152,16 +153,6 @@ def test_grouped_order_walks_columns_of_a_group():
 # ------------------------------------------------------------------ the run path (no GPU)
 
 
-class _Arr(np.ndarray):
-    @property
-    def data(self):  # noqa: D102 - CuPy's ``.data.ptr``
-        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
-
-
-def _arr(x) -> _Arr:
-    return np.asarray(x).view(_Arr)
-
-
 @pytest.fixture
 def fake(monkeypatch):
     """hopper.run against NumPy: the kernel checks what TMA and the stores need, then
@@ -178,7 +169,7 @@ def fake(monkeypatch):
         c[...] = (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(c.dtype)
 
     cp = types.SimpleNamespace(
-        empty=lambda shape, dtype: _arr(np.empty(shape, dtype)),
+        empty=lambda shape, dtype: device_array(np.empty(shape, dtype)),
         may_share_memory=np.may_share_memory,
     )
     monkeypatch.setattr(hopper, "device_info", lambda cp_: (0, "90", 132))
@@ -192,7 +183,7 @@ def _aligned(shape, dtype, rng):
     off = -raw.ctypes.data % 16
     x = raw[off: off + int(np.prod(shape)) * 2].view(dtype).reshape(shape)
     x[...] = rng.standard_normal(shape)
-    return _arr(x)
+    return device_array(x)
 
 
 @pytest.mark.parametrize("layout", ["c", "a_fortran", "b_strided", "out_view", "alias"])
@@ -202,12 +193,12 @@ def test_run_path(fake, layout, rng):
                     (64, 64, 64), (5, 6, 0)]:  # fmt: skip
         a, b = _aligned((m, k), np.float16, rng), _aligned((k, n), np.float16, rng)
         if layout == "a_fortran":
-            a = _arr(np.asfortranarray(a))
+            a = device_array(np.asfortranarray(a))
         if layout == "b_strided":
-            b = _arr(np.repeat(b, 2, axis=1))[:, ::2]
-        out = _arr(np.full((m, n), np.nan, np.float16))
+            b = device_array(np.repeat(b, 2, axis=1))[:, ::2]
+        out = device_array(np.full((m, n), np.nan, np.float16))
         if layout == "out_view":
-            out = _arr(np.full((m, 2 * n + 3), np.nan, np.float16))[:, 1: n + 1]
+            out = device_array(np.full((m, 2 * n + 3), np.nan, np.float16))[:, 1: n + 1]
         if layout == "alias" and m == k:
             out = a
         ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64)

@@ -14,20 +14,11 @@ import pytest
 from tiledmm_backends.cupy_cuda import wgmma
 
 import tiledmm
+from tests.helpers import device_array as dev
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner.make import make_plan
 
 H200 = reference_h200()
-
-
-class _Arr(np.ndarray):
-    @property
-    def data(self):  # noqa: D102 - CuPy's ``.data.ptr``
-        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
-
-
-def _arr(x) -> _Arr:
-    return np.asarray(x).view(_Arr)
 
 
 def _tf32(x):
@@ -97,8 +88,8 @@ def fake_cupy(monkeypatch):
     )
     cp = types.ModuleType("cupy")
     cp.cuda, cp.float32, cp.int32, cp.int64 = cuda, np.float32, int, int
-    cp.empty = lambda shape, dtype: _arr(np.empty(shape, dtype))
-    cp.zeros = lambda shape, dtype: _arr(np.zeros(shape, dtype))
+    cp.empty = lambda shape, dtype: dev(np.empty(shape, dtype))
+    cp.zeros = lambda shape, dtype: dev(np.zeros(shape, dtype))
     cp.may_share_memory = np.may_share_memory
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
@@ -132,10 +123,10 @@ def test_wgmma_host_path(fake_cupy, dtype, layout):
     for m, n, k in SHAPES:
         a = rng.standard_normal((m, k)).astype(dtype)
         b = rng.standard_normal((k, n)).astype(dtype)
-        A = _arr(np.asfortranarray(a)) if layout == "a_fortran" else _arr(a)
-        B = _arr(np.repeat(b, 2, axis=1))[:, ::2] if layout == "b_strided" else _arr(b)
-        big = _arr(np.full((m, 2 * n + 3), np.nan, dtype))
-        out = big[:, 1 : n + 1] if layout == "out_view" else _arr(np.full((m, n), np.nan, dtype))
+        A = dev(np.asfortranarray(a)) if layout == "a_fortran" else dev(a)
+        B = dev(np.repeat(b, 2, axis=1))[:, ::2] if layout == "b_strided" else dev(b)
+        big = dev(np.full((m, 2 * n + 3), np.nan, dtype))
+        out = big[:, 1 : n + 1] if layout == "out_view" else dev(np.full((m, n), np.nan, dtype))
         geo = TF32 if dtype == "float32" else F16
         plan = make_plan(m, n, k, dtype=dtype, kernel="mma", device=H200, geometry=geo)
         log.clear()
@@ -161,6 +152,6 @@ def test_wgmma_host_refuses_other_devices(fake_cupy):
         compute_capability="80", attributes={"MultiProcessorCount": 108}
     )
     plan = make_plan(64, 64, 64, dtype="float32", kernel="mma", device=H200, geometry=TF32)
-    x = _arr(np.ones((64, 64), np.float32))
+    x = dev(np.ones((64, 64), np.float32))
     with pytest.raises(ValueError, match="compute capability 9.0"):
-        wgmma.run(cp, replace(plan), x, x, _arr(np.empty((64, 64), np.float32)))
+        wgmma.run(cp, replace(plan), x, x, dev(np.empty((64, 64), np.float32)))
