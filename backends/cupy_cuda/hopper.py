@@ -28,6 +28,7 @@ import ctypes as C
 from pathlib import Path
 from typing import Any
 
+from tiledmm.device.nvidia import OPTIN_SHARED_KIB
 from tiledmm.planner import hopper as hplan
 from tiledmm.util.lru import LRUCache
 
@@ -40,8 +41,8 @@ __all__ = [
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
 #: plan dtype -> the kernel's DTYPE define
 DTYPES = {"float16": 1, "bfloat16": 2}
-#: dynamic shared memory a block may opt into on sm_90
-SMEM_LIMIT = 227 * 1024
+#: dynamic shared memory a block may opt into on sm_90 (the NVIDIA fact, device/nvidia)
+SMEM_LIMIT = OPTIN_SHARED_KIB[(9, 0)] * 1024
 
 _KERNELS: LRUCache[Any] = LRUCache(16)
 _MAPS: LRUCache[Any] = LRUCache(64)

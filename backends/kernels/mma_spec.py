@@ -14,6 +14,7 @@ Fragment shapes (``mma.sync`` M x N x K per warp instruction): f64 8x8x4 (sm_80)
 
 from __future__ import annotations
 
+from tiledmm.device.nvidia import OPTIN_SHARED_KIB
 from tiledmm.model.tensorcore import padded_lds
 
 __all__ = [
@@ -162,8 +163,8 @@ def smem_bytes(defs: dict[str, int]) -> int:
     return defs["SMEM_ELEMS"] * defs["ELEM_BYTES"]
 
 
-#: the dynamic shared memory a block may opt into on sm_90 (227 KiB)
-WGMMA_SMEM_LIMIT = 227 * 1024
+#: the dynamic shared memory a block may opt into on sm_90 (227 KiB; the fact in device/nvidia)
+WGMMA_SMEM_LIMIT = OPTIN_SHARED_KIB[(9, 0)] * 1024
 
 
 def wgmma_smem_bytes(d: dict[str, int]) -> int:
