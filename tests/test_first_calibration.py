@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,6 +228,48 @@ def test_unwritable_cache_is_a_remembered_failure(fake, tmp_path, monkeypatch):
     _product(fake)
     _product(fake, 40)
     assert fake.products > 0 and fake.vendor_calls == 0
+
+
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, {tests!r})
+import tiledmm
+from test_first_calibration import Fake, _product
+from tiledmm.tune import calibrate, first_calibration, host_cost
+calibrate._SIZES[("cpu", True)] = (32, 48)
+calibrate._COPY_BYTES[("cpu", True)] = 1 << 16
+host_cost.CALLS = {{True: 8, False: 8}}
+be = Fake()
+be.slow["run"] = 0.05  # the host-cost probe alone takes over half a second
+tiledmm.register_backend(be)
+first_calibration.configure(budget=60.0)
+ready = {ready!r} + "/" + sys.argv[1]
+open(ready, "w").close()
+while sum(1 for _ in __import__("pathlib").Path({ready!r}).iterdir()) < 2:
+    time.sleep(0.01)
+_product(be)
+print(json.dumps({{"vendor": be.vendor_calls, "products": be.products}}))
+"""
+
+
+def test_two_processes_calibrate_one_backend_once(tmp_path):
+    """Two processes meet an uncalibrated backend at the same moment: one measures, the other
+    waits for it and plans on its record; one valid record."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    code = _CHILD.format(tests=str(Path(__file__).parent), ready=str(ready))
+    env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "cache"),
+               **{first_use.ENABLE: "1", first_calibration.ENABLE: "1"})  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=env,
+                              stdout=subprocess.PIPE, text=True) for i in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    counts = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    assert sorted(c["vendor"] > 0 for c in counts) == [False, True], counts
+    waiter = next(c for c in counts if c["vendor"] == 0)
+    assert waiter["products"] == 1  # the user's own product, nothing measured
+    rec = json.loads((tmp_path / "cache" / "calibration.json").read_text())[DEVICE]
+    assert rec["first_use"] and rec["host_cost"][Fake.name]["calls"] == 8
 
 
 def test_the_test_suite_runs_without_first_use_calibration():

@@ -24,6 +24,10 @@ line on the ``tiledmm`` logger says what was measured.
 - Once per process per (device, backend): a failure (an exception, an unwritable cache) is
   remembered, and dispatch runs on the estimates. After a record is saved the plan caches
   are cleared, so the next call is planned on the measurements.
+- Once per machine: processes that meet the same (device, backend) at once take a lock of the
+  calibration cache's folder (``.first-calibration-<backend>.lock``); the one that holds it
+  measures, the others wait for it (at most the budget and :data:`WAIT_MARGIN` seconds) and
+  then find its record, so two processes never time the device against each other.
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ from dataclasses import dataclass
 
 from ..core import dispatch
 from ..core.backend import Backend
-from ..device.calibration import has_ceilings, load_calibration, save_calibration
+from ..device.calibration import (
+    calibration_path,
+    has_ceilings,
+    load_calibration,
+    save_calibration,
+)
 from ..util import env
+from ..util.atomicfile import locked
 from . import first_use
 from .calibrate import measure, writable_cache
 from .host_cost import calibrating
@@ -47,6 +57,8 @@ __all__ = ["configure", "settings", "prepare", "before_plan", "calibrate_backend
 
 ENABLE, BUDGET = "TILEDMM_FIRST_USE_CALIBRATION", "TILEDMM_FIRST_USE_CALIBRATION_BUDGET"
 GPU_BUDGET, CPU_BUDGET = 10.0, 3.0
+#: seconds past the budget a process waits for another's calibration of the same backend
+WAIT_MARGIN = 20.0
 
 log = logging.getLogger("tiledmm")
 
@@ -137,11 +149,22 @@ def calibrate_backend(be: Backend, dtype: str = "float32") -> bool:
     if not conf.enabled or conf.budget <= 0:
         return True
     name = be.vendor_backend().device().name  # the record `tiledmm calibrate` writes
-    record = load_calibration().get(name, {})
-    if be.name in record.get("host_cost", {}):
+    if be.name in load_calibration().get(name, {}).get("host_cost", {}):
         return True
+    writable_cache()  # an OSError saying which folder, before any measuring or waiting
+    # one process measures; another meeting the backend now waits for it, then reads its record
+    slug = "".join(c if c.isalnum() else "-" for c in be.name)
+    with locked(calibration_path().with_name(f"first-calibration-{slug}"),
+                timeout=conf.budget + WAIT_MARGIN):  # fmt: skip
+        record = load_calibration().get(name, {})
+        if be.name in record.get("host_cost", {}):
+            dispatch.clear_caches()  # measured by another process meanwhile
+            return True
+        return _measure_and_save(be, dtype, name, record, conf)
+
+
+def _measure_and_save(be: Backend, dtype: str, name: str, record: dict, conf: Settings) -> bool:
     ceilings = not has_ceilings(record)
-    writable_cache()  # an OSError saying which folder, before any measuring
     start = time.monotonic()
     name, new = measure(be, quick=True, deadline=start + conf.budget, ceilings=ceilings,
                         dtype=dtype)  # fmt: skip
