@@ -112,8 +112,14 @@ def test_tma_ready_needs_16_byte_rows_and_unit_columns():
 
 
 def test_map_args():
-    assert hopper.map_args(1000, 784, 1568, 128) == ((784, 1000), 1568, (64, 128))
-    assert hopper.map_args(1, 777, 0, 64) == ((777, 1), 1568, (64, 64))  # one row
+    one = ((784, 1000, 1), (1568, 1568000), (64, 128, 1))
+    assert hopper.map_args(1000, 784, 1568, 128) == one
+    assert hopper.map_args(1, 777, 0, 64) == ((777, 1, 1), (1568, 1568), (64, 64, 1))  # one row
+    # a batch of 6 matrices 2 MB apart; one whose matrices start unaligned is refused
+    six = hopper.map_args(1000, 784, 1568, 128, 2, 6, 1 << 21)
+    assert six == ((784, 1000, 6), (1568, 1 << 21), (64, 128, 1))
+    with pytest.raises(ValueError, match="batch stride"):
+        hopper.map_args(1000, 784, 1568, 128, 2, 6, 1000 * 784 * 2 + 2)
     with pytest.raises(ValueError, match="multiple of 16"):
         hopper.map_args(10, 777, 1554, 64)
     with pytest.raises(ValueError, match="box"):
@@ -209,6 +215,74 @@ def test_run_path(fake, layout, rng):
     assert calls and all(c[3] == hplan.CONFIGS["large"]["group_m"] for c in calls if c[0] > 64)
 
 
+@pytest.fixture
+def fake_batched(monkeypatch):
+    """hopper.run_batched against NumPy: the kernel checks the stacks it gets (TMA-ready
+    matrices, 16-byte matrix strides, a shared operand 2-D), then multiplies matrix by
+    matrix."""
+    calls = []
+
+    def kern(a, b, c, group_m=None):
+        assert c.ndim == 3
+        for x in (a, b):
+            assert hopper.tma_ready(x.shape[-2:], x.strides[-2:], x.data.ptr, 2)
+            assert x.ndim == 2 or (x.shape[0] == c.shape[0] and x.strides[0] % 16 == 0)
+        assert not np.may_share_memory(c, a) and not np.may_share_memory(c, b)
+        calls.append((a.ndim, b.ndim, c.shape))
+        for z in range(c.shape[0]):
+            az, bz = (x[z] if x.ndim == 3 else x for x in (a, b))
+            c[z] = (np.asarray(az, np.float64) @ np.asarray(bz, np.float64)).astype(c.dtype)
+
+    def as_strided(x, shape, strides):
+        return device_array(np.lib.stride_tricks.as_strided(x, shape, strides))
+
+    cp = types.SimpleNamespace(
+        empty=lambda shape, dtype: device_array(np.empty(shape, dtype)),
+        may_share_memory=np.may_share_memory,
+        lib=types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=as_strided)),
+    )
+    monkeypatch.setattr(hopper, "device_info", lambda cp_: (0, "90", 132))
+    monkeypatch.setattr(hopper, "kernel", lambda *a: kern)
+    return cp, calls
+
+
+@pytest.mark.parametrize("case", ["both", "shared_b", "shared_a_view", "two_axes", "odd",
+                                  "out_view", "partial"])  # fmt: skip
+def test_run_batched_in_one_launch(fake_batched, case, rng):
+    """A batch reaches the kernel once, as stacks one stride apart (copied to 16-byte matrix
+    strides where the sizes leave them unaligned); a batch that broadcasts in part is left to
+    the per-matrix loop (False)."""
+    cp, calls = fake_batched
+    m, n, k = (383, 129, 77) if case == "odd" else (64, 96, 40)
+    sa, sb = (6, m, k), (6, k, n)
+    if case == "shared_b":
+        sb = (k, n)
+    if case == "two_axes":
+        sa, sb = (2, 3, m, k), (2, 3, k, n)
+    if case == "partial":
+        sa, sb = (2, 1, m, k), (1, 3, k, n)
+    a, b = _aligned(sa, np.float16, rng), _aligned(sb, np.float16, rng)
+    if case == "shared_a_view":
+        a = device_array(np.broadcast_to(_aligned((m, k), np.float16, rng), (6, m, k)))
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = device_array(np.full((*batch, m, n), np.nan, np.float16))
+    if case == "out_view":
+        big = device_array(np.full((*batch, m, n + 8), np.nan, np.float16))
+        out = big[..., 3: n + 3]
+    ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    done = hopper.run_batched(cp, _plan(m=m, n=n, k=k), a, b, out)
+    if case == "partial":
+        assert not done and not calls
+        return
+    assert done and len(calls) == 1
+    assert calls[0][:2] == {"shared_b": (3, 2), "shared_a_view": (2, 3)}.get(case, (3, 3))
+    got = np.asarray(out, np.float64)
+    assert np.isfinite(got).all()
+    assert np.abs(got - ref).max() <= 2e-3 * max(1.0, np.abs(ref).max())
+    if case == "out_view":
+        assert np.isnan(np.asarray(big[..., :3], np.float64)).all()
+
+
 def test_run_refuses_other_devices(monkeypatch):
     monkeypatch.setattr(hopper, "device_info", lambda cp_: (0, "80", 108))
     with pytest.raises(ValueError, match="compute capability 9"):
@@ -302,6 +376,22 @@ def test_gpu_hopper16(monkeypatch):
     got = tiledmm.matmul(x, y, backend="cupy")
     ref = x.astype(cp.float32) @ y.astype(cp.float32)
     assert float(cp.abs(got.astype(cp.float32) - ref).max()) < 0.05
+    # batches in one launch (hopper.run_batched): both stacked, two batch axes, odd sizes
+    # (copied to aligned matrices), a broadcast operand, into a NaN-poisoned out
+    for sa, sb in (((4, 300, 200), (4, 200, 130)), ((2, 3, 129, 64), (2, 3, 64, 257)),
+                   ((5, 383, 77), (5, 77, 129)), ((100, 77), (6, 77, 300))):  # fmt: skip
+        x = cp.asarray(rng.standard_normal(sa).astype(np.float16))
+        y = cp.asarray(rng.standard_normal(sb).astype(np.float16))
+        ref = x.astype(cp.float32) @ y.astype(cp.float32)
+        out = cp.full(ref.shape, np.nan, np.float16)
+        plan = make_plan(sa[-2], sb[-1], sa[-1], dtype="float16", kernel="mma",
+                         device=be.device(), backend="cupy")  # fmt: skip
+        assert be.run_batched(plan, x, y, out), (sa, sb)
+        vendor = (x @ y).astype(cp.float32)
+        nrm = float(cp.linalg.norm(ref))
+        err = float(cp.linalg.norm(out.astype(cp.float32) - ref)) / nrm
+        verr = float(cp.linalg.norm(vendor - ref)) / nrm
+        assert bool(cp.isfinite(out).all()) and err <= 2 * verr + 1e-3, (sa, sb, err, verr)
 
 
 @pytest.mark.gpu

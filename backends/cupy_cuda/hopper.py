@@ -35,7 +35,7 @@ from tiledmm.util.lru import LRUCache
 __all__ = [
     "DTYPES", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes", "tma_ready",
     "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
-    "device_info", "kernel", "run",
+    "device_info", "kernel", "run", "run_batched", "stack_view",
 ]  # fmt: skip
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
@@ -108,17 +108,20 @@ def padded_ld(cols: int, itemsize: int = 2) -> int:
     return max(per, -(-cols // per) * per)
 
 
-def map_args(rows: int, cols: int, row_bytes: int, box_rows: int,
-             itemsize: int = 2) -> tuple[tuple[int, int], int, tuple[int, int]]:  # fmt: skip
-    """(global dims (inner first), row stride in bytes, box (inner first)) of the tensor map
-    of a row-major ``rows`` x ``cols`` matrix read in boxes of 64 columns (128 bytes, the
-    swizzle span) x ``box_rows`` rows; one row: any valid stride."""
+def map_args(rows: int, cols: int, row_bytes: int, box_rows: int, itemsize: int = 2,
+             batch: int = 1, batch_bytes: int = 0) -> tuple[tuple, tuple, tuple]:  # fmt: skip
+    """(global dims, strides in bytes, box; inner first) of the 3-D tensor map of ``batch``
+    row-major ``rows`` x ``cols`` matrices ``batch_bytes`` apart, read in boxes of 64 columns
+    (128 bytes, the swizzle span) x ``box_rows`` rows x one matrix; one row, or one matrix:
+    any valid stride there."""
     stride = row_bytes if rows > 1 else -(-cols * itemsize // 16) * 16
-    if stride % 16 or stride >= 1 << 40:
-        raise ValueError(f"TMA row stride {stride} bytes: must be a multiple of 16 under 2^40")
+    between = batch_bytes if batch > 1 else stride * rows
+    for what, x in (("row", stride), ("batch", between)):
+        if x % 16 or x >= 1 << 40:
+            raise ValueError(f"TMA {what} stride {x} bytes: must be a multiple of 16 under 2^40")
     if not 1 <= box_rows <= 256:
         raise ValueError(f"TMA box of {box_rows} rows: 1..256")
-    return (cols, rows), stride, (128 // itemsize, box_rows)
+    return (cols, rows, batch), (stride, between), (128 // itemsize, box_rows, 1)
 
 
 def tile_counts(m: int, n: int, bm: int, bn: int, cluster: int) -> tuple[int, int]:
@@ -181,19 +184,21 @@ class Driver:
         self.launch.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
         self.occupancy = getattr(lib, "cuOccupancyMaxActiveClusters", None)
 
-    def tensor_map(self, ptr: int, rows: int, cols: int, row_bytes: int, box_rows: int) -> Any:
-        """A 64-byte aligned buffer holding the map of a row-major 16-bit matrix (boxes of 64
-        columns x ``box_rows``, 128-byte swizzle, zero fill outside)."""
-        dims, stride, box = map_args(rows, cols, row_bytes, box_rows)
+    def tensor_map(self, ptr: int, rows: int, cols: int, row_bytes: int, box_rows: int,
+                   batch: int = 1, batch_bytes: int = 0) -> Any:  # fmt: skip
+        """A 64-byte aligned buffer holding the 3-D map of ``batch`` row-major 16-bit matrices
+        (:func:`map_args`: boxes of 64 columns x ``box_rows`` x 1, 128-byte swizzle, zero fill
+        outside)."""
+        dims, strides, box = map_args(rows, cols, row_bytes, box_rows, 2, batch, batch_bytes)
         raw = C.create_string_buffer(192)
         addr = (C.addressof(raw) + 63) & ~63
-        # UINT16 1 (the bits move as they are), no interleave 0, swizzle 128B 3,
+        # UINT16 1 (the bits move as they are), rank 3, no interleave 0, swizzle 128B 3,
         # L2 promotion 256B 3, out-of-bounds fill zeros 0
-        rc = self.encode(addr, 1, 2, ptr, (C.c_uint64 * 2)(*dims), (C.c_uint64 * 1)(stride),
-                         (C.c_uint32 * 2)(*box), (C.c_uint32 * 2)(1, 1), 0, 3, 3, 0)  # fmt: skip
+        rc = self.encode(addr, 1, 3, ptr, (C.c_uint64 * 3)(*dims), (C.c_uint64 * 2)(*strides),
+                         (C.c_uint32 * 3)(*box), (C.c_uint32 * 3)(1, 1, 1), 0, 3, 3, 0)  # fmt: skip
         if rc:
-            raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} (dims {dims}, row "
-                               f"stride {stride}, box {box})")  # fmt: skip
+            raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} (dims {dims}, strides "
+                               f"{strides}, box {box})")  # fmt: skip
         return raw, addr
 
     def max_clusters(self, fn: int, cluster: int, threads: int, smem: int, sms: int) -> int:
@@ -251,24 +256,34 @@ class HopperKernel:
         self.slots = slots
 
     def _map(self, x: Any, ld: int, box_rows: int) -> Any:
-        rows, cols = x.shape
-        key = (x.data.ptr, rows, cols, ld, box_rows)
-        return _MAPS.get_or_make(key, lambda: self.drv.tensor_map(x.data.ptr, rows, cols,
-                                                                  ld * 2, box_rows))  # fmt: skip
+        """The map of a 2-D operand, or of a 3-D stack of matrices (stride of the first axis:
+        the matrices' distance; one matrix where it is 0)."""
+        rows, cols = x.shape[-2:]
+        nb, bs = (x.shape[0], x.strides[0]) if x.ndim == 3 and x.strides[0] else (1, 0)
+        key = (x.data.ptr, rows, cols, ld, box_rows, nb, bs)
+        make = lambda: self.drv.tensor_map(x.data.ptr, rows, cols, ld * 2, box_rows, nb, bs)  # noqa: E731
+        return _MAPS.get_or_make(key, make)
 
     def __call__(self, a: Any, b: Any, c: Any, group_m: int | None = None,
                  stream: int | None = None) -> None:  # fmt: skip
-        (m, k), n = a.shape, b.shape[1]
-        ma = self._map(a, a.strides[0] // 2, self.bm)
-        mb = self._map(b, b.strides[0] // 2, 64)
+        """``c[...] = a @ b``: 2-D operands, or a batch (``c`` 3-D; ``a`` or ``b`` 3-D with the
+        same number of matrices, or 2-D, or 3-D with a zero first stride: shared)."""
+        (m, k), n = a.shape[-2:], b.shape[-1]
+        nb = c.shape[0] if c.ndim == 3 else 1
+        ma = self._map(a, a.strides[-2] // 2, self.bm)
+        mb = self._map(b, b.strides[-2] // 2, 64)
         tm, tn = tile_counts(m, n, self.bm, self.bn, self.cluster)
-        grid = grid_size(tm, tn, self.cluster, self.slots)
-        ldc = c.strides[0] // 2 if m > 1 else n
-        store = self.epi and tma_ready(c.shape, c.strides, c.data.ptr, 2)
+        grid = grid_size(tm, tn * nb, self.cluster, self.slots)
+        ldc = c.strides[-2] // 2 if m > 1 else n
+        store = self.epi and tma_ready(c.shape[-2:], c.strides[-2:], c.data.ptr, 2)
+        store = store and (nb == 1 or c.strides[0] % 16 == 0)
         mc = self._map(c, ldc, 64) if store else ma  # unused without TMA stores
+        batched = [int(x.ndim == 3 and x.strides[0] != 0) for x in (a, b)]
         args = [ma, mb, mc, C.c_void_p(c.data.ptr), C.c_int(m), C.c_int(n), C.c_int(k),
                 C.c_longlong(ldc), C.c_int(tm), C.c_int(tn),
-                C.c_int(group_m or self.group_m), C.c_int(int(store))]  # fmt: skip
+                C.c_int(group_m or self.group_m), C.c_int(int(store)), C.c_int(nb),
+                C.c_int(batched[0]), C.c_int(batched[1]),
+                C.c_longlong(c.strides[0] // 2 if nb > 1 else 0)]  # fmt: skip
         if stream is None:
             stream = self.cp.cuda.get_current_stream().ptr
         self.drv.call(self.fn.ptr, grid, self.threads, self.smem, stream, args)
@@ -323,3 +338,75 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None
     kern(_ready(cp, a), _ready(cp, b), c, group_m=cfg["group_m"])
     if c is not out:
         out[...] = c
+
+
+def stack_view(cp: Any, x: Any, batch: tuple[int, ...]) -> Any | None:
+    """``x`` (``(..., rows, cols)``, broadcast against the batch shape ``batch``) as one matrix
+    (2-D: shared by the batch) or a 3-D stack of ``prod(batch)`` matrices one stride apart, as a
+    view; None where its batch axes broadcast only in part or do not collapse to one stride."""
+    lead, rows_cols = x.shape[:-2], x.shape[-2:]
+    if all(d == 1 for d in lead):
+        return x.reshape(rows_cols) if lead else x
+    extra = len(batch) - len(lead)
+    if extra < 0 or tuple(lead) != tuple(batch[extra:]) or any(d != 1 for d in batch[:extra]):
+        return None
+    shape, strides = [], []
+    for d, s in zip(lead, x.strides[:-2], strict=True):
+        if d == 1:
+            continue
+        if strides and strides[-1] != s * d:
+            return None
+        shape.append(d)
+        strides.append(s)
+    if strides and strides[-1] == 0:  # a broadcast view: one matrix
+        return cp.lib.stride_tricks.as_strided(x, rows_cols, x.strides[-2:])
+    count = 1
+    for d in shape:
+        count *= d
+    return cp.lib.stride_tricks.as_strided(x, (count, *rows_cols), (strides[-1], *x.strides[-2:]))
+
+
+def _ready_stack(cp: Any, x: Any) -> Any:
+    """A 2-D operand or 3-D stack that TMA reads in place, else a copy with 16-byte aligned rows
+    (and matrices)."""
+    if x.ndim == 2:
+        return _ready(cp, x)
+    inner = tma_ready(x.shape[1:], x.strides[1:], x.data.ptr, x.itemsize)
+    if inner and x.strides[0] > 0 and x.strides[0] % 16 == 0:
+        return x
+    nb, rows, cols = x.shape
+    y = cp.empty((nb, rows, padded_ld(cols, x.itemsize)), x.dtype)[:, :, :cols]
+    y[...] = x
+    return y
+
+
+def run_batched(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict | None = None) -> bool:
+    """``out[...] = a @ b`` over NumPy's broadcast batch axes in one launch of the Hopper
+    kernel (``out`` has the full batch shape); False where the batch axes do not reduce to
+    one stride per operand (the per-matrix loop then runs)."""
+    dev, dcc, sms = device_info(cp)
+    if not str(dcc).startswith("9"):
+        return False
+    batch = tuple(out.shape[:-2])
+    xa, xb = stack_view(cp, a, batch), stack_view(cp, b, batch)
+    c3 = stack_view(cp, out, batch)
+    if xa is None or xb is None or c3 is None:
+        return False
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if not m or not n or 0 in batch:
+        return True
+    if not k:
+        out.fill(0)
+        return True
+    c3 = c3 if c3.ndim == 3 else c3.reshape((1, m, n))
+    nb, (cb, c0, c1) = c3.shape[0], c3.strides
+    plain = (c1 == 2 or n == 1) and (m == 1 or (c0 % 2 == 0 and c0 >= 2 * n))
+    plain = plain and cb % 2 == 0 and (nb == 1 or cb >= m * n * 2 or cb >= c0 * m)
+    plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
+    c = c3 if plain else cp.empty((nb, m, n), out.dtype)
+    cfg = cfg or config(plan)
+    kern = kernel(cp, plan.dtype, cfg, dev, sms)
+    kern(_ready_stack(cp, xa), _ready_stack(cp, xb), c, group_m=cfg["group_m"])
+    if c is not c3:
+        c3[...] = c
+    return True

@@ -123,9 +123,13 @@ def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any
         out[...] = c
 
 
-def run_batched(arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any) -> bool:
-    """The batch in one launch for 4- and 8-byte inputs; 16-bit and wgmma batches go matrix by
-    matrix."""
+def run_batched(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any,
+                out: Any) -> bool:  # fmt: skip
+    """The batch in one launch: 4- and 8-byte inputs by the shared launch path, 16-bit ones
+    on compute capability 9.x by the Hopper kernel (:func:`.hopper.run_batched`); other 16-bit
+    and wgmma batches go matrix by matrix."""
+    if plan.dtype in hopper.DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
+        return hopper.run_batched(cp, plan, a, b, out)
     if K.itemsize(plan.dtype) < 4 or wgmma.wants(plan):
         return False
     return launch.run_batched(arrays, launches, plan, a, b, out)
@@ -220,7 +224,7 @@ class MmaFamily:
     def run_batched(self, plan, a, b, out) -> bool:
         """A batch in one launch where the family can (mma plans included)."""
         if plan.kernel == K.MMA:
-            return run_batched(ARRAYS, self.launches, plan, a, b, out)
+            return run_batched(cupy_module(), ARRAYS, self.launches, plan, a, b, out)
         return super().run_batched(plan, a, b, out)
 
     def plan_problem(self, plan) -> str | None:

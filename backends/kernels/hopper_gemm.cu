@@ -24,6 +24,8 @@
 // Edges: TMA fills what lies outside M, N, K with zeros (tensor maps carry the true extents);
 // B panels wholly right of N and A tiles wholly below M are not fetched (their accumulators are
 // never stored); stores are guarded. Rows must start 16-byte aligned (the host copies others).
+// Batches: one launch; the maps' third dimension is the matrix, the persistent tiles run over
+// every matrix's tiles (matrix by matrix, each in the grouped order).
 //
 // Defines (set by the host, backends/cupy_cuda/hopper.py): DTYPE 1 float16 / 2 bfloat16; BM,
 // BN; CM, CN (consumer warpgroups along M and N); STAGES; CLUSTER 1 or 2 (two blocks along M
@@ -153,27 +155,29 @@ __device__ __forceinline__ void mbar_release(unsigned bar)
 #endif
 }
 
-__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap *map, int x, int y,
+// the maps are 3-D: {columns, rows, matrices of the batch}; z picks the matrix
+__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap *map, int x, int y, int z,
                                          unsigned bar)
 {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%2, %3}], [%4];\n"
-               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];\n"
+               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
 }
 
 __device__ __forceinline__ void tma_load_mc(unsigned dst, const TmaMap *map, int x, int y,
-                                            unsigned bar, unsigned short mask)
+                                            int z, unsigned bar, unsigned short mask)
 {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-               ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
-               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
+               ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(mask) : "memory");
 }
 
 #if EPI
-__device__ __forceinline__ void tma_store(const TmaMap *map, unsigned src, int x, int y)
+__device__ __forceinline__ void tma_store(const TmaMap *map, unsigned src, int x, int y, int z)
 {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
-               ::"l"(map), "r"(src), "r"(x), "r"(y) : "memory");
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"
+               " [%0, {%2, %3, %4}], [%1];\n"
+               ::"l"(map), "r"(src), "r"(x), "r"(y), "r"(z) : "memory");
 }
 #endif
 
@@ -321,9 +325,11 @@ __device__ __forceinline__ void wg_sync(int id)
 
 // ---------------------------------------------------------------- the kernel
 
-// C[M x N] (row stride ldc elements) = A @ B through the maps ma (A: {K, M}, box 64 x BM) and
-// mb (B: {N, K}, box 64 x 64); tiles_m = ceil(M / BM) rounded up to CLUSTER, tiles_n =
-// ceil(N / BN); gridDim.x a multiple of CLUSTER, at most the tiles.
+// C[z] (M x N, row stride ldc elements, matrix z at c + z * c_bs) = A[z] @ B[z] for z < batch
+// through the maps ma (A: {K, M, batch or 1}, box 64 x BM x 1) and mb (B: {N, K, batch or 1},
+// box 64 x 64 x 1); a_bat / b_bat 0: the operand is one matrix shared by the batch (NumPy's
+// broadcast); tiles_m = ceil(M / BM) rounded up to CLUSTER, tiles_n = ceil(N / BN); gridDim.x
+// a multiple of CLUSTER, at most the tiles of the whole batch.
 extern "C" __global__ void
 #if CLUSTER > 1
 __cluster_dims__(CLUSTER, 1, 1)
@@ -331,7 +337,8 @@ __cluster_dims__(CLUSTER, 1, 1)
 __launch_bounds__(THREADS, 1)
 hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb,
             const __grid_constant__ TmaMap mc, unsigned short *__restrict__ c, int m, int n,
-            int k, long long ldc, int tiles_m, int tiles_n, int group_m, int c_tma)
+            int k, long long ldc, int tiles_m, int tiles_n, int group_m, int c_tma, int batch,
+            int a_bat, int b_bat, long long c_bs)
 {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -344,7 +351,7 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
   const unsigned rank = 0;
 #endif
   const int kt_n = (k + BK - 1) / BK;
-  const int ctiles_m = tiles_m / CLUSTER, total = ctiles_m * tiles_n;
+  const int ctiles_m = tiles_m / CLUSTER, per = ctiles_m * tiles_n, total = per * batch;
   const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
 
   if (tid == 0) {
@@ -368,8 +375,10 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
       unsigned it = 0;
       for (int t = first; t < total; t += step) {
         int ctm, tn;
-        tile_of(t, ctiles_m, tiles_n, group_m, ctm, tn);
+        const int z = t / per;
+        tile_of(t - z * per, ctiles_m, tiles_n, group_m, ctm, tn);
         const int row0 = (ctm * CLUSTER + (int)rank) * BM, col0 = tn * BN;
+        const int za = a_bat ? z : 0, zb = b_bat ? z : 0;
         const bool a_in = row0 < m;
         const int panels = min(PANELS, (n - col0 + 63) / 64);  // B panels left of N
         const unsigned bytes = (a_in ? A_BYTES : 0) + panels * PANEL_BYTES;
@@ -378,13 +387,13 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
           const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES, bar = full + 8 * s;
           mbar_wait(empty + 8 * s, ph ^ 1);
           mbar_expect(bar, bytes);
-          if (a_in) tma_load(sa, &ma, kt * BK, row0, bar);
+          if (a_in) tma_load(sa, &ma, kt * BK, row0, za, bar);
 #if CLUSTER == 1
           for (int p = 0; p < panels; ++p)
-            tma_load(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, bar);
+            tma_load(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, zb, bar);
 #else
           for (int p = rank * (PANELS / 2); p < (int)(rank + 1) * (PANELS / 2) && p < panels; ++p)
-            tma_load_mc(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, bar,
+            tma_load_mc(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, zb, bar,
                         (unsigned short)((1 << CLUSTER) - 1));
 #endif
         }
@@ -396,7 +405,7 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
 #endif
     const int cw = wg - 1, cm = cw / CN, cn = cw % CN;
     const int warp = (tid >> 5) & 3, lane = tid & 31;
-    const bool pairs = (ldc & 1) == 0 && ((unsigned long long)c & 3) == 0;
+    const bool pairs = (ldc & 1) == 0 && (c_bs & 1) == 0 && ((unsigned long long)c & 3) == 0;
     float acc[WGM][NACC];
 #pragma unroll
     for (int mi = 0; mi < WGM; ++mi)
@@ -405,7 +414,8 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
     unsigned it = 0;
     for (int t = first; t < total; t += step) {
       int ctm, tn;
-      tile_of(t, ctiles_m, tiles_n, group_m, ctm, tn);
+      const int z = t / per;
+      tile_of(t - z * per, ctiles_m, tiles_n, group_m, ctm, tn);
       const int row0 = (ctm * CLUSTER + (int)rank) * BM, col0 = tn * BN;
 #if WAIT1
       int prev = -1;
@@ -457,13 +467,14 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
             for (int p = 0; p < WN / 64; ++p)
               if (col0 + cn * WN + 64 * p < n && row0 + cm * WM + 64 * mi < m)
                 tma_store(&mc, cs + (mi * (WN / 64) + p) * PANEL_BYTES,
-                          col0 + cn * WN + 64 * p, row0 + cm * WM + 64 * mi);
+                          col0 + cn * WN + 64 * p, row0 + cm * WM + 64 * mi, z);
           asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
         }
         continue;
       }
 #endif
-      store_tile(acc, c, m, n, ldc, row0 + cm * WM, col0 + cn * WN, lane, warp, pairs);
+      store_tile(acc, c + z * c_bs, m, n, ldc, row0 + cm * WM, col0 + cn * WN, lane, warp,
+                 pairs);
     }
 #if EPI
     if (c_tma && (tid & 127) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
