@@ -104,7 +104,8 @@ def test_measurement_overrules_the_ladder(tmp_path, monkeypatch):
         shipped = [(e.get("kernels"), e.get("shape_class")) for e in rows["entries"]]
         base = [e for e, w in zip(rows["entries"], shipped, strict=True)
                 if w != ("numba", "vector")]  # fmt: skip
-        data = dict(rows, entries=base + [entry("naive", naive), entry("tiled", tiled)])
+        data = dict(rows, entries=base + [entry("naive", naive), entry("tiled", tiled),
+                                          entry("register", 120.0)])  # fmt: skip
         db.write_text(json.dumps(data))
         monkeypatch.setattr(tables, "DATABASE", db)  # read at call time
         dispatch.clear_caches()

@@ -152,6 +152,14 @@ def test_auto_kernel_follows_measurements():
     assert dispatch.auto_kernel(be, 1024, 1024, 1024, "float32") == "naive"
     # another shape class has no measurements: the ladder decides as before
     assert dispatch.auto_kernel(be, 1000, 1000, 777, "float32") == "register"
+    # a partial tune of the lower rungs alone (`tiledmm tune --kernel naive,tiled`, or a budget
+    # spent before the register family) does not displace the unmeasured top rung
+    tuning.save_entries([
+        _entry(dev, family="naive", gflops=2.0, bt=(16, 16, 1), tt=(1, 1), cls="odd"),
+        _entry(dev, family="tiled", gflops=7.0, bt=(64, 64, 64), tt=(1, 1), cls="odd"),
+    ])  # fmt: skip
+    dispatch.clear_caches()
+    assert dispatch.auto_kernel(be, 1000, 1000, 777, "float32") == "register"
 
 
 class Fake(Backend):

@@ -11,8 +11,9 @@ rank register > tiled > naive on every device and large shape, while the model's
 between families reach 2-3x (tiled predicted 2x too fast, naive 3-6x too slow), so only a
 larger predicted gap overrules the ladder. Where measurements of two or more families exist
 for this backend, device, dtype and shape class (the user tuning database, else the backend's
-shipped table: ``tiledmm.core.tuning.measured_families``), ``kernel="auto"`` takes the fastest
-measured family instead (vectors: the gemv path of the naive family where it measured faster;
+shipped table: ``tiledmm.core.tuning.measured_families``), the ladder's top family among them
+(a partial tune of the lower rungs alone does not displace an unmeasured top rung),
+``kernel="auto"`` takes the fastest measured family instead (vectors: the gemv path of the naive family where it measured faster;
 without measurements for the dtype, a vector takes the gemv path wherever the naive family has
 one).
 Tiles come from the database (the user's tunings, then the backend's shipped table), else the
@@ -102,8 +103,8 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
                 precision: str | None = None) -> str:  # fmt: skip
     """The family ``kernel="auto"`` runs on ``be`` for this product (one of a batch of
     ``batch``): the fastest measured family for its shape class where two or more are measured,
-    else the ladder (see the module docstring). ``precision="tf32"`` asks for tensor cores on
-    float32: only ``mma`` honours it."""
+    the top plannable rung among them, else the ladder (see the module docstring).
+    ``precision="tf32"`` asks for tensor cores on float32: only ``mma`` honours it."""
     rungs = [fam for fam in reversed(KERNEL_FAMILIES) if fam in be.kernels]
     if precision is not None:
         rungs = [fam for fam in rungs if fam == "mma"]
@@ -114,14 +115,6 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
         raise PlanError(f"backend {be.name!r} declares no kernels")
     if len(rungs) == 1:
         return rungs[0]
-    cls = tuning.shape_class(m, n, k, batch)
-    measured = tuning.measured_families(be.name, dtype, be.device(), cls, be)
-    measured = {f: g for f, g in measured.items() if f in rungs
-                and not _first_use_only(be, f, dtype, cls)}  # fmt: skip
-    if len(measured) >= 2:  # measurements overrule the model and the ladder
-        return max(measured, key=lambda f: (measured[f], -rungs.index(f)))
-    if cls == "vector" and "naive" in rungs and _is_gemv(be, m, n, k, dtype):
-        return "naive"
     times = {}
     for fam in rungs:
         try:
@@ -130,6 +123,15 @@ def auto_kernel(be: Backend, m: int, n: int, k: int, dtype: str, batch: int = 1,
             continue
     if not times:
         return rungs[0]  # let plan_for raise the family's own PlanError
+    cls = tuning.shape_class(m, n, k, batch)
+    measured = tuning.measured_families(be.name, dtype, be.device(), cls, be)
+    measured = {f: g for f, g in measured.items() if f in times
+                and not _first_use_only(be, f, dtype, cls)}  # fmt: skip
+    top = next(fam for fam in rungs if fam in times)
+    if len(measured) >= 2 and top in measured:  # measurements overrule the model and the ladder
+        return max(measured, key=lambda f: (measured[f], -rungs.index(f)))
+    if cls == "vector" and "naive" in rungs and _is_gemv(be, m, n, k, dtype):
+        return "naive"
     best = min(times.values())
     return next(fam for fam in rungs if fam in times and times[fam] <= RUNG_MARGIN * best)
 
