@@ -197,6 +197,8 @@ def main(args: argparse.Namespace) -> int:
     tuner = Tuner(be, args.dtype, parse_budget(args.budget), args.strategy, args.seed,
                   resume=not args.fresh, cold=args.cold)  # fmt: skip
     todo = tasks_for(args.shapes, size)
+    # the ladder's top family first: where the budget runs out, what `auto` runs is measured
+    fams = tuple(sorted(fams, key=KERNEL_FAMILIES.index, reverse=True))
     tasks = [Task(tuner, f, cls, shape) for f in fams for cls, shape in todo]
     total = sum(len(t.space) for t in tasks)
     print(
