@@ -283,6 +283,48 @@ def test_run_batched_in_one_launch(fake_batched, case, rng):
         assert np.isnan(np.asarray(big[..., :3], np.float64)).all()
 
 
+def test_bound_launch_makes_maps_once_and_refuses_unaligned(monkeypatch):
+    """The hot paths' bound launch: one tensor map per operand address (made on first sight),
+    the scalars in the argument block once, nothing launched for unaligned operands."""
+    import ctypes as C
+
+    from tiledmm_backends.cupy_cuda import hopper_bound
+
+    made, launched = [], []
+
+    class Drv:
+        def tensor_map(self, ptr, rows, cols, row_bytes, box):
+            made.append((ptr, rows, cols, row_bytes, box))
+            return object(), 1000 + len(made)
+
+        def launch(self, fn, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+            ints = [C.cast(argv[i], C.POINTER(C.c_int))[0] for i in (4, 5, 6)]
+            launched.append((gx, bx, smem, stream, argv[0], argv[1], argv[2], ints))
+            return 0
+
+    fn = types.SimpleNamespace(ptr=7)
+    kern = types.SimpleNamespace(epi=True, bm=128, bn=256, cluster=1, slots=132, drv=Drv(),
+                                 fn=fn, threads=384, smem=1 << 17)  # fmt: skip
+    monkeypatch.setattr(hopper, "device_info", lambda cp_: (0, "90", 132))
+    monkeypatch.setattr(hopper, "kernel", lambda *a: kern)
+    monkeypatch.setattr(hplan, "DEFAULT_ON", True)
+    stream = types.SimpleNamespace(ptr=55)
+    go = hopper_bound.bind(None, _plan(m=1000, n=3000, k=776))
+    assert go is not None and go.pointer(5) == 5
+    for _ in range(3):
+        assert go(4096, 8192, 16384, 4096, 8192, stream)
+    assert go(4096 + 65536, 8192, 16384, 4096 + 65536, 8192, stream)
+    assert len(made) == 4 and made[0] == (4096, 1000, 776, 1552, 128)  # A, B, C, a new A
+    assert made[1] == (8192, 776, 3000, 6000, 64) and made[2] == (16384, 1000, 3000, 6000, 64)
+    gx, bx, smem, h, ma, mb, mc, ints = launched[0]
+    assert (gx, bx, smem, h, ints) == (min(132, 8 * 12), 384, 1 << 17, 55, [1000, 3000, 776])
+    assert (ma, mb, mc) == (1001, 1002, 1003) and launched[3][4] == 1004
+    assert not go(4096 + 8, 8192, 16384, 4096 + 8, 8192, stream)  # TMA needs 16-byte bases
+    assert len(launched) == 4
+    odd = hopper_bound.bind(None, _plan(m=1000, n=3000, k=777))  # rows of 1554 bytes
+    assert not odd(4096, 8192, 16384, 4096, 8192, stream) and len(launched) == 4
+
+
 def test_run_refuses_other_devices(monkeypatch):
     monkeypatch.setattr(hopper, "device_info", lambda cp_: (0, "80", 108))
     with pytest.raises(ValueError, match="compute capability 9"):

@@ -23,7 +23,7 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
-from . import hopper, wgmma
+from . import hopper, hopper_bound, wgmma
 from .arrays import ARRAYS, cupy_module
 
 __all__ = ["MMA_DTYPES", "build", "run", "run_batched", "MmaFamily", "search_space",
@@ -220,6 +220,13 @@ class MmaFamily:
         if plan.kernel == K.MMA:
             return run(cupy_module(), ARRAYS, self.launches, plan, a, b, out)
         return super().run(plan, a, b, out)
+
+    def bind(self, plan):
+        """The pre-bound launch of a plan (Hopper 16-bit mma plans: :mod:`.hopper_bound`;
+        other mma plans: none)."""
+        if plan.kernel == K.MMA:
+            return hopper_bound.bind(cupy_module(), plan)
+        return super().bind(plan)
 
     def run_batched(self, plan, a, b, out) -> bool:
         """A batch in one launch where the family can (mma plans included)."""

@@ -1,0 +1,101 @@
+"""The Hopper 16-bit kernel's pre-bound launch (issue 38): what the hot paths (``tiledmm.matmul``
+seen before, the torch path) call for a plan of the ``mma`` family that :mod:`.hopper` runs.
+
+A decode product (8 x 14336 x 4096 in float16) runs in about 25 us on the GPU; the general path
+(:func:`.hopper.run`: the plan's configuration and build looked up, both operands checked for
+TMA, the output checked against both inputs, three maps found, sixteen ctypes arguments made)
+spends more than that on the host per call. :class:`Bound` does that work once per plan: the
+build, the grid, the argument block for ``cuLaunchKernel`` with its scalars in place; a call
+finds the operands' tensor maps by address (made once per address) and launches. It takes the
+plain case only: C-contiguous operands whose rows and bases are 16-byte aligned and a fresh
+C-contiguous result; anything else returns False and the caller runs the general path.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+from typing import Any
+
+from . import hopper
+
+__all__ = ["Bound", "bind", "MAPS_PER_ROLE"]
+
+#: tensor maps a bound launch keeps per operand (by address; the oldest go first)
+MAPS_PER_ROLE = 8
+
+
+def bind(cp: Any, plan: Any) -> Bound | None:
+    """The bound launch of a Hopper plan on the current device, or None (an empty product, a
+    device or plan the Hopper kernel does not take)."""
+    m, n, k = plan.m, plan.n, plan.k
+    if not (m and n and k) or plan.dtype not in hopper.DTYPES:
+        return None
+    dev, cc, sms = hopper.device_info(cp)
+    if not hopper.takes(plan, cc):
+        return None
+    return Bound(cp, plan, dev, sms)
+
+
+class Bound:
+    """``bound(a, b, c, pa, pb, stream)``: ``c = a @ b`` for row-major ``a`` (m x k) at address
+    ``pa``, ``b`` (k x n) at ``pb`` and a fresh row-major ``c`` (m x n) overlapping neither;
+    ``a``, ``b``, ``c`` are addresses here too (:attr:`pointer` is ``int``); ``stream`` an object
+    whose ``.ptr`` is the raw handle (None: CuPy's current stream). False, launching nothing,
+    where a row or a base is not 16-byte aligned (TMA's rule)."""
+
+    __slots__ = ("cp", "kern", "dev", "ok_ld", "store", "grid", "argv", "cptr", "maps", "keep")
+
+    pointer = int
+
+    def __init__(self, cp: Any, plan: Any, dev: int, sms: int) -> None:
+        m, n, k = plan.m, plan.n, plan.k
+        cfg = hopper.config(plan)
+        kern = hopper.kernel(cp, plan.dtype, cfg, dev, sms)
+        self.cp, self.kern, self.dev = cp, kern, dev
+        # TMA: row strides of 16 bytes' multiples (a single row has none)
+        self.ok_ld = (m == 1 or k % 8 == 0) and (k == 1 or n % 8 == 0)
+        self.store = kern.epi and (m == 1 or n % 8 == 0)
+        tm, tn = hopper.tile_counts(m, n, kern.bm, kern.bn, kern.cluster)
+        self.grid = hopper.grid_size(tm, tn, kern.cluster, kern.slots)
+        self.cptr = C.c_void_p(0)
+        scalars = [self.cptr, C.c_int(m), C.c_int(n), C.c_int(k), C.c_longlong(n), C.c_int(tm),
+                   C.c_int(tn), C.c_int(cfg["group_m"]), C.c_int(int(self.store)), C.c_int(1),
+                   C.c_int(0), C.c_int(0), C.c_longlong(0)]  # fmt: skip
+        self.argv = (C.c_void_p * (3 + len(scalars)))(0, 0, 0, *(C.addressof(s) for s in scalars))
+        self.keep = scalars  # the argument block points into these
+        # (rows, columns, row elements, box rows) of A, B, C: a map per address
+        self.maps = tuple(({}, shape) for shape in ((m, k, k, kern.bm), (k, n, n, 64),
+                                                    (m, n, n, 64)))  # fmt: skip
+
+    def _map(self, role: int, ptr: int) -> int:
+        cache, (rows, cols, ld, box) = self.maps[role]
+        got = cache.get(ptr)
+        if got is None:
+            if len(cache) >= MAPS_PER_ROLE:
+                cache.pop(next(iter(cache)))
+            got = cache[ptr] = self.kern.drv.tensor_map(ptr, rows, cols, ld * 2, box)
+        return got[1]
+
+    def __call__(self, a: int, b: int, c: int, pa: int, pb: int, stream: Any = None) -> bool:
+        if not self.ok_ld or (pa | pb | c) % 16:
+            return False
+        argv = self.argv
+        argv[0] = self._map(0, pa)
+        argv[1] = self._map(1, pb)
+        argv[2] = self._map(2, c) if self.store else argv[0]
+        self.cptr.value = c
+        h = (stream or self.cp.cuda.get_current_stream()).ptr
+        kern = self.kern
+        rc = kern.drv.launch(kern.fn.ptr, self.grid, 1, 1, kern.threads, 1, 1, kern.smem, h,
+                             argv, None)  # fmt: skip
+        if rc:
+            raise RuntimeError(f"cuLaunchKernel (hopper_gemm): CUresult {rc}")
+        return True
+
+    def arrays(self, a: Any, b: Any, c: Any) -> bool:
+        """``self(...)`` for CuPy arrays: False (nothing launched) unless ``a`` and ``b`` are
+        C-contiguous (``c``, a fresh array, is)."""
+        if not (a._c_contiguous and b._c_contiguous):
+            return False
+        pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
+        return self(pa, pb, pc, pa, pb)
