@@ -418,6 +418,17 @@ def test_gpu_hopper16(monkeypatch):
     got = tiledmm.matmul(x, y, backend="cupy")
     ref = x.astype(cp.float32) @ y.astype(cp.float32)
     assert float(cp.abs(got.astype(cp.float32) - ref).max()) < 0.05
+    # the hot path's bound launch (hopper_bound), a call seen before: aligned and odd rows
+    for m, n, k in ((1000, 3000, 776), (8, 4096, 1024), (300, 257, 77)):
+        x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+        y = cp.asarray(rng.standard_normal((k, n)).astype(np.float16))
+        ref = x.astype(cp.float32) @ y.astype(cp.float32)
+        nrm = float(cp.linalg.norm(ref))
+        verr = float(cp.linalg.norm((x @ y).astype(cp.float32) - ref)) / nrm
+        for _ in range(3):
+            got = tiledmm.matmul(x, y, backend="cupy")
+            err = float(cp.linalg.norm(got.astype(cp.float32) - ref)) / nrm
+            assert err <= 2 * verr + 1e-3, (m, n, k, err, verr)
     # batches in one launch (hopper.run_batched): both stacked, two batch axes, odd sizes
     # (copied to aligned matrices), a broadcast operand, into a NaN-poisoned out
     for sa, sb in (((4, 300, 200), (4, 200, 130)), ((2, 3, 129, 64), (2, 3, 64, 257)),
