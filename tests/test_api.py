@@ -486,3 +486,47 @@ def test_one_route_one_resolution_one_dispatch_per_call(foreign, backend, kernel
                 and f == "make_plan"]  # fmt: skip
     got = np.from_dlpack(got) if foreign else got
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5)
+
+
+def test_a_dtype_run_on_tensor_cores_only_takes_the_hot_path(monkeypatch):
+    """float16 on a backend that runs it only on tensor cores: ``kernel="auto"`` becomes
+    ``mma`` in dispatch, and the hot path is still keyed by what the caller asked ("auto"):
+    a product seen before is neither decided nor planned again (it was, on every call, before:
+    90 us per call on an H100 for 8 x 14336 x 4096)."""
+    from tiledmm import Backend
+    from tiledmm.core import dispatch, engine, registry
+    from tiledmm.device.nvidia import reference_h200
+
+    class Mma16(Backend):
+        name, kernels = "fake-mma16", ("tiled", "mma")
+        dtypes, mma_dtypes = ("float32",), ("float16",)
+
+        def device(self):
+            return reference_h200()
+
+        def device_key(self):
+            return 0
+
+        def accepts(self, x):
+            return isinstance(x, np.ndarray)
+
+        def run(self, plan, a, b, out):
+            assert plan.kernel == "mma"
+            out[...] = (a.astype(np.float32) @ b.astype(np.float32)).astype(out.dtype)
+
+    tiledmm.register_backend(Mma16())
+    decided = []
+    real = dispatch.decide
+    monkeypatch.setattr(engine, "decide", lambda *a, **k: decided.append(1) or real(*a, **k))
+    try:
+        engine._fast.clear()
+        rng = np.random.default_rng(16)
+        a = rng.standard_normal((40, 24)).astype(np.float16)
+        b = rng.standard_normal((24, 56)).astype(np.float16)
+        for _ in range(3):
+            got = tiledmm.matmul(a, b, backend="fake-mma16")
+            assert got.dtype == np.float16
+            assert matmul_error(got, a, b) < 1e-2
+        assert len(decided) == 1
+    finally:
+        registry.reload()

@@ -13,9 +13,9 @@ larger predicted gap overrules the ladder. Where measurements of two or more fam
 for this backend, device, dtype and shape class (the user tuning database, else the backend's
 shipped table: ``tiledmm.core.tuning.measured_families``), the ladder's top family among them
 (a partial tune of the lower rungs alone does not displace an unmeasured top rung),
-``kernel="auto"`` takes the fastest measured family instead (vectors: the gemv path of the naive family where it measured faster;
-without measurements for the dtype, a vector takes the gemv path wherever the naive family has
-one).
+``kernel="auto"`` takes the fastest measured family instead (vectors: the gemv path of the
+naive family where it measured faster; without measurements for the dtype, a vector takes the
+gemv path wherever the naive family has one).
 Tiles come from the database (the user's tunings, then the backend's shipped table), else the
 planner's default; the plan's ``geometry_source`` says which. Plans are cached per backend,
 device, problem and registry generation, in a bounded cache (``clear_caches`` after the

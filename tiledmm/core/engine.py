@@ -168,8 +168,10 @@ def _matmul(a: Any, b: Any, /, *, backend: str, kernel: str, out: Any = None,
             check_like_numpy(a, b, out)  # numpy's error, or numpy broadcasts into a larger out
             into, out = out, None
     hook = _untuned_hook if precision is None else None  # first use (wired by tiledmm.api)
-    be, kernel, plan = decide(backend, kernel, a, b, m, n, k, rname, math.prod(batch),
-                              precision, hook)  # fmt: skip
+    # (the hot path is keyed by the kernel the caller asked for: "auto" stays "auto" where
+    # decide answers "mma", for a dtype the backend runs only on tensor cores)
+    be, _, plan = decide(backend, kernel, a, b, m, n, k, rname, math.prod(batch), precision,
+                         hook)  # fmt: skip
     if into is not None:
         backend = be  # (a product stored into out= is remembered under its Backend)
         return _store(be, into, _finish(be, plan, a, b, backend, kernel, precision, None, host,
