@@ -28,6 +28,7 @@ RANKS = {
     "util": 0, "device": 1, "model": 2, "planner": 3, "core": 4, "interop": 5, "dask": 5,
     "tune": 5,  # the tuner and first-use tuning, which the front door wires into the engine
     "api": 6, "face": 7, "bench": 8, "report": 9, "cli": 10, "__main__": 11,
+    "modelcheck": 11,  # `python -m tiledmm.modelcheck`: report.modelcheck under a short name
 }  # fmt: skip
 #: what the backends and plugins may import of tiledmm
 BACKEND_MAY = {"face", "util", "device", "model", "planner"}

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from tiledmm_backends.cupy_cuda import hopper
+from tiledmm_backends.cupy_cuda import hopper, hopper_batch
 
 import tiledmm
 from tests.helpers import device_array
@@ -217,7 +217,7 @@ def test_run_path(fake, layout, rng):
 
 @pytest.fixture
 def fake_batched(monkeypatch):
-    """hopper.run_batched against NumPy: the kernel checks the stacks it gets (TMA-ready
+    """hopper_batch.run_batched against NumPy: the kernel checks the stacks it gets (TMA-ready
     matrices, 16-byte matrix strides, a shared operand 2-D), then multiplies matrix by
     matrix."""
     calls = []
@@ -270,7 +270,7 @@ def test_run_batched_in_one_launch(fake_batched, case, rng):
         big = device_array(np.full((*batch, m, n + 8), np.nan, np.float16))
         out = big[..., 3: n + 3]
     ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
-    done = hopper.run_batched(cp, _plan(m=m, n=n, k=k), a, b, out)
+    done = hopper_batch.run_batched(cp, _plan(m=m, n=n, k=k), a, b, out)
     if case == "partial":
         assert not done and not calls
         return
@@ -429,7 +429,7 @@ def test_gpu_hopper16(monkeypatch):
             got = tiledmm.matmul(x, y, backend="cupy")
             err = float(cp.linalg.norm(got.astype(cp.float32) - ref)) / nrm
             assert err <= 2 * verr + 1e-3, (m, n, k, err, verr)
-    # batches in one launch (hopper.run_batched): both stacked, two batch axes, odd sizes
+    # batches in one launch (hopper_batch.run_batched): both stacked, two batch axes, odd sizes
     # (copied to aligned matrices), a broadcast operand, into a NaN-poisoned out
     for sa, sb in (((4, 300, 200), (4, 200, 130)), ((2, 3, 129, 64), (2, 3, 64, 257)),
                    ((5, 383, 77), (5, 77, 129)), ((100, 77), (6, 77, 300))):  # fmt: skip

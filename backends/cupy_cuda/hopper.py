@@ -35,7 +35,7 @@ from tiledmm.util.lru import LRUCache
 __all__ = [
     "DTYPES", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes", "tma_ready",
     "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
-    "device_info", "kernel", "run", "run_batched", "stack_view",
+    "device_info", "kernel", "run", "tma_operand",
 ]  # fmt: skip
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
@@ -306,7 +306,7 @@ def kernel(cp: Any, dtype: str, cfg: dict[str, int], dev: int, sms: int) -> Hopp
     return kern
 
 
-def _ready(cp: Any, x: Any) -> Any:
+def tma_operand(cp: Any, x: Any) -> Any:
     """``x`` itself when TMA can read it in place, else a copy into 16-byte aligned rows."""
     if tma_ready(x.shape, x.strides, x.data.ptr, x.itemsize):
         return x
@@ -335,78 +335,7 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None
     plain = (s1 == 2 or n == 1) and (m == 1 or (s0 % 2 == 0 and s0 >= 2 * n))
     plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
     c = out if plain else cp.empty((m, n), out.dtype)
-    kern(_ready(cp, a), _ready(cp, b), c, group_m=cfg["group_m"])
+    kern(tma_operand(cp, a), tma_operand(cp, b), c, group_m=cfg["group_m"])
     if c is not out:
         out[...] = c
 
-
-def stack_view(cp: Any, x: Any, batch: tuple[int, ...]) -> Any | None:
-    """``x`` (``(..., rows, cols)``, broadcast against the batch shape ``batch``) as one matrix
-    (2-D: shared by the batch) or a 3-D stack of ``prod(batch)`` matrices one stride apart, as a
-    view; None where its batch axes broadcast only in part or do not collapse to one stride."""
-    lead, rows_cols = x.shape[:-2], x.shape[-2:]
-    if all(d == 1 for d in lead):
-        return x.reshape(rows_cols) if lead else x
-    extra = len(batch) - len(lead)
-    if extra < 0 or tuple(lead) != tuple(batch[extra:]) or any(d != 1 for d in batch[:extra]):
-        return None
-    shape, strides = [], []
-    for d, s in zip(lead, x.strides[:-2], strict=True):
-        if d == 1:
-            continue
-        if strides and strides[-1] != s * d:
-            return None
-        shape.append(d)
-        strides.append(s)
-    if strides and strides[-1] == 0:  # a broadcast view: one matrix
-        return cp.lib.stride_tricks.as_strided(x, rows_cols, x.strides[-2:])
-    count = 1
-    for d in shape:
-        count *= d
-    return cp.lib.stride_tricks.as_strided(x, (count, *rows_cols), (strides[-1], *x.strides[-2:]))
-
-
-def _ready_stack(cp: Any, x: Any) -> Any:
-    """A 2-D operand or 3-D stack that TMA reads in place, else a copy with 16-byte aligned rows
-    (and matrices)."""
-    if x.ndim == 2:
-        return _ready(cp, x)
-    inner = tma_ready(x.shape[1:], x.strides[1:], x.data.ptr, x.itemsize)
-    if inner and x.strides[0] > 0 and x.strides[0] % 16 == 0:
-        return x
-    nb, rows, cols = x.shape
-    y = cp.empty((nb, rows, padded_ld(cols, x.itemsize)), x.dtype)[:, :, :cols]
-    y[...] = x
-    return y
-
-
-def run_batched(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict | None = None) -> bool:
-    """``out[...] = a @ b`` over NumPy's broadcast batch axes in one launch of the Hopper
-    kernel (``out`` has the full batch shape); False where the batch axes do not reduce to
-    one stride per operand (the per-matrix loop then runs)."""
-    dev, dcc, sms = device_info(cp)
-    if not str(dcc).startswith("9"):
-        return False
-    batch = tuple(out.shape[:-2])
-    xa, xb = stack_view(cp, a, batch), stack_view(cp, b, batch)
-    c3 = stack_view(cp, out, batch)
-    if xa is None or xb is None or c3 is None:
-        return False
-    (m, k), n = a.shape[-2:], b.shape[-1]
-    if not m or not n or 0 in batch:
-        return True
-    if not k:
-        out.fill(0)
-        return True
-    c3 = c3 if c3.ndim == 3 else c3.reshape((1, m, n))
-    nb, (cb, c0, c1) = c3.shape[0], c3.strides
-    plain = (c1 == 2 or n == 1) and (m == 1 or (c0 % 2 == 0 and c0 >= 2 * n))
-    plain = plain and cb % 2 == 0 and (nb == 1 or cb >= m * n * 2 or cb >= c0 * m)
-    plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
-    c = c3 if plain else cp.empty((nb, m, n), out.dtype)
-    cfg = cfg or config(plan)
-    kern = kernel(cp, plan.dtype, cfg, dev, sms)
-    kern(_ready_stack(cp, xa), _ready_stack(cp, xb), c, group_m=cfg["group_m"])
-    if c is not c3:
-        c3[...] = c
-    return True

@@ -23,7 +23,7 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
-from . import hopper, hopper_bound, wgmma
+from . import hopper, hopper_batch, hopper_bound, wgmma
 from .arrays import ARRAYS, cupy_module
 
 __all__ = ["MMA_DTYPES", "build", "run", "run_batched", "MmaFamily", "search_space",
@@ -129,7 +129,7 @@ def run_batched(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any,
     on compute capability 9.x by the Hopper kernel (:func:`.hopper.run_batched`); other 16-bit
     and wgmma batches go matrix by matrix."""
     if plan.dtype in hopper.DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
-        return hopper.run_batched(cp, plan, a, b, out)
+        return hopper_batch.run_batched(cp, plan, a, b, out)
     if K.itemsize(plan.dtype) < 4 or wgmma.wants(plan):
         return False
     return launch.run_batched(arrays, launches, plan, a, b, out)
