@@ -225,6 +225,8 @@ class MmaFamily:
         """The pre-bound launch of a plan (Hopper 16-bit mma plans: :mod:`.hopper_bound`;
         other mma plans: none)."""
         if plan.kernel == K.MMA:
+            if plan.dtype not in hopper.DTYPES:
+                return None
             return hopper_bound.bind(cupy_module(), plan)
         return super().bind(plan)
 
