@@ -35,13 +35,13 @@ def _plan(m=256, n=256, k=256, dtype="float16", **opts):
 
 def test_takes_16bit_mma_plans_on_compute_capability_9(monkeypatch):
     """The planner decides (tiledmm.planner.hopper.runs: the option, else the environment when
-    the product is planned, else DEFAULT_ON above DECODE_M rows) and records it in the plan's
-    option ``hopper``; the backend's takes obeys the plan."""
+    the product is planned, else DEFAULT_ON, decode shapes included) and records it in the
+    plan's option ``hopper``; the backend's takes obeys the plan."""
     monkeypatch.delenv("TILEDMM_HOPPER16", raising=False)
     monkeypatch.setattr(hplan, "DEFAULT_ON", True)
-    assert not hopper.takes(_plan(m=hplan.DECODE_M), "90")  # decode keeps mma.sync by default
-    assert _plan(m=hplan.DECODE_M).options["hopper"] == 0 and _plan().options["hopper"] == 1
-    assert hopper.takes(_plan(m=hplan.DECODE_M, hopper=1), "90")
+    assert hopper.takes(_plan(m=hplan.DECODE_M), "90") and hopper.takes(_plan(m=1), "90")
+    assert _plan(m=hplan.DECODE_M).options["hopper"] == 1 and _plan().options["hopper"] == 1
+    assert not hopper.takes(_plan(m=hplan.DECODE_M, hopper=0), "90")
     assert hopper.takes(_plan(), "90") and hopper.takes(_plan(dtype="bfloat16"), "90")
     assert not hopper.takes(_plan(), "80") and not hopper.takes(_plan(), "100")
     assert not hopper.takes(_plan(dtype="float64"), "90")

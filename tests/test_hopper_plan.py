@@ -97,10 +97,8 @@ def test_committed_rows_of_the_shipped_configurations_are_inside_the_band():
 
 
 def test_decode_and_requested_tiles_and_switches(monkeypatch):
-    dec = make_plan(8, 14336, 4096, dtype="float16", kernel="mma", device=H200)
-    assert dec.options["hopper"] == 0 and "mma.sync" in str(dec)  # decode keeps mma.sync
-    geo = Geometry((1, 1, 1), (1, 1), (("hopper", 1),))
-    d2 = make_plan(8, 14336, 4096, dtype="float16", kernel="mma", device=H200, geometry=geo)
+    d2 = make_plan(8, 14336, 4096, dtype="float16", kernel="mma", device=H200)
+    assert d2.options["hopper"] == 1  # decode takes the Hopper kernel too, its own tiles
     assert d2.block_tile == (64, 256, 64) and hopper.config(d2) == hplan.CONFIGS["decode"]
     asked = Geometry((256, 128, 64), (128, 128), (), None, "requested")
     p = make_plan(4096, 4096, 4096, dtype="float16", kernel="mma", device=H200, geometry=asked)
@@ -115,6 +113,8 @@ def test_decode_and_requested_tiles_and_switches(monkeypatch):
     monkeypatch.setenv(hplan.ENV, "0")
     off = make_plan(4096, 4096, 4096, dtype="float16", kernel="mma", device=H200)
     assert off.options["hopper"] == 0 and off.block_tile == (128, 256, 32)
+    dec = make_plan(8, 14336, 4096, dtype="float16", kernel="mma", device=H200)
+    assert dec.options["hopper"] == 0 and "mma.sync" in str(dec)  # mma.sync when asked
 
 
 #: the A100 plans of the code before the Hopper rung reached the planner (20e65ad): tiles,

@@ -38,11 +38,11 @@ CONFIGS: dict[str, dict[str, int]] = {
 KEYS = ("bm", "bn", "cm", "cn", "stages", "cluster", "group_m", "epi", "wait1")
 #: products with at most this many rows take the "decode" configuration
 DECODE_M = 64
-#: whether 16-bit mma plans of more than ``DECODE_M`` rows on 9.x devices take the kernel unless
-#: told otherwise: on since the H200 run of 2026-12-07 (docs/mma.md, "The fifth rung"), where
-#: tiledmm.matmul with it ran at 0.91-1.05 of cuBLAS against mma.sync's 0.47-0.53; decode
-#: shapes keep mma.sync by default (through tiledmm.matmul there, 0.32-0.36 of cuBLAS against
-#: mma.sync's 0.35-0.43, though the kernel alone reached 0.73-0.88)
+#: whether 16-bit mma plans on 9.x devices take the kernel unless told otherwise: on since the
+#: H200 run of 2026-12-07 (docs/mma.md, "The fifth rung"), where tiledmm.matmul with it ran at
+#: 0.91-1.05 of cuBLAS against mma.sync's 0.47-0.53; decode shapes too since the H100 run of
+#: session 19, once the hot path kept 16-bit products (1, 8 and 32 x 14336 x 4096 through
+#: tiledmm.matmul: 1.05-1.09 of cuBLAS with it, 0.64-1.02 with mma.sync)
 DEFAULT_ON = True
 #: the environment switch (1 / 0), read when a product is planned
 ENV = "TILEDMM_HOPPER16"
@@ -51,14 +51,15 @@ ENV = "TILEDMM_HOPPER16"
 def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: int) -> bool:
     """Whether the Hopper kernel runs a ``dtype`` mma plan of ``m`` rows on a device of compute
     capability ``cc``: 16-bit on 9.x, where the option ``hopper`` (1 / 0), else the environment's
-    ``TILEDMM_HOPPER16`` (1 / 0), else ``DEFAULT_ON`` for more than ``DECODE_M`` rows says so;
-    never a plan that asks for the older ``wgmma`` experiment."""
+    ``TILEDMM_HOPPER16`` (1 / 0), else ``DEFAULT_ON`` says so (``m``: every row count alike
+    since decode shapes measured faster with it); never a plan that asks for the older
+    ``wgmma`` experiment."""
     if dtype not in DTYPES or cc is None or cc[0] != 9 or int(options.get("wgmma", 0)):
         return False
     if "hopper" in options:
         return bool(int(options["hopper"]))
     env = os.environ.get(ENV)
-    return env == "1" if env in ("0", "1") else DEFAULT_ON and m > DECODE_M
+    return env == "1" if env in ("0", "1") else DEFAULT_ON
 
 
 def config(m: int, options: Mapping[str, Any]) -> dict[str, int]:
