@@ -181,9 +181,17 @@ def test_a_cheap_run_leaves_the_rest_of_the_class_budget_to_a_refinement(be, tmp
     first_use.reset()
     dispatch.clear_caches()
     be.calls.clear()
-    tiledmm.matmul(*_operands(1024, 1024, 1024), backend=be.name)
+    tiledmm.matmul(*_operands(512, 512, 512), backend=be.name)
     assert {t for _, t, _ in be.calls} == {(16, 16, 16)}  # the entry's tiles, no short list
     assert _entries(tmp_path)[0]["measured"]["call_shape"] == [1, 256, 256, 256]
+    # a call past the entry's reach (64x the FLOPs it was timed on): planned as if untuned
+    be.calls.clear()
+    tiledmm.matmul(*_operands(1024, 1024, 1024), backend=be.name)
+    assert {t for _, t, _ in be.calls} == {(32, 32, 32)}  # the default tiles, no short list
+    assert 2 * 1024**3 > tuning.FIRST_USE_REACH * 2 * 256**3
+    plan = dispatch.plan_for(be, 1024, 1024, 1024, "float64")
+    assert "first use" not in plan.geometry_source
+    assert "first use" in dispatch.plan_for(be, 512, 512, 512, "float64").geometry_source
 
 
 def test_first_use_times_a_batch_as_dispatch_runs_it(be, tmp_path):

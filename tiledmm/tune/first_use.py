@@ -25,7 +25,10 @@ it, marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One IN
   of the class's budget, and only where that is :data:`REFINE_LEFT` of it or more: on the H200
   (session 18) the class ``square`` was tuned at 512^3, 1024^3, 2048^3 and 4096^3, each run
   2.0-3.2 s, 9.8 s in all for a class of a 2 s budget. A refinement that chooses nothing still
-  charges its seconds to the entry; after the budget, ``tiledmm tune`` refines.
+  charges its seconds to the entry; after the budget, ``tiledmm tune`` refines. A call past
+  an entry's reach that was not refined (``tuning.FIRST_USE_REACH``, the same factor) is
+  planned as if the class had no entry (the shipped table, else the model's default), not on
+  tiles timed on a product hundreds of times smaller.
 - Once per process and class: a lock per class (threads wait for the one that tunes), the
   database re-read before tuning (another process may have tuned it), and a failed or
   timed-out short list is remembered. A database that is corrupt is left alone (its
@@ -59,7 +62,7 @@ ENABLE, BUDGET, SIZE = ("TILEDMM_FIRST_USE_TUNING", "TILEDMM_FIRST_USE_BUDGET",
 GPU_BUDGET, CPU_BUDGET = 2.0, 5.0
 SHORTLIST = 6
 #: a first-use entry is tuned again for a call this many times its tuning call's FLOPs ...
-REFINE_FLOPS = 8.0
+REFINE_FLOPS = tuning.FIRST_USE_REACH  # (beyond it, dispatch does not use the entry's tiles)
 #: ... where at least this share of the class's budget is left
 REFINE_LEFT = 0.5
 
@@ -174,8 +177,7 @@ def tune_class(be: Backend, family: str, dtype: str, shape: tuple[int, int, int,
             return None
         spent = 0.0  # by this class's earlier runs
         if not force and mine is not None:
-            meas = mine["measured"]
-            tuned = 2.0 * math.prod(meas.get("call_shape") or meas.get("shape") or (0,))
+            tuned = tuning.first_use_flops(mine)
             if flops < REFINE_FLOPS * tuned:
                 _done[key] = tuned
                 return None
