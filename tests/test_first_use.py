@@ -373,3 +373,18 @@ def test_a_device_with_its_own_shipped_table_is_left_alone(fake, tmp_path, monke
     dispatch.clear_caches()
     tiledmm.matmul(*_operands(256, 256, 256), backend=fake.name)
     assert _entries(tmp_path)[0]["block_tile"] == [16, 16, 16]
+
+
+def test_a_win_within_the_noise_keeps_the_tiles_before(fake, tmp_path, monkeypatch):
+    """The fastest correct candidate timed 2% faster than the tiles before (the default,
+    32^3): within KEEP_MARGIN, so the entry keeps the tiles before; 10% faster replaces them."""
+    from tiledmm.tune import first_run
+
+    monkeypatch.setitem(SPEED, (16, 16, 16), SPEED[(32, 32, 32)] / 1.02)
+    tiledmm.matmul(*_operands(256, 256, 256), backend=fake.name)
+    [e] = _entries(tmp_path)
+    assert e["block_tile"] == [32, 32, 32] and 1.02 < first_run.KEEP_MARGIN
+    first_use.reset()
+    monkeypatch.setitem(SPEED, (16, 16, 16), SPEED[(32, 32, 32)] / 1.1)
+    first_use.tune_class(fake, "tiled", "float64", (1, 256, 256, 256), force=True)
+    assert _entries(tmp_path)[0]["block_tile"] == [16, 16, 16]
