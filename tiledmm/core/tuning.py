@@ -145,12 +145,13 @@ def _matches(backend: str, dtype: str, family: str | None, device: DeviceSpec,
 def lookup(backend: str, dtype: str, family: str, device: DeviceSpec, cls: str,
            entries: list[dict] | None = None) -> dict | None:  # fmt: skip
     """The user entry for this product: the most specific device match, the product's shape
-    class before ``square``; the newest of equals."""
+    class before ``square`` (a first-use entry of ``square`` serves its own class only: its
+    tiles were timed on one square product); the newest of equals."""
     found = _matches(backend, dtype, family, device, user_entries() if entries is None else entries)
     classes = (cls, "square") if cls != "square" else ("square",)
     best = None
     for r, e in found:
-        if e["shape_class"] not in classes:
+        if e["shape_class"] not in classes or (e["shape_class"] != cls and is_first_use(e)):
             continue
         key = (r, classes.index(e["shape_class"]))
         if best is None or key < best[0] or (key == best[0] and _newer(e, best[1])):
