@@ -193,25 +193,20 @@ def is_first_use(e: dict | None) -> bool:
     return bool(e and isinstance(e.get("measured"), dict) and e["measured"].get("first_use"))
 
 
-#: a first-use entry's tiles serve calls of its class up to this many times the FLOPs of the
-#: call it was timed on (``tiledmm.tune.first_use`` tunes the class again beyond it while the
-#: class's budget lasts; past that, dispatch plans such calls as if there were no entry: on an
-#: H100, tiles timed on 512^3 ran 4096^3-16384^3 at 0.64-0.65 of cuBLAS, the model's default
-#: at 0.78-0.79)
+#: a first-use entry serves calls of up to this many times the FLOPs it was timed on; past it
+#: (not refined) dispatch plans as if untuned (H100: tiles timed on 512^3 ran 4096^3 at 0.64)
 FIRST_USE_REACH = 8.0
 
 
 def first_use_flops(e: dict) -> float:
-    """FLOPs of the call a first-use entry was timed on (``measured.call_shape``, else the
-    shape it timed; 0 where neither is recorded)."""
+    """FLOPs of the call a first-use entry was timed on (0 where it is not recorded)."""
     meas = e["measured"]
     return 2.0 * math.prod(meas.get("call_shape") or meas.get("shape") or (0,))
 
 
 def first_use_reaches(e: dict, flops: float) -> bool:
     """Whether a first-use entry's tiles serve a call of ``flops`` (:data:`FIRST_USE_REACH`)."""
-    tuned = first_use_flops(e)
-    return tuned <= 0 or flops <= FIRST_USE_REACH * tuned
+    return first_use_flops(e) <= 0 or flops <= FIRST_USE_REACH * first_use_flops(e)
 
 
 def first_use_source(e: dict, device: DeviceSpec) -> str:
