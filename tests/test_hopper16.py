@@ -362,7 +362,7 @@ def test_kernel_builds_for_sm90a(name, dtype, tmp_path):
     cfg = dict(hplan.CONFIGS["large"], **extra[name]) if name in extra else hplan.CONFIGS[name]
     d = hopper.defines(dtype, cfg)
     src = tmp_path / "k.cu"
-    src.write_text("".join(f"#define {k} {v}\n" for k, v in d.items()) + hopper.SRC.read_text())
+    src.write_text(hopper.source(d))
     res = subprocess.run(
         ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-std=c++17", "-Werror",
          "all-warnings", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(src)],

@@ -673,10 +673,10 @@ def test_wgmma_compiles(extra, tmp_path):
     """wgmma.cu for sm_90a as NVRTC sees it: no warnings, no spills."""
     import subprocess
 
-    from tiledmm_backends.cupy_cuda import wgmma
+    from tiledmm_backends.cupy_cuda import hopper, wgmma
 
     src = tmp_path / "w.cu"
-    src.write_text("".join(f"#define {k} {v}\n" for k, v in extra.items()) + wgmma.SRC.read_text())
+    src.write_text(hopper.source(extra, wgmma.SRC))
     res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Werror", "all-warnings", "-Xptxas",
                           "-v", "-o", str(tmp_path / "w.cubin"), str(src)],
                          capture_output=True, text=True, timeout=120)  # fmt: skip

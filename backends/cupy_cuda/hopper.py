@@ -35,10 +35,12 @@ from tiledmm.util.lru import LRUCache
 __all__ = [
     "DTYPES", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes", "tma_ready",
     "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
-    "device_info", "kernel", "run", "tma_operand",
+    "device_info", "kernel", "run", "tma_operand", "source", "SYNC",
 ]  # fmt: skip
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
+#: what the Hopper kernels share (mbarriers, the tensor map), put before each kernel's text
+SYNC = SRC.with_name("sm90_sync.cuh")
 #: plan dtype -> the kernel's DTYPE define
 DTYPES = {"float16": 1, "bfloat16": 2}
 #: dynamic shared memory a block may opt into on sm_90 (the NVIDIA fact, device/nvidia)
@@ -149,6 +151,12 @@ def tile_order(t: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, i
 # ------------------------------------------------------------------ the CUDA side
 
 
+def source(defs: dict[str, int], kernel: Path = SRC) -> str:
+    """The text NVRTC compiles: the defines, then ``sm90_sync.cuh``, then ``kernel``'s own."""
+    head = "".join(f"#define {k} {v}\n" for k, v in defs.items())
+    return head + SYNC.read_text() + kernel.read_text()
+
+
 def sm90a_cubin(src: str, name: str = "hopper_gemm.cu", options: tuple = ()) -> bytes:
     """``src`` compiled by NVRTC for ``sm_90a`` (wgmma and setmaxnreg exist only there), with
     ``options`` added; a failure raises with NVRTC's log."""
@@ -242,7 +250,7 @@ class HopperKernel:
         self.epi = bool(defs.get("EPI"))
         self.threads = 128 * (defs["CM"] * defs["CN"] + 1)
         self.smem = smem_bytes(defs)
-        src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+        src = source(defs)
         self.mod = function.Module()
         self.mod.load(sm90a_cubin(src))
         self.fn = self.mod.get_function("hopper_gemm")

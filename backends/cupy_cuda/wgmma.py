@@ -123,7 +123,7 @@ class WgmmaKernel:
         self.tma, self.cluster = bool(defs["TMA"]), defs["CLUSTER"]
         self.threads = 128 * (defs["NWG"] + defs["TMA"])
         self.smem = mma_spec.wgmma_smem_bytes(defs)
-        src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+        src = hopper.source(defs, SRC)
         self.mod = function.Module()
         self.mod.load(hopper.sm90a_cubin(src, "wgmma.cu", ("-ftz=true",)))
         self.half = bool(defs["HALF"])

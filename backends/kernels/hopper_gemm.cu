@@ -27,6 +27,8 @@
 // Batches: one launch; the maps' third dimension is the matrix, the persistent tiles run over
 // every matrix's tiles (matrix by matrix, each in the grouped order).
 //
+// The host puts sm90_sync.cuh (the tensor map, shared addresses, mbarrier init / expect / wait,
+// shared with wgmma.cu) between its defines and this text (hopper.source).
 // Defines (set by the host, backends/cupy_cuda/hopper.py): DTYPE 1 float16 / 2 bfloat16; BM,
 // BN; CM, CN (consumer warpgroups along M and N); STAGES; CLUSTER 1 or 2 (two blocks along M
 // take B halves and multicast them to both); WAIT1; PRODUCER_REGS / CONSUMER_REGS (0: no
@@ -104,42 +106,7 @@
 #define HCVT2 "cvt.rn.f16x2.f32"
 #endif
 
-struct __align__(64) TmaMap { unsigned long long v[16]; };
-
-__device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-  unsigned r;
-  asm volatile("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n"
-               : "=r"(r) : "l"(p));
-  return r;
-}
-
 // ---------------------------------------------------------------- mbarriers and TMA
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
-{
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes)
-{
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-// wait until the barrier's phase with this parity has completed; a lost signal traps (a
-// failed launch) rather than hanging the device
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
-{
-  unsigned done = 0;
-  for (unsigned tries = 0; !done; ++tries) {
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    if (tries > (1u << 24)) asm volatile("trap;");
-  }
-}
 
 // the consumer warps' release of a stage: on this block's barrier, or on every cluster block's
 __device__ __forceinline__ void mbar_release(unsigned bar)

@@ -70,14 +70,6 @@
 #define PF (WAIT1 ? STAGES - 2 : STAGES - 1)
 #define NACC (BN / 2)
 
-__device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-  unsigned r;
-  asm volatile("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n"
-               : "=r"(r) : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ float to_tf32(float x)
 {
   unsigned r;
@@ -427,33 +419,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 // warpgroups; STAGES-deep ring with full/empty mbarriers; CLUSTER (1 or 2) blocks along M
 // share the B tile: each loads BN / CLUSTER rows of it and multicasts them to both. The tensor
 // maps (128-byte CUtensorMap, 128-byte swizzle, boxes of 32 floats x rows) come by value.
-struct __align__(64) TmaMap { unsigned long long v[16]; };
 
 #define TMA_THREADS (128 * (NWG + 1))
 #define BAR_OFF (STAGES * STAGE_BYTES)
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
-{
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes)
-{
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
-{
-  unsigned done = 0;
-  for (unsigned tries = 0; !done; ++tries) {
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    if (tries > (1u << 26)) asm volatile("trap;");  // a lost signal: fail, do not hang
-  }
-}
 
 // arrive on the barrier at CTA-relative address ``bar`` of cluster block ``rank``
 __device__ __forceinline__ void mbar_arrive_at(unsigned bar, unsigned rank)

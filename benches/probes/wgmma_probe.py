@@ -140,7 +140,8 @@ class Kernel:
 
         self.cp, self.defs = cp, defs
         self.bm, self.bn, self.threads, self.smem = dims(defs)
-        src = "".join(f"#define {k} {v}\n" for k, v in defs.items()) + SRC.read_text()
+        head = "".join(f"#define {k} {v}\n" for k, v in defs.items())
+        src = head + SRC.with_name("sm90_sync.cuh").read_text() + SRC.read_text()
         self.mod = function.Module()
         self.mod.load(compile_cubin(src))
         self.tma = bool(defs.get("TMA"))
