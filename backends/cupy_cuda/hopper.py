@@ -35,7 +35,7 @@ from tiledmm.util.lru import LRUCache
 __all__ = [
     "DTYPES", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes", "tma_ready",
     "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
-    "device_info", "kernel", "run", "tma_operand", "source", "SYNC",
+    "device_info", "kernel", "run", "launch_into", "tma_operand", "source", "SYNC",
 ]  # fmt: skip
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
@@ -328,7 +328,7 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None
         cc: str | None = None) -> None:  # fmt: skip
     """``out[...] = a @ b`` for 2-D 16-bit CuPy arrays (bfloat16 as uint16 words), any
     strides, with the Hopper kernel (``cfg``: :func:`config` of the plan unless given)."""
-    dev, dcc, sms = device_info(cp)
+    dcc = device_info(cp)[1]
     if not str(cc or dcc).startswith("9"):
         raise ValueError(f"hopper_gemm is sm_90a code: compute capability 9.x, not {dcc}")
     (m, k), n = a.shape, b.shape[1]
@@ -337,13 +337,21 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None
     if not k:
         out.fill(0)
         return
-    cfg = cfg or config(plan)
-    kern = kernel(cp, plan.dtype, cfg, dev, sms)
     s0, s1 = out.strides
     plain = (s1 == 2 or n == 1) and (m == 1 or (s0 % 2 == 0 and s0 >= 2 * n))
-    plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
-    c = out if plain else cp.empty((m, n), out.dtype)
-    kern(tma_operand(cp, a), tma_operand(cp, b), c, group_m=cfg["group_m"])
+    launch_into(cp, plan, tma_operand(cp, a), tma_operand(cp, b), out, plain, (a, b), cfg)
+
+
+def launch_into(cp: Any, plan: Any, a: Any, b: Any, out: Any, plain: bool, inputs: tuple,
+                cfg: dict[str, int] | None = None) -> None:  # fmt: skip
+    """One launch of the plan's build: ``out[...] = a @ b`` (``a``, ``b`` TMA-ready, 2-D or
+    stacks), into ``out`` itself where ``plain`` (its layout the kernel stores) and it overlaps
+    none of ``inputs`` (the caller's operands), else into a fresh array copied to it."""
+    dev, _, sms = device_info(cp)
+    cfg = cfg or config(plan)
+    kern = kernel(cp, plan.dtype, cfg, dev, sms)
+    plain = plain and not any(cp.may_share_memory(out, x) for x in inputs)
+    c = out if plain else cp.empty(out.shape, out.dtype)
+    kern(a, b, c, group_m=cfg["group_m"])
     if c is not out:
         out[...] = c
-

@@ -63,8 +63,7 @@ def run_batched(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict | None =
     """``out[...] = a @ b`` over NumPy's broadcast batch axes in one launch of the Hopper
     kernel (``out`` has the full batch shape); False where the batch axes do not reduce to
     one stride per operand (the per-matrix loop then runs)."""
-    dev, dcc, sms = hopper.device_info(cp)
-    if not str(dcc).startswith("9"):
+    if not str(hopper.device_info(cp)[1]).startswith("9"):
         return False
     batch = tuple(out.shape[:-2])
     xa, xb = stack_view(cp, a, batch), stack_view(cp, b, batch)
@@ -81,11 +80,5 @@ def run_batched(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict | None =
     nb, (cb, c0, c1) = c3.shape[0], c3.strides
     plain = (c1 == 2 or n == 1) and (m == 1 or (c0 % 2 == 0 and c0 >= 2 * n))
     plain = plain and cb % 2 == 0 and (nb == 1 or cb >= m * n * 2 or cb >= c0 * m)
-    plain = plain and not (cp.may_share_memory(out, a) or cp.may_share_memory(out, b))
-    c = c3 if plain else cp.empty((nb, m, n), out.dtype)
-    cfg = cfg or hopper.config(plan)
-    kern = hopper.kernel(cp, plan.dtype, cfg, dev, sms)
-    kern(tma_stack(cp, xa), tma_stack(cp, xb), c, group_m=cfg["group_m"])
-    if c is not c3:
-        c3[...] = c
+    hopper.launch_into(cp, plan, tma_stack(cp, xa), tma_stack(cp, xb), c3, plain, (a, b), cfg)
     return True

@@ -26,9 +26,8 @@ MAPS_PER_ROLE = 8
 
 def bind(cp: Any, plan: Any) -> Bound | None:
     """The bound launch of a Hopper plan on the current device, or None (an empty product, a
-    device or plan the Hopper kernel does not take)."""
-    m, n, k = plan.m, plan.n, plan.k
-    if not (m and n and k) or plan.dtype not in hopper.DTYPES:
+    device or plan the Hopper kernel does not take: ``hopper.takes``)."""
+    if not (plan.m and plan.n and plan.k):
         return None
     dev, cc, sms = hopper.device_info(cp)
     if not hopper.takes(plan, cc):

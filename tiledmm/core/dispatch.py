@@ -204,10 +204,11 @@ def _make(be, m, n, k, dtype, kernel, block_tile, thread_tile, batch=1, precisio
     cls = tuning.shape_class(m, n, k, batch)
     geo = tuning.select(be, fam, dtype, device, cls, user=user)
     used = tuning.lookup(be.name, dtype, fam, device, cls) if user and geo is not None else None
-    if tuning.is_first_use(used) and not tuning.first_use_reaches(used, 2.0 * batch * m * n * k):
-        geo = tuning.select(be, fam, dtype, device, cls, user=False)  # as if never tuned
-    elif tuning.is_first_use(used):
-        geo = replace(geo, source=tuning.first_use_source(used, device))
+    if tuning.is_first_use(used):
+        if tuning.first_use_reaches(used, 2.0 * batch * m * n * k):
+            geo = replace(geo, source=tuning.first_use_source(used, device))
+        else:  # timed on a product far smaller: planned as if never tuned
+            geo = tuning.select(be, fam, dtype, device, cls, user=False)
     geo = geo or replace(default_geometry(fam, dtype, device), source="model default")
     if precision is not None:  # only ever from the caller, never from a table
         geo = replace(

@@ -206,7 +206,8 @@ def first_use_flops(e: dict) -> float:
 
 def first_use_reaches(e: dict, flops: float) -> bool:
     """Whether a first-use entry's tiles serve a call of ``flops`` (:data:`FIRST_USE_REACH`)."""
-    return first_use_flops(e) <= 0 or flops <= FIRST_USE_REACH * first_use_flops(e)
+    tuned = first_use_flops(e)
+    return tuned <= 0 or flops <= FIRST_USE_REACH * tuned
 
 
 def first_use_source(e: dict, device: DeviceSpec) -> str:
