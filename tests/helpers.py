@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tiledmm.core.backend import Backend
+from tiledmm.device.nvidia import reference_h200
 from tiledmm.util.accuracy import matmul_error, rel_error
 
-__all__ = ["available_backends", "matmul_error", "nvcc_build", "rel_error"]
+__all__ = ["available_backends", "matmul_error", "nvcc_build", "rel_error", "HostMma16",
+           "bf16_to_f32", "f32_to_bf16"]  # fmt: skip
 
 
 def available_backends() -> list[str]:
@@ -47,3 +50,44 @@ class DeviceArray(np.ndarray):
 def device_array(x) -> DeviceArray:
     """``x`` as a :class:`DeviceArray` (a view, no copy)."""
     return np.asarray(x).view(DeviceArray)
+
+
+def bf16_to_f32(u: np.ndarray) -> np.ndarray:
+    """bfloat16 words -> float32."""
+    return (u.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 words, to nearest even (finite values)."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+class HostMma16(Backend):
+    """A host 'GPU' whose tensor-core family takes float16 and bfloat16 (as uint16 words),
+    sums in float32 and rounds once, as the mma kernels do; records every plan it runs."""
+
+    name, kernels = "fake-halfprec", ("naive", "tiled", "register", "mma")
+    dtypes = ("float32", "float64")
+    mma_dtypes = ("float64", "float16", "bfloat16")
+
+    def __init__(self):
+        self.plans = []
+
+    def device(self):
+        return reference_h200()
+
+    def device_key(self):
+        return 0
+
+    def accepts(self, x):
+        return isinstance(x, np.ndarray)
+
+    def run(self, plan, a, b, out):
+        self.plans.append(plan)
+        bf = plan.dtype == "bfloat16"
+        assert a.dtype == b.dtype == out.dtype == (np.uint16 if bf else np.float16)
+        f32 = (lambda x: bf16_to_f32(x)) if bf else (lambda x: x.astype(np.float32))
+        for i in range(a.shape[0]):  # row by row, as a kernel streams: overlap shows
+            c = f32(a[i]) @ f32(b)
+            out[i] = f32_to_bf16(c) if bf else c.astype(np.float16)

@@ -493,28 +493,11 @@ def test_a_dtype_run_on_tensor_cores_only_takes_the_hot_path(monkeypatch):
     ``mma`` in dispatch, and the hot path is still keyed by what the caller asked ("auto"):
     a product seen before is neither decided nor planned again (it was, on every call, before:
     90 us per call on an H100 for 8 x 14336 x 4096)."""
-    from tiledmm import Backend
+    from tests.helpers import HostMma16
     from tiledmm.core import dispatch, engine, registry
-    from tiledmm.device.nvidia import reference_h200
 
-    class Mma16(Backend):
-        name, kernels = "fake-mma16", ("tiled", "mma")
-        dtypes, mma_dtypes = ("float32",), ("float16",)
-
-        def device(self):
-            return reference_h200()
-
-        def device_key(self):
-            return 0
-
-        def accepts(self, x):
-            return isinstance(x, np.ndarray)
-
-        def run(self, plan, a, b, out):
-            assert plan.kernel == "mma"
-            out[...] = (a.astype(np.float32) @ b.astype(np.float32)).astype(out.dtype)
-
-    tiledmm.register_backend(Mma16())
+    be = HostMma16()
+    tiledmm.register_backend(be)
     decided = []
     real = dispatch.decide
     monkeypatch.setattr(engine, "decide", lambda *a, **k: decided.append(1) or real(*a, **k))
@@ -524,7 +507,7 @@ def test_a_dtype_run_on_tensor_cores_only_takes_the_hot_path(monkeypatch):
         a = rng.standard_normal((40, 24)).astype(np.float16)
         b = rng.standard_normal((24, 56)).astype(np.float16)
         for _ in range(3):
-            got = tiledmm.matmul(a, b, backend="fake-mma16")
+            got = tiledmm.matmul(a, b, backend=be.name)
             assert got.dtype == np.float16
             assert matmul_error(got, a, b) < 1e-2
         assert len(decided) == 1

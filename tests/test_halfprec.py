@@ -15,13 +15,12 @@ import pytest
 
 import tiledmm
 from tiledmm.core import registry, semantics
-from tiledmm.core.backend import Backend
-from tiledmm.device.nvidia import reference_h200
 from tiledmm.interop import bridge as arrays
 from tiledmm.interop import halfprec, kinds
 from tiledmm.interop.kinds import Kind
 
 from .conftest import backend_reason
+from .helpers import HostMma16
 
 torch = pytest.importorskip("torch")
 
@@ -123,46 +122,6 @@ def test_bridge_asks_halfprec_before_delegating(rng, monkeypatch):
 # --------------------------------------------------------------------- the path on stand-ins
 
 
-def _bf16_to_f32(u: np.ndarray) -> np.ndarray:
-    return (u.astype(np.uint32) << 16).view(np.float32)
-
-
-def _f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 words, to nearest even (finite values)."""
-    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-class Fake16(Backend):
-    """A host 'GPU' whose tensor-core family takes float16 and bfloat16 (as uint16 words),
-    sums in float32 and rounds once, as the mma kernels do; records every plan it runs."""
-
-    name, kernels = "fake-halfprec", ("naive", "tiled", "register", "mma")
-    dtypes = ("float32", "float64")
-    mma_dtypes = ("float64", "float16", "bfloat16")
-
-    def __init__(self):
-        self.plans = []
-
-    def device(self):
-        return reference_h200()
-
-    def device_key(self):
-        return 0
-
-    def accepts(self, x):
-        return isinstance(x, np.ndarray)
-
-    def run(self, plan, a, b, out):
-        self.plans.append(plan)
-        bf = plan.dtype == "bfloat16"
-        assert a.dtype == b.dtype == out.dtype == (np.uint16 if bf else np.float16)
-        f32 = (lambda x: _bf16_to_f32(x)) if bf else (lambda x: x.astype(np.float32))
-        for i in range(a.shape[0]):  # row by row, as a kernel streams: overlap shows
-            c = f32(a[i]) @ f32(b)
-            out[i] = _f32_to_bf16(c) if bf else c.astype(np.float16)
-
-
 def _host_view(t):
     """The CPU analogue of the bridge's CUDA views: NumPy over the tensor's memory, its
     strides (bfloat16 tensors come as int16: :func:`halfprec.words`)."""
@@ -172,7 +131,7 @@ def _host_view(t):
 
 @pytest.fixture
 def fake():
-    be = Fake16()
+    be = HostMma16()
     tiledmm.register_backend(be)
     yield be
     registry.reload()

@@ -37,6 +37,9 @@ SHAPES = {
 
 
 def _events(cp, fn, reps: int) -> list[float]:
+    """Seconds per call between two CUDA events, the GPU idle before each: the host time of
+    the call is inside (as users meet it), unlike the backends' ``timings``, which keep the GPU
+    busy with a spin kernel meanwhile to measure the device time alone."""
     out = []
     for _ in range(reps):
         s, e = cp.cuda.Event(), cp.cuda.Event()
