@@ -297,10 +297,9 @@ def test_bound_launch_makes_maps_once_and_refuses_unaligned(monkeypatch):
             made.append((ptr, rows, cols, row_bytes, box))
             return object(), 1000 + len(made)
 
-        def launch(self, fn, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        def launch_argv(self, fn, gx, bx, smem, stream, argv):
             ints = [C.cast(argv[i], C.POINTER(C.c_int))[0] for i in (4, 5, 6)]
             launched.append((gx, bx, smem, stream, argv[0], argv[1], argv[2], ints))
-            return 0
 
     fn = types.SimpleNamespace(ptr=7)
     kern = types.SimpleNamespace(epi=True, bm=128, bn=256, cluster=1, slots=132, drv=Drv(),

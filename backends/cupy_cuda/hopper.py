@@ -182,6 +182,8 @@ class _LaunchConfig(C.Structure):
 class Driver:
     """cuTensorMapEncodeTiled, cuLaunchKernel and cuOccupancyMaxActiveClusters from libcuda."""
 
+    kernel_name = "hopper_gemm"  # (for the error a failed launch raises)
+
     def __init__(self) -> None:
         lib = C.CDLL("libcuda.so.1")
         self.encode = lib.cuTensorMapEncodeTiled
@@ -222,11 +224,16 @@ class Driver:
         return out.value if rc == 0 else 0
 
     def call(self, fn: int, grid: int, block: int, smem: int, stream: int, args: list) -> None:
+        """Launch with ``args``: ctypes scalars, or (buffer, address) tensor maps."""
         ptrs = [a[1] if isinstance(a, tuple) else C.addressof(a) for a in args]
-        rc = self.launch(fn, grid, 1, 1, block, 1, 1, smem, stream,
-                         (C.c_void_p * len(ptrs))(*ptrs), None)  # fmt: skip
+        self.launch_argv(fn, grid, block, smem, stream, (C.c_void_p * len(ptrs))(*ptrs))
+
+    def launch_argv(self, fn: int, grid: int, block: int, smem: int, stream: int,
+                    argv: Any) -> None:  # fmt: skip
+        """Launch with a ready argument block (``argv``: the arguments' addresses)."""
+        rc = self.launch(fn, grid, 1, 1, block, 1, 1, smem, stream, argv, None)
         if rc:
-            raise RuntimeError(f"cuLaunchKernel (hopper_gemm): CUresult {rc}")
+            raise RuntimeError(f"cuLaunchKernel ({self.kernel_name}): CUresult {rc}")
 
 
 _DRIVER: list[Driver] = []

@@ -85,10 +85,7 @@ class Bound:
         self.cptr.value = c
         h = (stream or self.cp.cuda.get_current_stream()).ptr
         kern = self.kern
-        rc = kern.drv.launch(kern.fn.ptr, self.grid, 1, 1, kern.threads, 1, 1, kern.smem, h,
-                             argv, None)  # fmt: skip
-        if rc:
-            raise RuntimeError(f"cuLaunchKernel (hopper_gemm): CUresult {rc}")
+        kern.drv.launch_argv(kern.fn.ptr, self.grid, kern.threads, kern.smem, h, argv)
         return True
 
     def arrays(self, a: Any, b: Any, c: Any) -> bool:

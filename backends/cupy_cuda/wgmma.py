@@ -91,6 +91,8 @@ def defines(plan: Any, sms: int = 0) -> dict[str, int]:
 class _Driver(hopper.Driver):
     """The driver entry points (:class:`.hopper.Driver`), with this kernel's float32 maps."""
 
+    kernel_name = "wgmma_gemm_tma"
+
     def tensor_map(self, ptr: int, rows: int, cols: int, box_rows: int) -> tuple[Any, int]:
         """(buffer, 64-byte aligned address) of a map of a row-major float32 [rows x cols]:
         boxes of 32 columns x ``box_rows`` rows, 128-byte swizzle."""
@@ -104,12 +106,6 @@ class _Driver(hopper.Driver):
             raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc}")
         return raw, addr
 
-    def call(self, fn: int, grid: int, block: int, smem: int, stream: int, args: list) -> None:
-        ptrs = [a[1] if isinstance(a, tuple) else C.addressof(a) for a in args]
-        rc = self.launch(fn, grid, 1, 1, block, 1, 1, smem, stream,
-                         (C.c_void_p * len(ptrs))(*ptrs), None)  # fmt: skip
-        if rc:
-            raise RuntimeError(f"cuLaunchKernel (wgmma_gemm_tma): CUresult {rc}")
 
 
 class WgmmaKernel:
