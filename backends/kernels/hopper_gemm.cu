@@ -75,7 +75,13 @@
 #define WGM (WM / 64)
 #define WN (BN / CN)
 #define NACC (WN / 2)
+#if DTYPE == 3
+#define BK 32
+#define CTYPE float
+#else
 #define BK 64
+#define CTYPE unsigned short
+#endif
 #define PANELS (BN / 64)
 #define PANEL_BYTES 8192
 #define A_BYTES (BM * 128)
@@ -96,6 +102,12 @@
 #endif
 #if CLUSTER == 2 && PANELS % 2
 #error "hopper_gemm.cu: a 2-block cluster splits B's panels in halves"
+#endif
+#if DTYPE == 3 && EPI
+#error "hopper_gemm.cu: DTYPE 3 (TF32) stores C from registers only (EPI 0)"
+#endif
+#ifndef AREG
+#define AREG 1
 #endif
 
 #if DTYPE == 2
@@ -193,6 +205,66 @@ __device__ __forceinline__ void wgmma16(float (&d)[NACC], unsigned long long da,
                : "l"(da), "l"(db), "r"(sd));
 }
 
+#if DTYPE == 3
+// ---------------------------------------------------------------- wgmma m64nWNk8 TF32
+// the same accumulator operands; then (AREG 1) A's four fragment registers, B's descriptor and
+// the scale-d flag, or (AREG 0) the two descriptors and the flag
+#if WN == 64
+#define TF_SHAPE "m64n64k8"
+#define TF_RS_TAIL "{%32, %33, %34, %35}, %36, p"
+#define TF_RS_FLAG "%37"
+#elif WN == 128
+#define TF_SHAPE "m64n128k8"
+#define TF_RS_TAIL "{%64, %65, %66, %67}, %68, p"
+#define TF_RS_FLAG "%69"
+#else
+#define TF_SHAPE "m64n256k8"
+#define TF_RS_TAIL "{%128, %129, %130, %131}, %132, p"
+#define TF_RS_FLAG "%133"
+#endif
+
+// d (+)= A (fragment a: rows 16 warp + g and + 8, columns t and t + 4 of the k8 step, g = lane
+// / 4, t = lane % 4, already TF32) x B (desc db, K-major); sd 0: d = product
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[NACC], const unsigned (&a)[4],
+                                              unsigned long long db, int sd)
+{
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " TF_RS_FLAG ", 0;\n"
+               "wgmma.mma_async.sync.aligned." TF_SHAPE ".f32.tf32.tf32"
+               " {" HG_REGS "}, " TF_RS_TAIL ", 1, 1;\n}\n"
+               : HG_DOUT
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(sd));
+}
+
+// d (+)= A (desc da, K-major) x B (desc db, K-major): both from shared memory (AREG 0)
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[NACC], unsigned long long da,
+                                              unsigned long long db, int sd)
+{
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " HG_FLAG ", 0;\n"
+               "wgmma.mma_async.sync.aligned." TF_SHAPE ".f32.tf32.tf32"
+               " {" HG_REGS "}, " HG_TAIL ", 1, 1;\n}\n"
+               : HG_DOUT
+               : "l"(da), "l"(db), "r"(sd));
+}
+
+// four 8 x 4 float matrices (rows of 16 bytes; lane l gives the row address of matrix l / 8)
+// into a[0..3]: lane l gets row l / 4, float l % 4 of each
+__device__ __forceinline__ void ldsm_x4(unsigned (&a)[4], unsigned addr)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// float32 -> TF32, to nearest (ties away), as cuBLAS and the repo's other TF32 paths round
+__device__ __forceinline__ unsigned tf32_rna(unsigned x)
+{
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(__uint_as_float(x)));
+  return r;
+}
+#endif
+
 // shared-memory matrix descriptor, 128-byte swizzle
 __device__ __forceinline__ unsigned long long sdesc(unsigned addr, unsigned lbo, unsigned sbo)
 {
@@ -225,6 +297,38 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int gro
   tn = r / gsize;
 }
 
+#if DTYPE == 3
+// consumer (cm, cn)'s accumulators into float32 C rows row0.. and columns col0.., guarded
+// (float2 pairs where C's rows and base allow)
+__device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], float *c, int m,
+                                           int n, long long ldc, int row0, int col0, int lane,
+                                           int warp, bool pairs)
+{
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi) {
+    const int r0 = row0 + mi * 64 + warp * 16 + g;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      if (r >= m) continue;
+      float *crow = c + (long long)r * ldc;
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j) {
+        const int col = col0 + 8 * j + 2 * t;
+        if (col >= n) continue;
+        const float lo = acc[mi][4 * j + 2 * h], hi = acc[mi][4 * j + 2 * h + 1];
+        if (pairs && col + 1 < n) {
+          *reinterpret_cast<float2 *>(crow + col) = make_float2(lo, hi);
+        } else {
+          crow[col] = lo;
+          if (col + 1 < n) crow[col + 1] = hi;
+        }
+      }
+    }
+  }
+}
+#else
 __device__ __forceinline__ unsigned pack2(float lo, float hi)
 {
   unsigned r;
@@ -261,6 +365,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], unsign
     }
   }
 }
+#endif
 
 #if EPI
 // the accumulators as 16-bit pairs into this consumer's staging panels (128-byte swizzle, as
@@ -290,6 +395,114 @@ __device__ __forceinline__ void wg_sync(int id)
 }
 #endif
 
+#if DTYPE == 3
+// ---------------------------------------------------------------- a TF32 consumer's stage
+
+#define KSTEPS (BK / 8)
+
+// keeps A's fragment registers as they are up to here (those of a wgmma group just waited for)
+__device__ __forceinline__ void fence_frag(const unsigned (&f)[WGM][KSTEPS][4])
+{
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks)
+      asm volatile("" ::"r"(f[mi][ks][0]), "r"(f[mi][ks][1]), "r"(f[mi][ks][2]),
+                   "r"(f[mi][ks][3]) : "memory");
+}
+
+// Stage ``it`` of the ring (tile k-step kt): wait for its copies; AREG: A's fragments for the
+// KSTEPS k8 steps by ldmatrix from the swizzled tile (a_off: the consumer's slab plus this
+// lane's row and 16-byte chunk; k-step ks is chunk ^ 2 ks, i.e. the address ^ 32 ks) rounded to
+// TF32 in ``cur`` (``old``: the previous stage's, read by the group in flight until the wait
+// below); then the stage's wgmma as one group (B K-major by descriptor at b_off, +32 bytes per
+// k-step), WAIT1 groups left in flight, and the stage no group reads any more released
+__device__ __forceinline__ void tf32_stage(float (&acc)[WGM][NACC],
+                                           unsigned (&cur)[WGM][KSTEPS][4],
+                                           const unsigned (&old)[WGM][KSTEPS][4],
+                                           unsigned base, unsigned full, unsigned empty,
+                                           unsigned it, int kt, int &prev, unsigned a_off,
+                                           unsigned b_off, int lane)
+{
+  const unsigned s = it % STAGES, ph = (it / STAGES) & 1;
+  const unsigned st = base + s * STAGE_BYTES;
+  mbar_wait(full + 8 * s, ph);
+#if AREG
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks)
+      ldsm_x4(cur[mi][ks], (st + a_off + mi * 64 * 128) ^ (ks << 5));
+#pragma unroll
+  for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cur[mi][ks][j] = tf32_rna(cur[mi][ks][j]);
+#endif
+  fence_acc(acc);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+    for (int mi = 0; mi < WGM; ++mi)
+#if AREG
+      wgmma_tf32_rs(acc[mi], cur[mi][ks], sdesc(st + A_BYTES + b_off + ks * 32, 16, 1024),
+                    kt | ks);
+#else
+      wgmma_tf32_ss(acc[mi], sdesc(st + a_off + mi * 64 * 128 + ks * 32, 16, 1024),
+                    sdesc(st + A_BYTES + b_off + ks * 32, 16, 1024), kt | ks);
+#endif
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#if WAIT1
+  wgmma_wait<1>();
+  fence_acc(acc);
+  fence_frag(old);
+  if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
+  prev = (int)s;
+#else
+  wgmma_wait<0>();
+  fence_acc(acc);
+  fence_frag(cur);
+  if (lane == 0) mbar_release(empty + 8 * s);
+#endif
+}
+
+// TF32 B^T: bt[z] (N x kp, K-major, rows kp floats apart, columns K..kp zero) = B[z] (K x N,
+// strides ldb, sb elements; matrix z at b + z * b_bs) transposed and rounded to TF32
+// (cvt.rna), for the kernel's B map; 32 (k) x 64 (n) tiles, block (32, 8), grid (ceil(N / 64),
+// ceil(kp / 32), batch)
+extern "C" __global__ void __launch_bounds__(256)
+hopper_tf32_pack_bt(const float *__restrict__ b, float *__restrict__ bt, int k, int n,
+                    long long ldb, long long sb, long long b_bs, int kp, long long bt_bs)
+{
+  __shared__ float tile[32][65];
+  const int k0 = blockIdx.y * 32, n0 = blockIdx.x * 64, x = threadIdx.x, y = threadIdx.y;
+  b += blockIdx.z * b_bs;
+  bt += blockIdx.z * bt_bs;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int kk = k0 + y + 8 * i;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int nn = n0 + x + 32 * h;
+      float v = 0.f;
+      if (kk < k && nn < n)
+        v = __uint_as_float(tf32_rna(__float_as_uint(b[kk * ldb + nn * sb])));
+      tile[y + 8 * i][x + 32 * h] = v;
+    }
+  }
+  __syncthreads();
+  const int kk = k0 + x;
+  if (kk >= kp) return;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int nn = n0 + y + 8 * i;
+    if (nn < n) bt[(long long)nn * kp + kk] = tile[x][y + 8 * i];
+  }
+}
+#endif
+
 // ---------------------------------------------------------------- the kernel
 
 // C[z] (M x N, row stride ldc elements, matrix z at c + z * c_bs) = A[z] @ B[z] for z < batch
@@ -303,7 +516,7 @@ __cluster_dims__(CLUSTER, 1, 1)
 #endif
 __launch_bounds__(THREADS, 1)
 hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb,
-            const __grid_constant__ TmaMap mc, unsigned short *__restrict__ c, int m, int n,
+            const __grid_constant__ TmaMap mc, CTYPE *__restrict__ c, int m, int n,
             int k, long long ldc, int tiles_m, int tiles_n, int group_m, int c_tma, int batch,
             int a_bat, int b_bat, long long c_bs)
 {
@@ -355,12 +568,18 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
           mbar_wait(empty + 8 * s, ph ^ 1);
           mbar_expect(bar, bytes);
           if (a_in) tma_load(sa, &ma, kt * BK, row0, za, bar);
+#if DTYPE == 3
+          // B^T: panel p is its rows col0 + 64 p .. (64 N-rows of 32 K-floats, 8 KiB)
+#define B_XY kt * BK, col0 + 64 * p
+#else
+#define B_XY col0 + 64 * p, kt * BK
+#endif
 #if CLUSTER == 1
           for (int p = 0; p < panels; ++p)
-            tma_load(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, zb, bar);
+            tma_load(sb + p * PANEL_BYTES, &mb, B_XY, zb, bar);
 #else
           for (int p = rank * (PANELS / 2); p < (int)(rank + 1) * (PANELS / 2) && p < panels; ++p)
-            tma_load_mc(sb + p * PANEL_BYTES, &mb, col0 + 64 * p, kt * BK, zb, bar,
+            tma_load_mc(sb + p * PANEL_BYTES, &mb, B_XY, zb, bar,
                         (unsigned short)((1 << CLUSTER) - 1));
 #endif
         }
@@ -372,7 +591,8 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
 #endif
     const int cw = wg - 1, cm = cw / CN, cn = cw % CN;
     const int warp = (tid >> 5) & 3, lane = tid & 31;
-    const bool pairs = (ldc & 1) == 0 && (c_bs & 1) == 0 && ((unsigned long long)c & 3) == 0;
+    const bool pairs = (ldc & 1) == 0 && (c_bs & 1) == 0
+                       && ((unsigned long long)c & (2 * sizeof(CTYPE) - 1)) == 0;
     float acc[WGM][NACC];
 #pragma unroll
     for (int mi = 0; mi < WGM; ++mi)
@@ -384,6 +604,37 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
       const int z = t / per;
       tile_of(t - z * per, ctiles_m, tiles_n, group_m, ctm, tn);
       const int row0 = (ctm * CLUSTER + (int)rank) * BM, col0 = tn * BN;
+#if DTYPE == 3
+      int prev = -1;
+      // A's fragments, double-buffered: a stage's are read by its group while the next
+      // stage's are loaded (two stages per pass, so each buffer is its own registers)
+      unsigned fa[WGM][KSTEPS][4], fb[WGM][KSTEPS][4];
+#pragma unroll
+      for (int mi = 0; mi < WGM; ++mi)
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) fa[mi][ks][j] = fb[mi][ks][j] = 0u;
+#if AREG
+      const int ar = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+      const unsigned a_off = cm * WGM * 64 * 128 + ar * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+#else
+      const unsigned a_off = cm * WGM * 64 * 128;
+#endif
+      const unsigned b_off = cn * (WN / 64) * PANEL_BYTES;
+      for (int kt = 0; kt < kt_n; kt += 2) {
+        tf32_stage(acc, fa, fb, base, full, empty, it++, kt, prev, a_off, b_off, lane);
+        if (kt + 1 == kt_n) break;
+        tf32_stage(acc, fb, fa, base, full, empty, it++, kt + 1, prev, a_off, b_off, lane);
+      }
+#if WAIT1
+      wgmma_wait<0>();
+      fence_acc(acc);
+      fence_frag(fa);
+      fence_frag(fb);
+      if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
+#endif
+#else  // DTYPE 1, 2
 #if WAIT1
       int prev = -1;
 #endif
@@ -417,6 +668,7 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
       fence_acc(acc);
       if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
 #endif
+#endif  // DTYPE
       if (row0 >= m) continue;
 #if EPI
       if (c_tma) {
