@@ -1,5 +1,6 @@
-// Hopper (sm_90a) float16 / bfloat16 GEMM for tiledmm (issue 38): C = A @ B with float32 sums,
-// C in the input dtype. A is M x K and B is K x N, both row-major as NumPy holds them.
+// Hopper (sm_90a) float16 / bfloat16 / TF32 GEMM for tiledmm (issue 38): C = A @ B with
+// float32 sums, C in the input dtype (float32 for TF32). A is M x K and B is K x N, both
+// row-major as NumPy holds them.
 //
 // What runs (the order of the fast Hopper GEMMs: TMA + wgmma, warp specialization, persistent
 // tiles, raw mbarriers; optional 2-block clusters sharing B by multicast):
@@ -27,13 +28,27 @@
 // Batches: one launch; the maps' third dimension is the matrix, the persistent tiles run over
 // every matrix's tiles (matrix by matrix, each in the grouped order).
 //
+// TF32 (DTYPE 3: float32 A, B and C, products of TF32-rounded inputs, float32 sums): TF32 wgmma
+// (m64nWNk8) has no transpose bit, so both of its shared-memory operands are K-major. B is
+// packed once per call by hopper_tf32_pack_bt into B^T (N x Kp floats, Kp = K rounded up to 4
+// for 16-byte rows, rounded with cvt.rna.tf32.f32) and loaded by TMA like A: a stage holds A as
+// BM rows and B^T as BN rows of BK = 32 floats (128 bytes, the same swizzle; B^T's 64-row panels
+// are 8 KiB as the 16-bit path's), both descriptors K-major (SBO 1024, k8 step +32 bytes). A
+// (AREG 1) is read by wgmma from registers: each consumer thread loads its fragments (rows 16
+// warp + g and + 8, columns t and t + 4 of each k8 step; g = lane / 4, t = lane % 4) with
+// ldmatrix from the swizzled tile and rounds them with cvt.rna, so A needs no pack; the
+// fragments are double-buffered (the group in flight reads the previous stage's), the k-loop
+// running two stages per pass. AREG 0 reads A by descriptor instead (the host then rounds it,
+// e.g. a TFLOAT32 tensor map). C is stored from registers as float2 pairs (EPI 0 only).
+//
 // The host puts sm90_sync.cuh (the tensor map, shared addresses, mbarrier init / expect / wait,
 // shared with wgmma.cu) between its defines and this text (hopper.source).
-// Defines (set by the host, backends/cupy_cuda/hopper.py): DTYPE 1 float16 / 2 bfloat16; BM,
-// BN; CM, CN (consumer warpgroups along M and N); STAGES; CLUSTER 1 or 2 (two blocks along M
-// take B halves and multicast them to both); WAIT1; PRODUCER_REGS / CONSUMER_REGS (0: no
-// setmaxnreg); EPI 0: C stored from registers (guarded), 1: through shared memory and TMA
-// stores where the launch says C's rows allow (c_tma), else from registers.
+// Defines (set by the host, backends/cupy_cuda/hopper.py): DTYPE 1 float16 / 2 bfloat16 / 3
+// TF32 (then AREG 1: A from registers, 0: by descriptor; EPI 0 only); BM, BN; CM, CN (consumer
+// warpgroups along M and N); STAGES; CLUSTER 1 or 2 (two blocks along M take B halves and
+// multicast them to both); WAIT1; PRODUCER_REGS / CONSUMER_REGS (0: no setmaxnreg); EPI 0: C
+// stored from registers (guarded), 1: through shared memory and TMA stores where the launch
+// says C's rows allow (c_tma), else from registers.
 
 #ifndef DTYPE
 #define DTYPE 1
@@ -509,7 +524,9 @@ hopper_tf32_pack_bt(const float *__restrict__ b, float *__restrict__ bt, int k, 
 // through the maps ma (A: {K, M, batch or 1}, box 64 x BM x 1) and mb (B: {N, K, batch or 1},
 // box 64 x 64 x 1); a_bat / b_bat 0: the operand is one matrix shared by the batch (NumPy's
 // broadcast); tiles_m = ceil(M / BM) rounded up to CLUSTER, tiles_n = ceil(N / BN); gridDim.x
-// a multiple of CLUSTER, at most the tiles of the whole batch.
+// a multiple of CLUSTER, at most the tiles of the whole batch. DTYPE 3: c is float32; ma
+// {K, M, batch or 1}, box 32 x BM x 1 of 4-byte elements; mb maps the packed B^T: {K, N, batch
+// or 1}, row stride Kp floats, box 32 x 64 x 1.
 extern "C" __global__ void
 #if CLUSTER > 1
 __cluster_dims__(CLUSTER, 1, 1)
