@@ -1,9 +1,10 @@
-"""The Hopper 16-bit rung's plans (issue 38): whether the TMA + ``wgmma`` kernel runs a 16-bit
-mma plan (:func:`runs`), its configurations (:data:`CONFIGS`, :func:`config`) and their
-constraints (:func:`problems`), and the plan that carries its geometry and levels
-(:func:`plan_hopper`, the model in :mod:`tiledmm.model.hopper`). The CuPy backend reads these
-decisions (its ``hopper.takes``, ``config`` and ``defines``), so the plan describes the kernel
-that runs it.
+"""The Hopper rung's plans (issue 38): whether the TMA + ``wgmma`` kernel runs a 16-bit or
+(opt-in) TF32 mma plan (:func:`runs`), its configurations (:data:`CONFIGS`,
+:data:`CONFIGS_TF32`, :func:`config`) and their constraints (:func:`problems`), and the plan
+that carries its geometry and levels (:func:`plan_hopper`, the model in
+:mod:`tiledmm.model.hopper`). The CuPy backend reads these decisions (its ``hopper.takes``,
+``config`` and ``defines``), so the plan describes the kernel that runs it. Here "float32" means
+TF32 (``precision="tf32"``): the kernel's DTYPE 3 has no IEEE float32 path.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from ..model import tensorcore as tc
 from .geometry import Geometry
 from .plans import Plan, PlanError, occupancy
 
-__all__ = ["DTYPES", "CONFIGS", "KEYS", "DECODE_M", "DEFAULT_ON", "ENV", "runs", "config",
-           "smem_bytes", "problems", "requested", "plan_hopper"]  # fmt: skip
+__all__ = ["DTYPES", "TF32", "CONFIGS", "CONFIGS_TF32", "KEYS", "DECODE_M", "DEFAULT_ON", "ENV",
+           "ENV_TF32", "runs", "config", "bk_of", "smem_bytes", "problems", "requested",
+           "plan_hopper"]  # fmt: skip
 
 DTYPES = ("float16", "bfloat16")
+#: the input dtype of the TF32 path (DTYPE 3: float32 A, B, C with precision "tf32")
+TF32 = "float32"
 #: named configurations: block tile (bm, bn), consumer warpgroups (cm, cn), stages, cluster
 #: (blocks along M sharing B by multicast), group_m (tile rows per group of the order), epi
 #: (1: C through shared memory and TMA stores). "large": the H200 run's best (Le, 2026-12-07:
@@ -32,6 +36,11 @@ DTYPES = ("float16", "bfloat16")
 CONFIGS: dict[str, dict[str, int]] = {
     "large": dict(bm=128, bn=256, cm=2, cn=1, stages=3, cluster=1, group_m=16, epi=1),
     "decode": dict(bm=64, bn=256, cm=1, cn=2, stages=5, cluster=1, group_m=1, epi=0),
+}
+#: the TF32 path's configuration (BK 32 floats: the same 128-byte stage rows), every row count:
+#: the GPU probe's default "L" (benches/probes/hopper_tf32.py); C from registers only (epi 0)
+CONFIGS_TF32: dict[str, dict[str, int]] = {
+    "tf32": dict(bm=128, bn=256, cm=2, cn=1, stages=4, cluster=1, group_m=16, epi=0),
 }
 #: the fields a plan's options may set as ``hopper_<key>`` (wait1 0: each stage's MMAs waited
 #: for before the next; default 1, one group in flight)
@@ -46,6 +55,9 @@ DECODE_M = 64
 DEFAULT_ON = True
 #: the environment switch (1 / 0), read when a product is planned
 ENV = "TILEDMM_HOPPER16"
+#: the TF32 path's switch (1: on), read when a product is planned; off by default: TF32 plans
+#: keep the ``wgmma.cu`` / ``mma.sync`` route until GPU numbers justify a change
+ENV_TF32 = "TILEDMM_HOPPER_TF32"
 
 
 def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: int) -> bool:
@@ -53,7 +65,17 @@ def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: 
     capability ``cc``: 16-bit on 9.x, where the option ``hopper`` (1 / 0), else the environment's
     ``TILEDMM_HOPPER16`` (1 / 0), else ``DEFAULT_ON`` says so (``m``: every row count alike
     since decode shapes measured faster with it); never a plan that asks for the older
-    ``wgmma`` experiment."""
+    ``wgmma`` experiment. TF32 (float32 with option ``precision`` "tf32"), opt-in: only where
+    the option ``hopper`` is 1, else where ``TILEDMM_HOPPER_TF32`` is 1 (and not where the
+    option is 0)."""
+    if dtype == TF32:
+        if options.get("precision") != "tf32" or cc is None or cc[0] != 9:
+            return False
+        if int(options.get("wgmma", 0)):
+            return False
+        if "hopper" in options:
+            return bool(int(options["hopper"]))
+        return os.environ.get(ENV_TF32) == "1"
     if dtype not in DTYPES or cc is None or cc[0] != 9 or int(options.get("wgmma", 0)):
         return False
     if "hopper" in options:
@@ -62,15 +84,24 @@ def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: 
     return env == "1" if env in ("0", "1") else DEFAULT_ON
 
 
-def config(m: int, options: Mapping[str, Any]) -> dict[str, int]:
+def config(m: int, options: Mapping[str, Any], dtype: str = "float16") -> dict[str, int]:
     """The kernel's configuration: ``CONFIGS["decode"]`` for at most ``DECODE_M`` rows, else
-    ``"large"``; options ``hopper_<key>`` (:data:`KEYS`) override single fields."""
-    cfg = dict(CONFIGS["decode" if m <= DECODE_M else "large"])
+    ``"large"`` (TF32: ``CONFIGS_TF32["tf32"]``); options ``hopper_<key>`` (:data:`KEYS`)
+    override single fields."""
+    if dtype == TF32:
+        cfg = dict(CONFIGS_TF32["tf32"])
+    else:
+        cfg = dict(CONFIGS["decode" if m <= DECODE_M else "large"])
     for key in KEYS:
         v = options.get(f"hopper_{key}")
         if v is not None:
             cfg[key] = int(v)
     return cfg
+
+
+def bk_of(dtype: str) -> int:
+    """K elements per stage: one 128-byte row (64 16-bit values, 32 floats for TF32)."""
+    return hm.LINE // tc.ITEMSIZE.get(dtype, 2)
 
 
 def smem_bytes(cfg: Mapping[str, int]) -> int:
@@ -87,8 +118,11 @@ def problems(dtype: str, cfg: Mapping[str, int], smem_limit: int) -> list[str]:
     bm, bn, cm, cn = cfg["bm"], cfg["bn"], cfg["cm"], cfg["cn"]
     stages, cluster = cfg["stages"], cfg["cluster"]
     bad = []
-    if dtype not in DTYPES:
-        bad.append(f"dtype {dtype!r} is not float16 or bfloat16")
+    if dtype not in DTYPES and dtype != TF32:
+        bad.append(f"dtype {dtype!r} is not float16 or bfloat16 (or float32 as TF32)")
+    if dtype == TF32 and cfg.get("epi"):
+        bad.append("TF32 stores C from registers only (epi 0; the TMA-store epilogue is "
+                   "float16 or bfloat16 only)")  # fmt: skip
     if cm < 1 or cn < 1 or cm * cn > 2:
         bad.append("one or two consumer warpgroups (cm * cn)")
     elif bm % cm or bn % cn:
@@ -112,15 +146,19 @@ def problems(dtype: str, cfg: Mapping[str, int], smem_limit: int) -> list[str]:
     return bad
 
 
-def requested(geo: Geometry, m: int) -> dict[str, int] | None:
+def requested(geo: Geometry, m: int, dtype: str | None = None) -> dict[str, int] | None:
     """A requested geometry (``plan --block-tile``) as a configuration: block tile
-    BM x BN x 64 and warp tile WM x WN as consumers of WM x WN; None when it is no such tile
-    (then the tiles are ``mma.sync``'s)."""
+    BM x BN x BK (64; TF32: 32) and warp tile WM x WN as consumers of WM x WN; None when it is
+    no such tile (then the tiles are ``mma.sync``'s). ``dtype`` None: 16-bit tiles, or TF32
+    ones where the options say precision "tf32" (callers that do not pass the dtype)."""
+    if dtype is None:
+        tf32 = dict(geo.options).get("precision") == "tf32"
+        return requested(geo, m, "float16") or (requested(geo, m, TF32) if tf32 else None)
     (bm, bn, bk), (wm, wn) = (int(x) for x in geo.block_tile), (int(x) for x in geo.thread_tile)
-    if bk != hm.BK or min(bm, bn, wm, wn) < 1 or bm % wm or bn % wn:
+    if bk != bk_of(dtype) or min(bm, bn, wm, wn) < 1 or bm % wm or bn % wn:
         return None
-    cfg = dict(config(m, dict(geo.options)), bm=bm, bn=bn, cm=bm // wm, cn=bn // wn)
-    return cfg if not problems("float16", cfg, 1 << 30) else None
+    cfg = dict(config(m, dict(geo.options), dtype), bm=bm, bn=bn, cm=bm // wm, cn=bn // wn)
+    return cfg if not problems(dtype if dtype == TF32 else "float16", cfg, 1 << 30) else None
 
 
 def plan_hopper(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geometry,
@@ -130,26 +168,36 @@ def plan_hopper(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geo
     memory, the tile grid (``grid``: tiles along N and M; the launch is persistent) and the
     levels of :func:`tiledmm.model.hopper.hopper_levels`."""
     opts = dict(geo.options)
-    asked = requested(geo, m) if geo.source == "requested" else None
-    cfg = asked or config(m, opts)
+    tf32 = dtype == TF32
+    asked = requested(geo, m, dtype) if geo.source == "requested" else None
+    cfg = asked or config(m, opts, dtype)
     limit = nvidia.optin_shared(device)
     bad = problems(dtype, cfg, limit)
     if bad:
         raise PlanError(f"hopper tiles {cfg['bm']}x{cfg['bn']}: " + "; ".join(bad))
     if asked or any(key.startswith("hopper_") for key in opts):
         why = geo.source
+    elif tf32:
+        why = (f"Hopper TF32 configuration (hopper.CONFIGS_TF32, opt-in: option hopper 1 or "
+               f"{ENV_TF32}=1; the GPU probe's default L); tiles asked: {geo.source}")  # fmt: skip
     else:
         name = "decode" if m <= DECODE_M else "large"
         why = (f"Hopper {name!r} configuration (hopper.CONFIGS, "
                f"{'at most' if name == 'decode' else 'more than'} {DECODE_M} rows: "
                + ("the H200 run's best, Le: 0.98-1.03 of cuBLAS from 4096^3" if name == "large"
-                  else "D2: 0.875 of cuBLAS at 8 and 32 rows") + f"); tiles asked: {geo.source}")
-    bm, bn, s = cfg["bm"], cfg["bn"], tc.ITEMSIZE[dtype]
-    kp = math.ceil(k / hm.BK) * hm.BK
-    c = dict(cfg, m=m, n=n, k=k, epi=int(cfg.get("epi", 0)), copied=hm.copies(m, n, k),
-             c_tma=n % 8 == 0 or m <= 1)  # fmt: skip
-    c["pitch_a"] = (k if k % 8 == 0 else -(-k // 8) * 8) * s
-    c["pitch_b"] = (n if n % 8 == 0 else -(-n // 8) * 8) * s
+                  else "D2: 0.875 of cuBLAS at 8 and 32 rows")
+               + f"); tiles asked: {geo.source}")  # fmt: skip
+    bm, bn, s, bk = cfg["bm"], cfg["bn"], tc.ITEMSIZE[dtype], bk_of(dtype)
+    kp = math.ceil(k / bk) * bk
+    per = 16 // s  # elements of a 16-byte row unit (TMA's rule)
+    c = dict(cfg, m=m, n=n, k=k, bk=bk, epi=int(cfg.get("epi", 0)),
+             copied=hm.copies(m, n, k, s), c_tma=n % 8 == 0 or m <= 1)  # fmt: skip
+    c["pitch_a"] = -(-k // per) * per * s
+    if tf32:  # B^T packed by the kernel's hopper_tf32_pack_bt: N rows of K rounded up to 4
+        c["pack"] = (k * n, n * hm.packed_k(k))
+        c["pitch_b"], c["b_rows"] = hm.packed_k(k) * s, n
+    else:
+        c["pitch_b"] = -(-n // per) * per * s
     t = hm.tiles_of(c, device.compute_units)
     threads = 128 * (cfg["cm"] * cfg["cn"] + 1)
     shared = smem_bytes(cfg)
@@ -163,7 +211,7 @@ def plan_hopper(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geo
     options = {key: v for key, v in opts.items() if key == "precision"}
     options.update({"hopper": 1, **{f"hopper_{key}": int(v) for key, v in cfg.items()}})
     return Plan(
-        backend=backend, kernel="mma", dtype=dtype, m=m, n=n, k=k, block_tile=(bm, bn, hm.BK),
+        backend=backend, kernel="mma", dtype=dtype, m=m, n=n, k=k, block_tile=(bm, bn, bk),
         thread_tile=(bm // cfg["cm"], bn // cfg["cn"]), threads_per_block=threads,
         grid=(t["tn"], t["tm"]), padded_shape=(mp, np_, kp),
         padding_waste=1 - flops / executed if executed else 0.0, flops=flops,
