@@ -1,4 +1,5 @@
-"""Hopper float16 / bfloat16 GEMM (issue 38): ``kernels/hopper_gemm.cu`` on CuPy.
+"""Hopper float16 / bfloat16 (and opt-in TF32) GEMM (issue 38): ``kernels/hopper_gemm.cu`` on
+CuPy.
 
 The fifth rung of the ``mma`` family on compute capability 9.x: TMA copies into an
 mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups issuing
@@ -6,7 +7,9 @@ mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups is
 ``setmaxnreg``, and a persistent grid walking the tiles in a grouped order. A 16-bit mma plan
 on such a device runs here (:func:`takes`: the planner's decision, ``tiledmm.planner.hopper``,
 which also gives the plan this kernel's geometry and model); :func:`config` reads the
-configuration off the plan's options.
+configuration off the plan's options. A float32 plan with precision "tf32" runs here (DTYPE 3)
+only where the planner recorded option ``hopper`` 1 (opt-in: ``TILEDMM_HOPPER_TF32=1`` or the
+option); its host parts (the B^T pack before the GEMM) are :mod:`.hopper_tf32`'s.
 
 Host side:
 
@@ -32,8 +35,11 @@ from tiledmm.device.nvidia import OPTIN_SHARED_KIB
 from tiledmm.planner import hopper as hplan
 from tiledmm.util.lru import LRUCache
 
+from . import hopper_tf32
+
 __all__ = [
-    "DTYPES", "SMEM_LIMIT", "takes", "config", "defines", "smem_bytes", "tma_ready",
+    "DTYPES", "KERNEL_DTYPES", "MAP_UINT16", "MAP_FLOAT32", "SMEM_LIMIT", "takes", "config",
+    "defines", "smem_bytes", "tma_ready",
     "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
     "device_info", "kernel", "run", "launch_into", "tma_operand", "source", "SYNC",
 ]  # fmt: skip
@@ -41,8 +47,13 @@ __all__ = [
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
 #: what the Hopper kernels share (mbarriers, the tensor map), put before each kernel's text
 SYNC = SRC.with_name("sm90_sync.cuh")
-#: plan dtype -> the kernel's DTYPE define
+#: 16-bit plan dtype -> the kernel's DTYPE define
 DTYPES = {"float16": 1, "bfloat16": 2}
+#: every dtype the kernel takes: float32 is TF32 (DTYPE 3), for plans with precision "tf32"
+#: that the planner gave this kernel (:func:`takes`)
+KERNEL_DTYPES = {**DTYPES, hplan.TF32: 3}
+#: CUtensorMapDataType: 16-bit words moved as they are; float32 (TF32 A, B^T, as they are)
+MAP_UINT16, MAP_FLOAT32 = 1, 7
 #: dynamic shared memory a block may opt into on sm_90 (the NVIDIA fact, device/nvidia)
 SMEM_LIMIT = OPTIN_SHARED_KIB[(9, 0)] * 1024
 
@@ -55,7 +66,10 @@ def takes(plan: Any, cc: str) -> bool:
     """Whether a plan runs here (``tiledmm.planner.hopper.runs``, the planner's own decision:
     a 16-bit mma plan on compute capability 9.x where its option ``hopper``, else
     ``TILEDMM_HOPPER16``, else ``DEFAULT_ON`` for more than ``DECODE_M`` rows says so); ``cc``
-    as CuPy gives it ("90")."""
+    as CuPy gives it ("90"). A TF32 plan only where the planner recorded option ``hopper`` 1
+    (opt-in)."""
+    if plan.dtype == hplan.TF32 and not int(plan.options.get("hopper", 0)):
+        return False
     text = str(cc)
     major = int(text[:-1]) if text[:-1].isdigit() else None
     return hplan.runs(plan.dtype, (major, 0) if major is not None else None, plan.options,
@@ -66,7 +80,7 @@ def config(plan: Any) -> dict[str, int]:
     """This kernel's configuration for a plan (``tiledmm.planner.hopper.config``: the
     "decode" or "large" configuration, single fields overridden by options ``hopper_<key>``;
     a Hopper plan carries them all)."""
-    return hplan.config(plan.m, plan.options)
+    return hplan.config(plan.m, plan.options, plan.dtype)
 
 
 def smem_bytes(d: dict[str, int]) -> int:
@@ -79,15 +93,16 @@ def defines(dtype: str, cfg: dict[str, int]) -> dict[str, int]:
     """``hopper_gemm.cu``'s defines for ``dtype`` and a configuration (ValueError for one it
     cannot run: ``tiledmm.planner.hopper.problems``); ``cfg["wait1"]`` 0 waits for each
     stage's MMAs before the next (default 1: one group in flight); ``cfg["epi"]`` 1 stores C
-    through shared memory and TMA."""
+    through shared memory and TMA. float32: TF32 (DTYPE 3, A from registers: AREG 1)."""
     bad = hplan.problems(dtype, dict(cfg), SMEM_LIMIT)
     if bad:
         raise ValueError(f"hopper tiles {cfg['bm']}x{cfg['bn']}: " + "; ".join(bad))
     two = cfg["cm"] * cfg["cn"] == 2
-    return dict(DTYPE=DTYPES[dtype], BM=cfg["bm"], BN=cfg["bn"], CM=cfg["cm"], CN=cfg["cn"],
+    areg = dict(AREG=1) if dtype == hplan.TF32 else {}
+    return dict(DTYPE=KERNEL_DTYPES[dtype], BM=cfg["bm"], BN=cfg["bn"], CM=cfg["cm"], CN=cfg["cn"],
                 STAGES=cfg["stages"], CLUSTER=cfg["cluster"], WAIT1=int(cfg.get("wait1", 1)),
                 PRODUCER_REGS=40 if two else 0, CONSUMER_REGS=232 if two else 0,
-                EPI=int(cfg.get("epi", 0)))  # fmt: skip
+                EPI=int(cfg.get("epi", 0)), **areg)  # fmt: skip
 
 
 # ------------------------------------------------------------------ host logic (CPU-testable)
@@ -195,17 +210,21 @@ class Driver:
         self.occupancy = getattr(lib, "cuOccupancyMaxActiveClusters", None)
 
     def tensor_map(self, ptr: int, rows: int, cols: int, row_bytes: int, box_rows: int,
-                   batch: int = 1, batch_bytes: int = 0) -> Any:  # fmt: skip
-        """A 64-byte aligned buffer holding the 3-D map of ``batch`` row-major 16-bit matrices
-        (:func:`map_args`: boxes of 64 columns x ``box_rows`` x 1, 128-byte swizzle, zero fill
+                   batch: int = 1, batch_bytes: int = 0, itemsize: int = 2,
+                   data_type: int = MAP_UINT16) -> Any:  # fmt: skip
+        """A 64-byte aligned buffer holding the 3-D map of ``batch`` row-major matrices of
+        ``itemsize``-byte elements (16-bit: ``MAP_UINT16``; TF32's float32: ``MAP_FLOAT32``)
+        (:func:`map_args`: boxes of 128 bytes x ``box_rows`` x 1, 128-byte swizzle, zero fill
         outside)."""
-        dims, strides, box = map_args(rows, cols, row_bytes, box_rows, 2, batch, batch_bytes)
+        dims, strides, box = map_args(rows, cols, row_bytes, box_rows, itemsize, batch,
+                                      batch_bytes)  # fmt: skip
         raw = C.create_string_buffer(192)
         addr = (C.addressof(raw) + 63) & ~63
-        # UINT16 1 (the bits move as they are), rank 3, no interleave 0, swizzle 128B 3,
+        # data_type (the bits move as they are), rank 3, no interleave 0, swizzle 128B 3,
         # L2 promotion 256B 3, out-of-bounds fill zeros 0
-        rc = self.encode(addr, 1, 3, ptr, (C.c_uint64 * 3)(*dims), (C.c_uint64 * 2)(*strides),
-                         (C.c_uint32 * 3)(*box), (C.c_uint32 * 3)(1, 1, 1), 0, 3, 3, 0)  # fmt: skip
+        rc = self.encode(addr, data_type, 3, ptr, (C.c_uint64 * 3)(*dims),
+                         (C.c_uint64 * 2)(*strides), (C.c_uint32 * 3)(*box),
+                         (C.c_uint32 * 3)(1, 1, 1), 0, 3, 3, 0)  # fmt: skip
         if rc:
             raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} (dims {dims}, strides "
                                f"{strides}, box {box})")  # fmt: skip
@@ -247,7 +266,9 @@ def _driver() -> Driver:
 
 class HopperKernel:
     """One compiled ``hopper_gemm.cu`` build; ``kern(a, b, c)`` is ``c[...] = a @ b`` for
-    2-D 16-bit CuPy arrays (``a`` and ``b`` TMA-ready, ``c`` with unit column stride)."""
+    2-D 16-bit CuPy arrays (``a`` and ``b`` TMA-ready, ``c`` with unit column stride). TF32
+    (DTYPE 3): float32 ``a``, ``b`` the packed B^T (N x K, :mod:`.hopper_tf32`), float32 ``c``;
+    ``pack`` is the B^T pack kernel."""
 
     def __init__(self, cp: Any, defs: dict[str, int], sms: int, group_m: int = 16) -> None:
         from cupy.cuda import driver, function
@@ -255,12 +276,16 @@ class HopperKernel:
         self.cp, self.defs, self.sms, self.group_m = cp, defs, sms, group_m
         self.bm, self.bn, self.cluster = defs["BM"], defs["BN"], defs["CLUSTER"]
         self.epi = bool(defs.get("EPI"))
+        self.tf32 = defs["DTYPE"] == KERNEL_DTYPES[hplan.TF32]
+        self.itemsize = 4 if self.tf32 else 2
+        self.data_type = MAP_FLOAT32 if self.tf32 else MAP_UINT16
         self.threads = 128 * (defs["CM"] * defs["CN"] + 1)
         self.smem = smem_bytes(defs)
         src = source(defs)
         self.mod = function.Module()
         self.mod.load(sm90a_cubin(src))
         self.fn = self.mod.get_function("hopper_gemm")
+        self.pack = self.mod.get_function(hopper_tf32.PACK) if self.tf32 else None
         attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
         driver.funcSetAttribute(self.fn.ptr, attr, self.smem)
         self.drv = _driver()
@@ -275,22 +300,24 @@ class HopperKernel:
         the matrices' distance; one matrix where it is 0)."""
         rows, cols = x.shape[-2:]
         nb, bs = (x.shape[0], x.strides[0]) if x.ndim == 3 and x.strides[0] else (1, 0)
-        key = (x.data.ptr, rows, cols, ld, box_rows, nb, bs)
-        make = lambda: self.drv.tensor_map(x.data.ptr, rows, cols, ld * 2, box_rows, nb, bs)  # noqa: E731
+        s = self.itemsize
+        key = (x.data.ptr, rows, cols, ld, box_rows, nb, bs, s)
+        make = lambda: self.drv.tensor_map(x.data.ptr, rows, cols, ld * s, box_rows, nb, bs, s,  # noqa: E731
+                                           self.data_type)  # fmt: skip
         return _MAPS.get_or_make(key, make)
 
     def __call__(self, a: Any, b: Any, c: Any, group_m: int | None = None,
                  stream: int | None = None) -> None:  # fmt: skip
         """``c[...] = a @ b``: 2-D operands, or a batch (``c`` 3-D; ``a`` or ``b`` 3-D with the
         same number of matrices, or 2-D, or 3-D with a zero first stride: shared)."""
-        (m, k), n = a.shape[-2:], b.shape[-1]
+        (m, k), n, s = a.shape[-2:], c.shape[-1], self.itemsize
         nb = c.shape[0] if c.ndim == 3 else 1
-        ma = self._map(a, a.strides[-2] // 2, self.bm)
-        mb = self._map(b, b.strides[-2] // 2, 64)
+        ma = self._map(a, a.strides[-2] // s, self.bm)
+        mb = self._map(b, b.strides[-2] // s, 64)
         tm, tn = tile_counts(m, n, self.bm, self.bn, self.cluster)
         grid = grid_size(tm, tn * nb, self.cluster, self.slots)
-        ldc = c.strides[-2] // 2 if m > 1 else n
-        store = self.epi and tma_ready(c.shape[-2:], c.strides[-2:], c.data.ptr, 2)
+        ldc = c.strides[-2] // s if m > 1 else n
+        store = self.epi and tma_ready(c.shape[-2:], c.strides[-2:], c.data.ptr, s)
         store = store and (nb == 1 or c.strides[0] % 16 == 0)
         mc = self._map(c, ldc, 64) if store else ma  # unused without TMA stores
         batched = [int(x.ndim == 3 and x.strides[0] != 0) for x in (a, b)]
@@ -298,7 +325,7 @@ class HopperKernel:
                 C.c_longlong(ldc), C.c_int(tm), C.c_int(tn),
                 C.c_int(group_m or self.group_m), C.c_int(int(store)), C.c_int(nb),
                 C.c_int(batched[0]), C.c_int(batched[1]),
-                C.c_longlong(c.strides[0] // 2 if nb > 1 else 0)]  # fmt: skip
+                C.c_longlong(c.strides[0] // s if nb > 1 else 0)]  # fmt: skip
         if stream is None:
             stream = self.cp.cuda.get_current_stream().ptr
         self.drv.call(self.fn.ptr, grid, self.threads, self.smem, stream, args)
@@ -333,8 +360,9 @@ def tma_operand(cp: Any, x: Any) -> Any:
 
 def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None = None,
         cc: str | None = None) -> None:  # fmt: skip
-    """``out[...] = a @ b`` for 2-D 16-bit CuPy arrays (bfloat16 as uint16 words), any
-    strides, with the Hopper kernel (``cfg``: :func:`config` of the plan unless given)."""
+    """``out[...] = a @ b`` for 2-D 16-bit CuPy arrays (bfloat16 as uint16 words), or float32
+    ones of a TF32 plan, any strides, with the Hopper kernel (``cfg``: :func:`config` of the
+    plan unless given)."""
     dcc = device_info(cp)[1]
     if not str(cc or dcc).startswith("9"):
         raise ValueError(f"hopper_gemm is sm_90a code: compute capability 9.x, not {dcc}")
@@ -344,21 +372,25 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None
     if not k:
         out.fill(0)
         return
-    s0, s1 = out.strides
-    plain = (s1 == 2 or n == 1) and (m == 1 or (s0 % 2 == 0 and s0 >= 2 * n))
-    launch_into(cp, plan, tma_operand(cp, a), tma_operand(cp, b), out, plain, (a, b), cfg)
+    (s0, s1), s = out.strides, out.itemsize
+    plain = (s1 == s or n == 1) and (m == 1 or (s0 % s == 0 and s0 >= s * n))
+    b_in = b if plan.dtype == hplan.TF32 else tma_operand(cp, b)  # TF32: the pack reads any
+    launch_into(cp, plan, tma_operand(cp, a), b_in, out, plain, (a, b), cfg)
 
 
 def launch_into(cp: Any, plan: Any, a: Any, b: Any, out: Any, plain: bool, inputs: tuple,
                 cfg: dict[str, int] | None = None) -> None:  # fmt: skip
     """One launch of the plan's build: ``out[...] = a @ b`` (``a``, ``b`` TMA-ready, 2-D or
-    stacks), into ``out`` itself where ``plain`` (its layout the kernel stores) and it overlaps
-    none of ``inputs`` (the caller's operands), else into a fresh array copied to it."""
+    stacks; TF32: ``b`` as the caller has it, packed to B^T first on the same stream), into
+    ``out`` itself where ``plain`` (its layout the kernel stores) and it overlaps none of
+    ``inputs`` (the caller's operands), else into a fresh array copied to it."""
     dev, _, sms = device_info(cp)
     cfg = cfg or config(plan)
     kern = kernel(cp, plan.dtype, cfg, dev, sms)
     plain = plain and not any(cp.may_share_memory(out, x) for x in inputs)
     c = out if plain else cp.empty(out.shape, out.dtype)
+    if plan.dtype == hplan.TF32:
+        b = hopper_tf32.pack(cp, kern, b, dev)
     kern(a, b, c, group_m=cfg["group_m"])
     if c is not out:
         out[...] = c

@@ -1,12 +1,13 @@
-"""Batches on the Hopper 16-bit kernel in one launch (issue 38): NumPy's broadcast batch axes
-reduced to one stride per operand, the kernel's 3-D tensor maps over the stack
-(``kernels/hopper_gemm.cu``: the persistent tiles run over every matrix's tiles).
+"""Batches on the Hopper kernel (16-bit, or opt-in TF32) in one launch (issue 38): NumPy's
+broadcast batch axes reduced to one stride per operand, the kernel's 3-D tensor maps over the
+stack (``kernels/hopper_gemm.cu``: the persistent tiles run over every matrix's tiles).
 
 :func:`stack_view` turns an operand into one matrix (shared by the batch: a 2-D operand, a
 batch of size-one axes, or a broadcast view with stride 0) or a 3-D stack one stride apart;
 :func:`run_batched` launches once, copying operands whose rows or matrices TMA cannot address
 (16-byte rule) into an aligned stack first, and computing into a fresh stack where ``out`` is
-laid out otherwise. A batch that broadcasts in part (``(2, 1, m, k) @ (1, 3, k, n)``) is left
+laid out otherwise (TF32: B is not copied, its B^T pack reads any strides,
+``hopper_tf32``). A batch that broadcasts in part (``(2, 1, m, k) @ (1, 3, k, n)``) is left
 to the per-matrix loop.
 """
 
@@ -77,8 +78,9 @@ def run_batched(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict | None =
         out.fill(0)
         return True
     c3 = c3 if c3.ndim == 3 else c3.reshape((1, m, n))
-    nb, (cb, c0, c1) = c3.shape[0], c3.strides
-    plain = (c1 == 2 or n == 1) and (m == 1 or (c0 % 2 == 0 and c0 >= 2 * n))
-    plain = plain and cb % 2 == 0 and (nb == 1 or cb >= m * n * 2 or cb >= c0 * m)
-    hopper.launch_into(cp, plan, tma_stack(cp, xa), tma_stack(cp, xb), c3, plain, (a, b), cfg)
+    nb, (cb, c0, c1), s = c3.shape[0], c3.strides, c3.itemsize
+    plain = (c1 == s or n == 1) and (m == 1 or (c0 % s == 0 and c0 >= s * n))
+    plain = plain and cb % s == 0 and (nb == 1 or cb >= m * n * s or cb >= c0 * m)
+    xb = tma_stack(cp, xb) if plan.dtype in hopper.DTYPES else xb  # TF32: packed to B^T
+    hopper.launch_into(cp, plan, tma_stack(cp, xa), xb, c3, plain, (a, b), cfg)
     return True

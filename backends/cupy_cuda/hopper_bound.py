@@ -9,6 +9,8 @@ build, the grid, the argument block for ``cuLaunchKernel`` with its scalars in p
 finds the operands' tensor maps by address (made once per address) and launches. It takes the
 plain case only: C-contiguous operands whose rows and bases are 16-byte aligned and a fresh
 C-contiguous result; anything else returns False and the caller runs the general path.
+TF32 plans (float32, opt-in) are not bound (:func:`bind` gives None): they take the general
+path, which packs B^T before the GEMM (``hopper_tf32``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ MAPS_PER_ROLE = 8
 
 def bind(cp: Any, plan: Any) -> Bound | None:
     """The bound launch of a Hopper plan on the current device, or None (an empty product, a
-    device or plan the Hopper kernel does not take: ``hopper.takes``)."""
-    if not (plan.m and plan.n and plan.k):
+    device or plan the Hopper kernel does not take: ``hopper.takes``; a TF32 plan: the general
+    path runs it)."""
+    if not (plan.m and plan.n and plan.k) or plan.dtype not in hopper.DTYPES:
         return None
     dev, cc, sms = hopper.device_info(cp)
     if not hopper.takes(plan, cc):

@@ -9,7 +9,9 @@ planner refuses plain float32). :class:`MmaFamily` adds the family to a backend 
 ``kernels`` gain ``"mma"``, ``mma_dtypes`` lists the inputs the family takes (beyond the
 backend's ``dtypes``: float16, bfloat16), ``_build``/``run``/``run_batched`` hand mma plans
 here and ``search_space`` answers for mma with :func:`search_space`. A float32 (TF32) plan
-whose options ask for ``wgmma`` runs Hopper's warpgroup MMA instead (:mod:`.wgmma`, sm_90a).
+whose options ask for ``wgmma`` runs Hopper's warpgroup MMA instead (:mod:`.wgmma`, sm_90a); one
+the planner gave the Hopper kernel (opt-in: option ``hopper`` 1, ``TILEDMM_HOPPER_TF32=1``) runs
+:mod:`.hopper` (DTYPE 3) first.
 """
 
 from __future__ import annotations
@@ -90,9 +92,10 @@ def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any
     """``out[...] = a @ b`` with an mma plan. 4- and 8-byte inputs take the shared launch path
     (``kernels.launch.run``); 16-bit inputs on compute capability 9.x go to the Hopper kernel
     (:func:`.hopper.run`, issue 38) where :func:`.hopper.takes` says so, else they are brought
-    to aligned rows here; wgmma plans go to :func:`.wgmma.run`."""
-    # --- issue 38: Hopper 16-bit GEMM (TMA + wgmma) where hopper.takes says so ---
-    if plan.dtype in hopper.DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
+    to aligned rows here; so do TF32 plans the planner gave it (opt-in); wgmma plans go to
+    :func:`.wgmma.run`."""
+    # --- issue 38: Hopper 16-bit / TF32 GEMM (TMA + wgmma) where hopper.takes says so ---
+    if plan.dtype in hopper.KERNEL_DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
         hopper.run(cp, plan, a, b, out)
         return
     # ---
@@ -126,9 +129,10 @@ def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any
 def run_batched(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any,
                 out: Any) -> bool:  # fmt: skip
     """The batch in one launch: 4- and 8-byte inputs by the shared launch path, 16-bit ones
-    on compute capability 9.x by the Hopper kernel (:func:`.hopper.run_batched`); other 16-bit
-    and wgmma batches go matrix by matrix."""
-    if plan.dtype in hopper.DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
+    on compute capability 9.x by the Hopper kernel (:func:`.hopper.run_batched`), TF32 ones
+    too where the planner gave it the plan; other 16-bit and wgmma batches go matrix by
+    matrix."""
+    if plan.dtype in hopper.KERNEL_DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):
         return hopper_batch.run_batched(cp, plan, a, b, out)
     if K.itemsize(plan.dtype) < 4 or wgmma.wants(plan):
         return False
