@@ -55,34 +55,37 @@ def _tf32_plan(m=4096, n=4096, k=4096, device=H200, **opts):
 # ------------------------------------------------------------------ the library's route
 
 
-def test_tf32_route_is_opt_in(monkeypatch):
-    """The planner's decision: float32 with precision "tf32" on 9.x only where the option
-    ``hopper`` is 1 or TILEDMM_HOPPER_TF32 is 1 (off by default; option 0 wins); never plain
-    float32, another compute capability, or a plan asking for the wgmma.cu experiment."""
-    assert not hplan.runs("float32", (9, 0), TF, 4096)  # default: off
-    assert hplan.runs("float32", (9, 0), {**TF, "hopper": 1}, 4096)
+def test_tf32_route_on_by_default_with_switches(monkeypatch):
+    """The planner's decision: float32 with precision "tf32" on 9.x unless the option
+    ``hopper`` is 0 or TILEDMM_HOPPER_TF32 is 0 (the option wins over the environment); never
+    plain float32, another compute capability, or a plan asking for the wgmma.cu experiment."""
+    assert hplan.DEFAULT_ON_TF32 and hplan.runs("float32", (9, 0), TF, 4096)  # default: on
     assert hplan.runs("float32", (9, 0), {**TF, "hopper": 1}, 8)
+    assert not hplan.runs("float32", (9, 0), {**TF, "hopper": 0}, 4096)
     assert not hplan.runs("float32", (9, 0), {}, 4096)  # IEEE float32: never
     assert not hplan.runs("float32", (9, 0), {"hopper": 1}, 4096)
     for cc in ((8, 0), (8, 9), (10, 0), (12, 0), None):
         assert not hplan.runs("float32", cc, {**TF, "hopper": 1}, 4096), cc
     assert not hplan.runs("float32", (9, 0), {**TF, "hopper": 1, "wgmma": 1}, 4096)
-    monkeypatch.setenv(hplan.ENV, "1")  # the 16-bit switch is not the TF32 one
-    assert not hplan.runs("float32", (9, 0), TF, 4096)
-    monkeypatch.setenv(hplan.ENV_TF32, "1")
-    assert hplan.runs("float32", (9, 0), TF, 4096) and hplan.runs("float32", (9, 0), TF, 1)
-    assert not hplan.runs("float32", (9, 0), {**TF, "hopper": 0}, 4096)
-    assert not hplan.runs("float32", (9, 0), {}, 4096)
-    assert not hplan.runs("float32", (8, 0), TF, 4096)
-    assert not hplan.runs("float64", (9, 0), TF, 4096)
+    # only the backends that carry the kernel (OpenCL's mma family keeps its own TF32 kernel)
+    assert hplan.carried("float32", "cupy") and hplan.carried("float32", "")
+    assert not hplan.carried("float32", "opencl") and hplan.carried("float16", "opencl")
+    monkeypatch.setenv(hplan.ENV, "0")  # the 16-bit switch is not the TF32 one
+    assert hplan.runs("float32", (9, 0), TF, 4096)
     monkeypatch.setenv(hplan.ENV_TF32, "0")
-    assert not hplan.runs("float32", (9, 0), TF, 4096)
+    assert not hplan.runs("float32", (9, 0), TF, 4096) and not hplan.runs("float32", (9, 0), TF, 1)
+    assert hplan.runs("float32", (9, 0), {**TF, "hopper": 1}, 4096)
+    assert not hplan.runs("float64", (9, 0), TF, 4096)
+    monkeypatch.setenv(hplan.ENV_TF32, "1")
+    assert hplan.runs("float32", (9, 0), TF, 4096)
+    assert not hplan.runs("float32", (9, 0), {**TF, "hopper": 0}, 4096)
 
 
-def test_tf32_plans_by_default_keep_todays_route(monkeypatch):
-    """Off by default, a TF32 plan on the H200 is the mma.sync plan of before (no ``hopper``
-    option); the backend does not take it even where the switch is set later (the decision is
-    the plan's); the A100 never gets it."""
+def test_tf32_plans_switched_off_keep_the_earlier_route(monkeypatch):
+    """With TILEDMM_HOPPER_TF32=0 a TF32 plan on the H200 is the mma.sync plan of before (no
+    ``hopper`` option); the backend does not take it even where the switch changes later (the
+    decision is the plan's); the A100 never gets it."""
+    monkeypatch.setenv(hplan.ENV_TF32, "0")
     p = _tf32_plan()
     assert "hopper" not in p.options and p.block_tile[2] == 32 and "Hopper kernel" not in str(p)
     monkeypatch.setenv(hplan.ENV_TF32, "1")
@@ -91,7 +94,7 @@ def test_tf32_plans_by_default_keep_todays_route(monkeypatch):
     on = _tf32_plan()
     assert on.options["hopper"] == 1 and hopper.takes(on, "90")
     assert not hopper.takes(on, "80") and not hopper.takes(on, "100")
-    monkeypatch.delenv(hplan.ENV_TF32)
+    monkeypatch.setenv(hplan.ENV_TF32, "0")
     assert hopper.takes(on, "90")  # planned with the switch on
     assert hopper.takes(_tf32_plan(hopper=1), "90")  # the option, without the switch
     assert "hopper" not in _tf32_plan(hopper=0).options

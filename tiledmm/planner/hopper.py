@@ -22,8 +22,8 @@ from .geometry import Geometry
 from .plans import Plan, PlanError, occupancy
 
 __all__ = ["DTYPES", "TF32", "CONFIGS", "CONFIGS_TF32", "KEYS", "DECODE_M", "DEFAULT_ON", "ENV",
-           "ENV_TF32", "runs", "config", "bk_of", "smem_bytes", "problems", "requested",
-           "plan_hopper"]  # fmt: skip
+           "ENV_TF32", "DEFAULT_ON_TF32", "BACKENDS", "carried", "runs", "config", "bk_of",
+           "smem_bytes", "problems", "requested", "plan_hopper"]  # fmt: skip
 
 DTYPES = ("float16", "bfloat16")
 #: the input dtype of the TF32 path (DTYPE 3: float32 A, B, C with precision "tf32")
@@ -55,9 +55,24 @@ DECODE_M = 64
 DEFAULT_ON = True
 #: the environment switch (1 / 0), read when a product is planned
 ENV = "TILEDMM_HOPPER16"
-#: the TF32 path's switch (1: on), read when a product is planned; off by default: TF32 plans
-#: keep the ``wgmma.cu`` / ``mma.sync`` route until GPU numbers justify a change
+#: the TF32 path's switch (1 / 0), read when a product is planned
 ENV_TF32 = "TILEDMM_HOPPER_TF32"
+#: whether TF32 plans on 9.x take the kernel unless told otherwise: on since the H100 run of
+#: session 20 (benches/results/logs/h100-s20.txt; benches/studies/mma_results --precision tf32,
+#: cuBLAS TF32 in the same run): 0.87 / 0.94 of cuBLAS at 4096^3 / 8192^3 (B^T pack included)
+#: against the mma.sync route's 0.31 / 0.32, the error equal to cuBLAS's (2.6e-4)
+DEFAULT_ON_TF32 = True
+
+
+#: the backends whose mma family carries the kernel (TF32 plans of others, such as OpenCL's
+#: mma family, keep their own kernel; 16-bit mma plans exist only where the kernel does)
+BACKENDS = ("cupy",)
+
+
+def carried(dtype: str, backend: str) -> bool:
+    """Whether a ``dtype`` mma plan for ``backend`` may take the kernel at all (``backend`` ""
+    : a plan for no backend in particular)."""
+    return dtype != TF32 or not backend or backend in BACKENDS
 
 
 def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: int) -> bool:
@@ -65,9 +80,8 @@ def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: 
     capability ``cc``: 16-bit on 9.x, where the option ``hopper`` (1 / 0), else the environment's
     ``TILEDMM_HOPPER16`` (1 / 0), else ``DEFAULT_ON`` says so (``m``: every row count alike
     since decode shapes measured faster with it); never a plan that asks for the older
-    ``wgmma`` experiment. TF32 (float32 with option ``precision`` "tf32"), opt-in: only where
-    the option ``hopper`` is 1, else where ``TILEDMM_HOPPER_TF32`` is 1 (and not where the
-    option is 0)."""
+    ``wgmma`` experiment. TF32 (float32 with option ``precision`` "tf32") likewise: the option
+    ``hopper``, else ``TILEDMM_HOPPER_TF32``, else ``DEFAULT_ON_TF32``."""
     if dtype == TF32:
         if options.get("precision") != "tf32" or cc is None or cc[0] != 9:
             return False
@@ -75,7 +89,8 @@ def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: 
             return False
         if "hopper" in options:
             return bool(int(options["hopper"]))
-        return os.environ.get(ENV_TF32) == "1"
+        env = os.environ.get(ENV_TF32)
+        return env == "1" if env in ("0", "1") else DEFAULT_ON_TF32
     if dtype not in DTYPES or cc is None or cc[0] != 9 or int(options.get("wgmma", 0)):
         return False
     if "hopper" in options:

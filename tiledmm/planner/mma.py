@@ -63,7 +63,7 @@ def plan_mma(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geomet
         raise PlanError(why)
     geo = geo or default_mma_geometry(dtype, device, precision)
     cc = nvidia.compute_capability(device)
-    if hopper.runs(dtype, cc, dict(geo.options), m):
+    if hopper.carried(dtype, backend) and hopper.runs(dtype, cc, dict(geo.options), m):
         if geo.source != "requested" or hopper.requested(geo, m):
             return hopper.plan_hopper(m, n, k, dtype, device, geo, backend)
         # tiles asked for that only mma.sync has: mma.sync runs them

@@ -84,11 +84,14 @@ def measure_peak(be: Backend, dtype: str, sizes: tuple[int, ...], quick: bool = 
 def _copy_fn(src: Any, dst: Any):
     """NumPy copies in place; CuPy-style arrays by a raw device-to-device memcpy (their
     ``copy()`` runs an elementwise kernel that reached only 40% of the H200's copy rate);
-    other device arrays by their own ``copy()`` (the fastest path measured for PyOpenCL)."""
+    numba-cuda's by ``copy_to_device``; other device arrays by their own ``copy()`` (the
+    fastest path measured for PyOpenCL)."""
     if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
         return lambda: np.copyto(dst, src)
     if hasattr(getattr(dst, "data", None), "copy_from_device_async"):
         return lambda: dst.data.copy_from_device_async(src.data, src.nbytes)
+    if hasattr(dst, "copy_to_device"):  # numba-cuda's DeviceNDArray (it has no copy())
+        return lambda: dst.copy_to_device(src)
     return lambda: src.copy()
 
 
