@@ -14,7 +14,7 @@ from tiledmm.device.nvidia import reference_h200
 from tiledmm.util.accuracy import matmul_error, rel_error
 
 __all__ = ["available_backends", "matmul_error", "nvcc_build", "rel_error", "HostMma16",
-           "bf16_to_f32", "f32_to_bf16"]  # fmt: skip
+           "bf16_to_f32", "f32_to_bf16", "aligned_array", "batch_operands"]  # fmt: skip
 
 
 def available_backends() -> list[str]:
@@ -50,6 +50,44 @@ class DeviceArray(np.ndarray):
 def device_array(x) -> DeviceArray:
     """``x`` as a :class:`DeviceArray` (a view, no copy)."""
     return np.asarray(x).view(DeviceArray)
+
+
+def aligned_array(shape, dtype, fill=None) -> DeviceArray:
+    """A C-ordered :class:`DeviceArray` whose base is 16-byte aligned (what CuPy's allocator
+    gives), set by ``fill(shape)`` where given."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(size + 16, np.uint8)
+    off = -raw.ctypes.data % 16
+    x = raw[off : off + size].view(dtype).reshape(shape)
+    if fill is not None:
+        x[...] = fill(shape)
+    return device_array(x)
+
+
+def batch_operands(case: str, dtype, fill, shared_view: str = "b"):
+    """(m, n, k, a, b, out) of the batched Hopper host tests' ``case``: "both" (6 matrices
+    each), "shared_b", "two_axes", "partial" (broadcast in part), "odd", "out_view" (out a
+    view into wider rows), "shared_a_view" / "shared_b_view" (one operand a broadcast view);
+    ``out`` NaN-poisoned."""
+    m, n, k = (383, 129, 77) if case == "odd" else (64, 96, 40)
+    sa, sb = (6, m, k), (6, k, n)
+    if case == "shared_b":
+        sb = (k, n)
+    if case == "two_axes":
+        sa, sb = (2, 3, m, k), (2, 3, k, n)
+    if case == "partial":
+        sa, sb = (2, 1, m, k), (1, 3, k, n)
+    a, b = aligned_array(sa, dtype, fill), aligned_array(sb, dtype, fill)
+    if case == "shared_a_view":
+        a = device_array(np.broadcast_to(aligned_array((m, k), dtype, fill), (6, m, k)))
+    if case == "shared_b_view":
+        b = device_array(np.broadcast_to(aligned_array((k, n), dtype, fill), (6, k, n)))
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = device_array(np.full((*batch, m, n), np.nan, dtype))
+    if case == "out_view":
+        big = device_array(np.full((*batch, m, n + 8), np.nan, dtype))
+        out = big[..., 3 : n + 3]
+    return m, n, k, a, b, out
 
 
 def bf16_to_f32(u: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ import pytest
 from tiledmm_backends.cupy_cuda import hopper, hopper_batch
 
 import tiledmm
-from tests.helpers import device_array
+from tests.helpers import aligned_array, batch_operands, device_array
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner import hopper as hplan
 from tiledmm.planner.make import make_plan
@@ -185,11 +185,7 @@ def fake(monkeypatch):
 
 def _aligned(shape, dtype, rng):
     """A C-ordered array whose base is 16-byte aligned (what CuPy's allocator gives)."""
-    raw = np.empty(int(np.prod(shape)) * 2 + 16, np.uint8)
-    off = -raw.ctypes.data % 16
-    x = raw[off: off + int(np.prod(shape)) * 2].view(dtype).reshape(shape)
-    x[...] = rng.standard_normal(shape)
-    return device_array(x)
+    return aligned_array(shape, dtype, rng.standard_normal)
 
 
 @pytest.mark.parametrize("layout", ["c", "a_fortran", "b_strided", "out_view", "alias"])
@@ -253,22 +249,7 @@ def test_run_batched_in_one_launch(fake_batched, case, rng):
     strides where the sizes leave them unaligned); a batch that broadcasts in part is left to
     the per-matrix loop (False)."""
     cp, calls = fake_batched
-    m, n, k = (383, 129, 77) if case == "odd" else (64, 96, 40)
-    sa, sb = (6, m, k), (6, k, n)
-    if case == "shared_b":
-        sb = (k, n)
-    if case == "two_axes":
-        sa, sb = (2, 3, m, k), (2, 3, k, n)
-    if case == "partial":
-        sa, sb = (2, 1, m, k), (1, 3, k, n)
-    a, b = _aligned(sa, np.float16, rng), _aligned(sb, np.float16, rng)
-    if case == "shared_a_view":
-        a = device_array(np.broadcast_to(_aligned((m, k), np.float16, rng), (6, m, k)))
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = device_array(np.full((*batch, m, n), np.nan, np.float16))
-    if case == "out_view":
-        big = device_array(np.full((*batch, m, n + 8), np.nan, np.float16))
-        out = big[..., 3: n + 3]
+    m, n, k, a, b, out = batch_operands(case, np.float16, rng.standard_normal)
     ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     done = hopper_batch.run_batched(cp, _plan(m=m, n=n, k=k), a, b, out)
     if case == "partial":
@@ -280,7 +261,7 @@ def test_run_batched_in_one_launch(fake_batched, case, rng):
     assert np.isfinite(got).all()
     assert np.abs(got - ref).max() <= 2e-3 * max(1.0, np.abs(ref).max())
     if case == "out_view":
-        assert np.isnan(np.asarray(big[..., :3], np.float64)).all()
+        assert np.isnan(np.asarray(out.base[..., :3], np.float64)).all()
 
 
 def test_bound_launch_makes_maps_once_and_refuses_unaligned(monkeypatch):

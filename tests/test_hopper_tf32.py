@@ -20,7 +20,7 @@ from tiledmm_backends.cupy_cuda import hopper, hopper_batch, hopper_bound, hoppe
 
 import tiledmm
 from benches.probes import hopper_tf32 as probe
-from tests.helpers import device_array
+from tests.helpers import aligned_array, batch_operands, device_array
 from tiledmm.device import nvidia
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.model import hopper as hm
@@ -224,15 +224,13 @@ def _rna(x):
     return ((i + 0x1000) & -8192).view(np.float32)
 
 
+def _uniform(rng):
+    return lambda shape: rng.uniform(-1, 1, shape)
+
+
 def _aligned(shape, dtype, rng=None):
     """A C-ordered array with a 16-byte aligned base (what CuPy's allocator gives)."""
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = np.empty(size + 16, np.uint8)
-    off = -raw.ctypes.data % 16
-    x = raw[off : off + size].view(dtype).reshape(shape)
-    if rng is not None:
-        x[...] = rng.uniform(-1, 1, shape)
-    return device_array(x)
+    return aligned_array(shape, dtype, _uniform(rng) if rng is not None else None)
 
 
 @pytest.fixture
@@ -334,22 +332,7 @@ def test_tf32_run_path(fake, layout, rng):
 def test_tf32_batched_in_one_launch(fake, case, rng):
     """A batch: one pack (of every B, or of the shared one once) and one GEMM launch."""
     cp, calls = fake
-    m, n, k = (383, 129, 77) if case == "odd" else (64, 96, 40)
-    sa, sb = (6, m, k), (6, k, n)
-    if case == "shared_b":
-        sb = (k, n)
-    if case == "two_axes":
-        sa, sb = (2, 3, m, k), (2, 3, k, n)
-    if case == "partial":
-        sa, sb = (2, 1, m, k), (1, 3, k, n)
-    a, b = _aligned(sa, np.float32, rng), _aligned(sb, np.float32, rng)
-    if case == "shared_b_view":
-        b = device_array(np.broadcast_to(_aligned((k, n), np.float32, rng), (6, k, n)))
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = device_array(np.full((*batch, m, n), np.nan, np.float32))
-    if case == "out_view":
-        big = device_array(np.full((*batch, m, n + 8), np.nan, np.float32))
-        out = big[..., 3 : n + 3]
+    m, n, k, a, b, out = batch_operands(case, np.float32, _uniform(rng))
     a0, b0 = np.array(a), np.array(b)
     done = hopper_batch.run_batched(cp, _tf32_plan(m, n, k, hopper=1), a, b, out)
     if case == "partial":
@@ -361,7 +344,7 @@ def test_tf32_batched_in_one_launch(fake, case, rng):
     assert calls["gemm"][0][:2] == ((3, 2) if shared else (3, 3))
     _check(out, a0, b0)
     if case == "out_view":
-        assert np.isnan(np.asarray(big[..., :3])).all()
+        assert np.isnan(np.asarray(out.base[..., :3])).all()
 
 
 def test_tf32_plans_are_not_bound_and_route_to_hopper(monkeypatch):

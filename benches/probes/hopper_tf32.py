@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from benches.probes.hopper16 import _time
+
 #: configuration name -> geometry (``hopper_gemm.cu``'s defines in lower case; group_m is a
 #: launch argument; areg 1: A from registers, rounded there; 0: A by descriptor, TFLOAT32 map)
 CONFIGS = {
@@ -241,28 +243,6 @@ def _errors(torch, a, b, c, vendor) -> tuple[float, float, float]:
     verr = (vendor.double() - ref).norm().item() / nrm
     eerr = (c.double() - emu).norm().item() / enrm
     return err, verr, eerr
-
-
-def _time(torch, fn, target_ms: float = 15.0, rounds: int = 5) -> float:
-    """Median seconds per call (CUDA events around batches of calls, after warm-up)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    fn()
-    e1.record()
-    e1.synchronize()
-    reps = max(1, min(200, int(target_ms / max(e0.elapsed_time(e1), 1e-3))))
-    out = []
-    for _ in range(rounds):
-        e0.record()
-        for _ in range(reps):
-            fn()
-        e1.record()
-        e1.synchronize()
-        out.append(e0.elapsed_time(e1) / reps / 1e3)
-    return statistics.median(out)
 
 
 def child(name: str, shapes: list, quick: bool) -> dict:
