@@ -301,8 +301,21 @@ def test_bound_launch_makes_maps_once_and_refuses_unaligned(monkeypatch):
     assert (ma, mb, mc) == (1001, 1002, 1003) and launched[3][4] == 1004
     assert not go(4096 + 8, 8192, 16384, 4096 + 8, 8192, stream)  # TMA needs 16-byte bases
     assert len(launched) == 4
-    odd = hopper_bound.bind(None, _plan(m=1000, n=3000, k=777))  # rows of 1554 bytes
-    assert not odd(4096, 8192, 16384, 4096, 8192, stream) and len(launched) == 4
+    # rows of 1554 bytes (K = 777): A goes through this stream's scratch of aligned rows, one
+    # 2-D copy per call before the launch; the scratch's map is made once
+    copies = []
+    rt = types.SimpleNamespace(memcpyDeviceToDevice=3,
+                               memcpy2DAsync=lambda *args: copies.append(args))  # fmt: skip
+    scratch = types.SimpleNamespace(data=types.SimpleNamespace(ptr=1 << 20))
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=rt),
+                               empty=lambda shape, dtype: scratch if shape == (1000, 784) else None)
+    odd = hopper_bound.bind(cp, _plan(m=1000, n=3000, k=777))
+    for _ in range(2):
+        assert odd(4096 + 2, 8192, 16384, 4096 + 2, 8192, stream)  # any base: it is copied
+    assert copies == [(1 << 20, 1568, 4098, 1554, 1554, 1000, 3, 55)] * 2
+    assert made[4] == (1 << 20, 1000, 777, 1568, 128) and len(made) == 7  # A scratch, B, C
+    assert launched[-1][4] == 1005 and len(launched) == 6
+    assert not odd(4096, 8192 + 8, 16384, 4096, 8192 + 8, stream)  # B itself still needs 16
 
 
 def test_run_refuses_other_devices(monkeypatch):
