@@ -313,34 +313,15 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int gro
 }
 
 #if DTYPE == 3
-// consumer (cm, cn)'s accumulators into float32 C rows row0.. and columns col0.., guarded
-// (float2 pairs where C's rows and base allow)
-__device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], float *c, int m,
-                                           int n, long long ldc, int row0, int col0, int lane,
-                                           int warp, bool pairs)
+// columns col and col + 1 of a float32 C row: one float2 where ``pairs`` (C's rows and base
+// allow) and both lie inside, else one by one, guarded
+__device__ __forceinline__ void put2(float *crow, int col, int n, float lo, float hi, bool pairs)
 {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < WGM; ++mi) {
-    const int r0 = row0 + mi * 64 + warp * 16 + g;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      if (r >= m) continue;
-      float *crow = c + (long long)r * ldc;
-#pragma unroll
-      for (int j = 0; j < WN / 8; ++j) {
-        const int col = col0 + 8 * j + 2 * t;
-        if (col >= n) continue;
-        const float lo = acc[mi][4 * j + 2 * h], hi = acc[mi][4 * j + 2 * h + 1];
-        if (pairs && col + 1 < n) {
-          *reinterpret_cast<float2 *>(crow + col) = make_float2(lo, hi);
-        } else {
-          crow[col] = lo;
-          if (col + 1 < n) crow[col + 1] = hi;
-        }
-      }
-    }
+  if (pairs && col + 1 < n) {
+    *reinterpret_cast<float2 *>(crow + col) = make_float2(lo, hi);
+  } else {
+    crow[col] = lo;
+    if (col + 1 < n) crow[col + 1] = hi;
   }
 }
 #else
@@ -351,10 +332,24 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi)
   return r;
 }
 
+// the same for 16-bit C: the pair rounded and packed, one 32-bit store where it may
+__device__ __forceinline__ void put2(unsigned short *crow, int col, int n, float lo, float hi,
+                                     bool pairs)
+{
+  const unsigned v = pack2(lo, hi);
+  if (pairs && col + 1 < n) {
+    *reinterpret_cast<unsigned *>(crow + col) = v;
+  } else {
+    crow[col] = (unsigned short)(v & 0xFFFF);
+    if (col + 1 < n) crow[col + 1] = (unsigned short)(v >> 16);
+  }
+}
+#endif
+
 // consumer (cm, cn)'s accumulators into C rows row0.. and columns col0.., guarded
-__device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], unsigned short *c,
-                                           int m, int n, long long ldc, int row0, int col0,
-                                           int lane, int warp, bool pairs)
+__device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], CTYPE *c, int m, int n,
+                                           long long ldc, int row0, int col0, int lane, int warp,
+                                           bool pairs)
 {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -364,23 +359,16 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WGM][NACC], unsign
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
       if (r >= m) continue;
-      unsigned short *crow = c + (long long)r * ldc;
+      CTYPE *crow = c + (long long)r * ldc;
 #pragma unroll
       for (int j = 0; j < WN / 8; ++j) {
         const int col = col0 + 8 * j + 2 * t;
         if (col >= n) continue;
-        const unsigned v = pack2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
-        if (pairs && col + 1 < n) {
-          *reinterpret_cast<unsigned *>(crow + col) = v;
-        } else {
-          crow[col] = (unsigned short)(v & 0xFFFF);
-          if (col + 1 < n) crow[col + 1] = (unsigned short)(v >> 16);
-        }
+        put2(crow, col, n, acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1], pairs);
       }
     }
   }
 }
-#endif
 
 #if EPI
 // the accumulators as 16-bit pairs into this consumer's staging panels (128-byte swizzle, as
