@@ -2,7 +2,7 @@
 host logic (``benches/probes/hopper_tf32.py``: defines, the B^T pack's grid and row length,
 4-byte tensor-map arguments, the A fragments' addressing against the PTX layout) and, where
 nvcc is installed, the build of every configuration the probe offers for sm_90a (no warnings,
-no register spills, no wgmma serialization); the library's opt-in route (the planner's
+no register spills, no wgmma serialization); the library's route (on by default) (the planner's
 decision, TF32 plans and their model, the CuPy backend's defines, tensor maps, B^T pack and
 run path against NumPy stand-ins, the mma family's routing); and, marked ``gpu``, the route on a
 compute capability 9.x device through ``tiledmm.matmul``."""

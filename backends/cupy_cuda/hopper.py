@@ -1,5 +1,4 @@
-"""Hopper float16 / bfloat16 (and opt-in TF32) GEMM (issue 38): ``kernels/hopper_gemm.cu`` on
-CuPy.
+"""Hopper float16 / bfloat16 and TF32 GEMM (issue 38): ``kernels/hopper_gemm.cu`` on CuPy.
 
 The fifth rung of the ``mma`` family on compute capability 9.x: TMA copies into an
 mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups issuing
@@ -8,8 +7,9 @@ mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups is
 on such a device runs here (:func:`takes`: the planner's decision, ``tiledmm.planner.hopper``,
 which also gives the plan this kernel's geometry and model); :func:`config` reads the
 configuration off the plan's options. A float32 plan with precision "tf32" runs here (DTYPE 3)
-only where the planner recorded option ``hopper`` 1 (opt-in: ``TILEDMM_HOPPER_TF32=1`` or the
-option); its host parts (the B^T pack before the GEMM) are :mod:`.hopper_tf32`'s.
+where the planner recorded option ``hopper`` 1 (by default on 9.x; ``TILEDMM_HOPPER_TF32=0``
+or the option 0 keeps the earlier route); its host parts (the B^T pack before the GEMM) are
+:mod:`.hopper_tf32`'s.
 
 Host side:
 
@@ -67,7 +67,7 @@ def takes(plan: Any, cc: str) -> bool:
     a 16-bit mma plan on compute capability 9.x where its option ``hopper``, else
     ``TILEDMM_HOPPER16``, else ``DEFAULT_ON`` for more than ``DECODE_M`` rows says so); ``cc``
     as CuPy gives it ("90"). A TF32 plan only where the planner recorded option ``hopper`` 1
-    (opt-in)."""
+    (on by default: ``tiledmm.planner.hopper.DEFAULT_ON_TF32``)."""
     if plan.dtype == hplan.TF32 and not int(plan.options.get("hopper", 0)):
         return False
     text = str(cc)

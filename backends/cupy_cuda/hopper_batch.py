@@ -1,4 +1,4 @@
-"""Batches on the Hopper kernel (16-bit, or opt-in TF32) in one launch (issue 38): NumPy's
+"""Batches on the Hopper kernel (16-bit or TF32) in one launch (issue 38): NumPy's
 broadcast batch axes reduced to one stride per operand, the kernel's 3-D tensor maps over the
 stack (``kernels/hopper_gemm.cu``: the persistent tiles run over every matrix's tiles).
 

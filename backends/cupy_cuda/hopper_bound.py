@@ -13,7 +13,7 @@ Operands whose rows are not a multiple of 16 bytes (K or N not a multiple of 8) 
 into a scratch of aligned rows by one 2-D memcpy on the call's stream (TMA reads rows at
 16-byte strides), one scratch per stream, so their maps are made once too: the general path's
 per-call padded copy and planning cost 1000x3000x777 about 120 us of host time on the H100.
-TF32 plans (float32, opt-in) are not bound (:func:`bind` gives None): they take the general
+TF32 plans (float32) are not bound (:func:`bind` gives None): they take the general
 path, which packs B^T before the GEMM (``hopper_tf32``).
 """
 

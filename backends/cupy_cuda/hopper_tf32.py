@@ -11,8 +11,8 @@ The packed B^T lives in a scratch buffer kept per (device, stream, matrices, N, 
 (:data:`SCRATCH`, a few entries): a product seen before reuses it, and its address, so the
 tensor map made over it (cached by address) is found again. A (float32, read in place by TMA
 and rounded in registers by the kernel) and C (float32, from registers) need nothing here.
-Opt-in only (``tiledmm.planner.hopper.runs``): the route is off unless ``TILEDMM_HOPPER_TF32=1``
-or a plan's option ``hopper`` is 1.
+On by default on 9.x (``tiledmm.planner.hopper.runs``): ``TILEDMM_HOPPER_TF32=0`` or a plan's
+option ``hopper`` 0 keeps the earlier route.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ planner refuses plain float32). :class:`MmaFamily` adds the family to a backend 
 backend's ``dtypes``: float16, bfloat16), ``_build``/``run``/``run_batched`` hand mma plans
 here and ``search_space`` answers for mma with :func:`search_space`. A float32 (TF32) plan
 whose options ask for ``wgmma`` runs Hopper's warpgroup MMA instead (:mod:`.wgmma`, sm_90a); one
-the planner gave the Hopper kernel (opt-in: option ``hopper`` 1, ``TILEDMM_HOPPER_TF32=1``) runs
+the planner gave the Hopper kernel (the default on 9.x; ``TILEDMM_HOPPER_TF32=0`` not) runs
 :mod:`.hopper` (DTYPE 3) first.
 """
 
@@ -92,7 +92,7 @@ def run(cp: Any, arrays: Any, launches: Any, plan: Any, a: Any, b: Any, out: Any
     """``out[...] = a @ b`` with an mma plan. 4- and 8-byte inputs take the shared launch path
     (``kernels.launch.run``); 16-bit inputs on compute capability 9.x go to the Hopper kernel
     (:func:`.hopper.run`, issue 38) where :func:`.hopper.takes` says so, else they are brought
-    to aligned rows here; so do TF32 plans the planner gave it (opt-in); wgmma plans go to
+    to aligned rows here; so do TF32 plans the planner gave it; wgmma plans go to
     :func:`.wgmma.run`."""
     # --- issue 38: Hopper 16-bit / TF32 GEMM (TMA + wgmma) where hopper.takes says so ---
     if plan.dtype in hopper.KERNEL_DTYPES and hopper.takes(plan, hopper.device_info(cp)[1]):

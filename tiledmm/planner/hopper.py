@@ -1,5 +1,5 @@
 """The Hopper rung's plans (issue 38): whether the TMA + ``wgmma`` kernel runs a 16-bit or
-(opt-in) TF32 mma plan (:func:`runs`), its configurations (:data:`CONFIGS`,
+TF32 mma plan (:func:`runs`), its configurations (:data:`CONFIGS`,
 :data:`CONFIGS_TF32`, :func:`config`) and their constraints (:func:`problems`), and the plan
 that carries its geometry and levels (:func:`plan_hopper`, the model in
 :mod:`tiledmm.model.hopper`). The CuPy backend reads these decisions (its ``hopper.takes``,
@@ -193,8 +193,8 @@ def plan_hopper(m: int, n: int, k: int, dtype: str, device: DeviceSpec, geo: Geo
     if asked or any(key.startswith("hopper_") for key in opts):
         why = geo.source
     elif tf32:
-        why = (f"Hopper TF32 configuration (hopper.CONFIGS_TF32, opt-in: option hopper 1 or "
-               f"{ENV_TF32}=1; the GPU probe's default L); tiles asked: {geo.source}")  # fmt: skip
+        why = (f"Hopper TF32 configuration (hopper.CONFIGS_TF32; {ENV_TF32}=0 or option hopper 0 "
+               f"turn it off; the GPU probe's default L); tiles asked: {geo.source}")  # fmt: skip
     else:
         name = "decode" if m <= DECODE_M else "large"
         why = (f"Hopper {name!r} configuration (hopper.CONFIGS, "
