@@ -257,3 +257,32 @@ def test_probes_compile_to_16_byte_loads_in_a_loop(real_bytes, tmp_path):
         back = [(a, int(t, 16)) for a, ins in code for t in re.findall(r"BRA (0x[0-9a-f]+)", ins)]
         # a backward branch from after a load to at or before it: the loads run in a loop
         assert any(t <= x < a for a, t in back for x in loads), name
+
+
+def test_bandwidth_copy_uses_each_array_kinds_device_copy():
+    """The copy the bandwidth probe times: NumPy in place, a CuPy-style buffer by a raw
+    device-to-device copy, numba-cuda's DeviceNDArray by ``copy_to_device`` (it has no
+    ``copy()``: ``tiledmm calibrate --backend numba-cuda`` failed on the H100, session 20),
+    anything else by its own ``copy()``."""
+    import types
+
+    from tiledmm.tune.calibrate import _copy_fn
+
+    src, dst = np.arange(8.0), np.zeros(8)
+    _copy_fn(src, dst)()
+    assert (dst == src).all()
+    calls = []
+
+    class NumbaLike:
+        def copy_to_device(self, other):
+            calls.append(("copy_to_device", other))
+
+    s = object()
+    _copy_fn(s, NumbaLike())()
+    assert calls == [("copy_to_device", s)]
+    buf = types.SimpleNamespace(copy_from_device_async=lambda d, n: calls.append(("raw", n)))
+    _copy_fn(types.SimpleNamespace(data="src", nbytes=64), types.SimpleNamespace(data=buf))()
+    assert calls[-1] == ("raw", 64)
+    other = types.SimpleNamespace(copy=lambda: calls.append(("copy",)))
+    _copy_fn(other, object())()
+    assert calls[-1] == ("copy",)
