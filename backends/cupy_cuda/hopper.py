@@ -6,10 +6,9 @@ mbarrier-guarded stage ring, a producer warpgroup and two consumer warpgroups is
 ``setmaxnreg``, and a persistent grid walking the tiles in a grouped order. A 16-bit mma plan
 on such a device runs here (:func:`takes`: the planner's decision, ``tiledmm.planner.hopper``,
 which also gives the plan this kernel's geometry and model); :func:`config` reads the
-configuration off the plan's options. A float32 plan with precision "tf32" runs here (DTYPE 3)
-where the planner recorded option ``hopper`` 1 (by default on 9.x; ``TILEDMM_HOPPER_TF32=0``
-or the option 0 keeps the earlier route); its host parts (the B^T pack before the GEMM) are
-:mod:`.hopper_tf32`'s.
+configuration off the plan's options. So does a TF32 plan (DTYPE 3) that the planner gave
+option ``hopper`` 1 (the default on 9.x; ``TILEDMM_HOPPER_TF32=0`` keeps the earlier route);
+its B^T pack before the GEMM is :mod:`.hopper_tf32`'s.
 
 Host side:
 
@@ -39,9 +38,9 @@ from . import hopper_tf32
 
 __all__ = [
     "DTYPES", "KERNEL_DTYPES", "MAP_UINT16", "MAP_FLOAT32", "SMEM_LIMIT", "takes", "config",
-    "defines", "smem_bytes", "tma_ready",
-    "padded_ld", "map_args", "tile_counts", "grid_size", "tile_order", "Driver", "HopperKernel",
-    "device_info", "kernel", "run", "launch_into", "tma_operand", "source", "SYNC",
+    "defines", "smem_bytes", "tma_ready", "padded_ld", "map_args", "tile_counts", "grid_size",
+    "tile_order", "Driver", "HopperKernel", "device_info", "kernel", "run", "stores_in_place",
+    "launch_into", "tma_operand", "source", "SYNC",
 ]  # fmt: skip
 
 SRC = Path(__file__).resolve().parents[1] / "kernels" / "hopper_gemm.cu"
@@ -372,10 +371,15 @@ def run(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict[str, int] | None
     if not k:
         out.fill(0)
         return
-    (s0, s1), s = out.strides, out.itemsize
-    plain = (s1 == s or n == 1) and (m == 1 or (s0 % s == 0 and s0 >= s * n))
+    plain = stores_in_place(m, n, *out.strides, out.itemsize)
     b_in = b if plan.dtype == hplan.TF32 else tma_operand(cp, b)  # TF32: the pack reads any
     launch_into(cp, plan, tma_operand(cp, a), b_in, out, plain, (a, b), cfg)
+
+
+def stores_in_place(m: int, n: int, row: int, col: int, s: int) -> bool:
+    """Whether an m x n result of ``s``-byte elements is stored straight into an array of these
+    row and column strides (bytes): unit columns, rows of whole elements that do not overlap."""
+    return (col == s or n == 1) and (m == 1 or (row % s == 0 and row >= s * n))
 
 
 def launch_into(cp: Any, plan: Any, a: Any, b: Any, out: Any, plain: bool, inputs: tuple,

@@ -79,8 +79,8 @@ def run_batched(cp: Any, plan: Any, a: Any, b: Any, out: Any, cfg: dict | None =
         return True
     c3 = c3 if c3.ndim == 3 else c3.reshape((1, m, n))
     nb, (cb, c0, c1), s = c3.shape[0], c3.strides, c3.itemsize
-    plain = (c1 == s or n == 1) and (m == 1 or (c0 % s == 0 and c0 >= s * n))
-    plain = plain and cb % s == 0 and (nb == 1 or cb >= m * n * s or cb >= c0 * m)
+    plain = hopper.stores_in_place(m, n, c0, c1, s) and cb % s == 0
+    plain = plain and (nb == 1 or cb >= m * n * s or cb >= c0 * m)
     xb = tma_stack(cp, xb) if plan.dtype in hopper.DTYPES else xb  # TF32: packed to B^T
     hopper.launch_into(cp, plan, tma_stack(cp, xa), xb, c3, plain, (a, b), cfg)
     return True

@@ -82,21 +82,15 @@ def runs(dtype: str, cc: tuple[int, int] | None, options: Mapping[str, Any], m: 
     since decode shapes measured faster with it); never a plan that asks for the older
     ``wgmma`` experiment. TF32 (float32 with option ``precision`` "tf32") likewise: the option
     ``hopper``, else ``TILEDMM_HOPPER_TF32``, else ``DEFAULT_ON_TF32``."""
-    if dtype == TF32:
-        if options.get("precision") != "tf32" or cc is None or cc[0] != 9:
-            return False
-        if int(options.get("wgmma", 0)):
-            return False
-        if "hopper" in options:
-            return bool(int(options["hopper"]))
-        env = os.environ.get(ENV_TF32)
-        return env == "1" if env in ("0", "1") else DEFAULT_ON_TF32
-    if dtype not in DTYPES or cc is None or cc[0] != 9 or int(options.get("wgmma", 0)):
+    tf32 = dtype == TF32
+    if tf32 and options.get("precision") != "tf32":
+        return False
+    if not (tf32 or dtype in DTYPES) or cc is None or cc[0] != 9 or int(options.get("wgmma", 0)):
         return False
     if "hopper" in options:
         return bool(int(options["hopper"]))
-    env = os.environ.get(ENV)
-    return env == "1" if env in ("0", "1") else DEFAULT_ON
+    env = os.environ.get(ENV_TF32 if tf32 else ENV)
+    return env == "1" if env in ("0", "1") else (DEFAULT_ON_TF32 if tf32 else DEFAULT_ON)
 
 
 def config(m: int, options: Mapping[str, Any], dtype: str = "float16") -> dict[str, int]:
