@@ -300,6 +300,41 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// a stage's wgmma group committed; WAIT1: wait until it alone is in flight and release the
+// stage the group before it read (``prev``), else wait for it and release its own stage ``s``;
+// ``waited()`` runs right after the wait (TF32: keeps the fragments that group read)
+template <class F>
+__device__ __forceinline__ void retire(float (&acc)[WGM][NACC], unsigned empty, unsigned s,
+                                       int &prev, int lane, F waited)
+{
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#if WAIT1
+  wgmma_wait<1>();
+  fence_acc(acc);
+  waited();
+  if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
+  prev = (int)s;
+#else
+  wgmma_wait<0>();
+  fence_acc(acc);
+  waited();
+  if (lane == 0) mbar_release(empty + 8 * s);
+#endif
+}
+
+// the end of a tile's K walk (WAIT1): wait for its last group and release that stage
+template <class F>
+__device__ __forceinline__ void drain(float (&acc)[WGM][NACC], unsigned empty, int prev, int lane,
+                                      F waited)
+{
+#if WAIT1
+  wgmma_wait<0>();
+  fence_acc(acc);
+  waited();
+  if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
+#endif
+}
+
 // ---------------------------------------------------------------- schedule and epilogue
 
 // tile t of the grouped order over tiles_m x tiles_n (units: cluster tiles along M)
@@ -456,18 +491,10 @@ __device__ __forceinline__ void tf32_stage(float (&acc)[WGM][NACC],
       wgmma_tf32_ss(acc[mi], sdesc(st + a_off + mi * 64 * 128 + ks * 32, 16, 1024),
                     sdesc(st + A_BYTES + b_off + ks * 32, 16, 1024), kt | ks);
 #endif
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #if WAIT1
-  wgmma_wait<1>();
-  fence_acc(acc);
-  fence_frag(old);
-  if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
-  prev = (int)s;
+  retire(acc, empty, s, prev, lane, [&] { fence_frag(old); });
 #else
-  wgmma_wait<0>();
-  fence_acc(acc);
-  fence_frag(cur);
-  if (lane == 0) mbar_release(empty + 8 * s);
+  retire(acc, empty, s, prev, lane, [&] { fence_frag(cur); });
 #endif
 }
 
@@ -632,17 +659,12 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
         if (kt + 1 == kt_n) break;
         tf32_stage(acc, fb, fa, base, full, empty, it++, kt + 1, prev, a_off, b_off, lane);
       }
-#if WAIT1
-      wgmma_wait<0>();
-      fence_acc(acc);
-      fence_frag(fa);
-      fence_frag(fb);
-      if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
-#endif
+      drain(acc, empty, prev, lane, [&] {
+        fence_frag(fa);
+        fence_frag(fb);
+      });
 #else  // DTYPE 1, 2
-#if WAIT1
       int prev = -1;
-#endif
       for (int kt = 0; kt < kt_n; ++kt, ++it) {
         const unsigned s = it % STAGES, ph = (it / STAGES) & 1;
         const unsigned sa = base + s * STAGE_BYTES + cm * WGM * 64 * 128;
@@ -656,23 +678,9 @@ hopper_gemm(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mb
           for (int mi = 0; mi < WGM; ++mi)
             wgmma16(acc[mi], sdesc(sa + mi * 64 * 128 + ks * 32, 16, 1024),
                     sdesc(sb + ks * 2048, PANEL_BYTES, 1024), kt | ks);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#if WAIT1
-        wgmma_wait<1>();
-        fence_acc(acc);
-        if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
-        prev = (int)s;
-#else
-        wgmma_wait<0>();
-        fence_acc(acc);
-        if (lane == 0) mbar_release(empty + 8 * s);
-#endif
+        retire(acc, empty, s, prev, lane, [] {});
       }
-#if WAIT1
-      wgmma_wait<0>();
-      fence_acc(acc);
-      if (prev >= 0 && lane == 0) mbar_release(empty + 8 * prev);
-#endif
+      drain(acc, empty, prev, lane, [] {});
 #endif  // DTYPE
       if (row0 >= m) continue;
 #if EPI
