@@ -8,8 +8,9 @@ float32 A (M x K) and B (K x N) in, float32 C out, products of inputs rounded to
 (``cvt.rna``, as cuBLAS rounds), float32 sums. Per call: one pack launch (B -> B^T, K-major,
 rounded; the kernel's ``hopper_tf32_pack_bt``) and the GEMM (A read in place by TMA and rounded
 in registers, or with ``areg`` 0 read by descriptor through a TFLOAT32 tensor map, which rounds
-on load). The host side is written here (4-byte tensor maps, the pack, the launch) on top of
-``backends/cupy_cuda/hopper.py``'s helpers, which assume 16-bit elements where it matters.
+on load). The probe binds its own launches (one argument block per shape, so the GEMM alone
+can be timed) from the library's pieces: ``hopper.defines`` and the driver's tensor maps,
+``hopper_tf32``'s pack grid and arguments.
 
 Each configuration runs in its own child process (a kernel that traps cannot take the others
 down): first the correctness checks on odd shapes (uniform(-1, 1) inputs, NaN-poisoned output;
@@ -32,9 +33,11 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
+from tiledmm_backends.cupy_cuda import hopper, hopper_tf32
 
 from benches.probes.hopper16 import _time
+from tiledmm.model.hopper import packed_k
+from tiledmm.planner import hopper as hplan
 
 #: configuration name -> geometry (``hopper_gemm.cu``'s defines in lower case; group_m is a
 #: launch argument; areg 1: A from registers, rounded there; 0: A by descriptor, TFLOAT32 map)
@@ -64,7 +67,7 @@ SHAPES = [(4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (2048, 143
           (3000, 5000, 1000)]  # fmt: skip
 QUICK_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 #: CUtensorMapDataType: FLOAT32 (bits as they are), TFLOAT32 (rounded to TF32 on load)
-MAP_FLOAT32, MAP_TFLOAT32 = 7, 11
+MAP_FLOAT32, MAP_TFLOAT32 = hopper.MAP_FLOAT32, 11
 #: |ours - exact product of the TF32-rounded inputs| / |exact|: float32 summation only
 EMULATED_TOL = 5e-5
 
@@ -73,40 +76,16 @@ EMULATED_TOL = 5e-5
 
 
 def defines(cfg: dict[str, int]) -> dict[str, int]:
-    """``hopper_gemm.cu``'s defines for a TF32 configuration (ValueError for one it cannot
-    run)."""
-    from tiledmm_backends.cupy_cuda import hopper
-
-    bm, bn, cm, cn = cfg["bm"], cfg["bn"], cfg["cm"], cfg["cn"]
-    wm, wn = bm // max(cm, 1), bn // max(cn, 1)
-    bad = []
-    if cm * cn not in (1, 2) or bm % cm or bn % cn:
-        bad.append("one or two consumer warpgroups splitting the block evenly")
-    elif wm not in (64, 128) or wn not in (64, 128, 256) or wm // 64 * wn > 256:
-        bad.append(f"consumer tile {wm}x{wn}: 64 or 128 rows of 64, 128 or 256 columns")
-    if cfg["cluster"] not in (1, 2) or (cfg["cluster"] == 2 and (bn // 64) % 2):
-        bad.append("cluster 1, or 2 with an even number of 64-row B^T panels")
-    if bm > 256 or cfg["stages"] < 2:
-        bad.append("BM at most 256, at least 2 stages")
-    two = cm * cn == 2
-    d = dict(DTYPE=3, BM=bm, BN=bn, CM=cm, CN=cn, STAGES=cfg["stages"], CLUSTER=cfg["cluster"],
-             WAIT1=int(cfg.get("wait1", 1)), PRODUCER_REGS=40 if two else 0,
-             CONSUMER_REGS=232 if two else 0, EPI=0, AREG=int(cfg.get("areg", 1)))  # fmt: skip
-    if not bad and hopper.smem_bytes(d) > hopper.SMEM_LIMIT:
-        bad.append(f"{hopper.smem_bytes(d)} bytes of shared memory over {hopper.SMEM_LIMIT}")
+    """``hopper_gemm.cu``'s defines for a TF32 configuration (the library's, ``hopper.defines``,
+    with ``areg`` as asked; ValueError for one the planner's ``problems`` rejects)."""
+    bad = hplan.problems(hplan.TF32, cfg, hopper.SMEM_LIMIT)
     if bad:
-        raise ValueError(f"hopper TF32 tiles {bm}x{bn}: " + "; ".join(bad))
-    return d
+        raise ValueError(f"hopper TF32 tiles {cfg['bm']}x{cfg['bn']}: " + "; ".join(bad))
+    return dict(hopper.defines(hplan.TF32, cfg), AREG=int(cfg.get("areg", 1)))
 
 
-def padded_k(k: int) -> int:
-    """Row length (floats) of the packed B^T: K rounded up to 4 (16-byte rows)."""
-    return max(4, -(-k // 4) * 4)
-
-
-def pack_grid(n: int, kp: int, batch: int = 1) -> tuple[int, int, int]:
-    """Grid of ``hopper_tf32_pack_bt`` (block (32, 8)): 64 rows of B^T x 32 K-columns each."""
-    return -(-n // 64), -(-kp // 32), batch
+#: row length (floats) of the packed B^T, and the pack's grid and arguments: the library's
+padded_k, pack_grid, pack_args = packed_k, hopper_tf32.pack_grid, hopper_tf32.pack_args
 
 
 def fragment_source(warp: int, lane: int, ks: int) -> list[tuple[int, int]]:
@@ -138,7 +117,6 @@ class Tf32Kernel:
 
     def __init__(self, cp: Any, cfg: dict[str, int], sms: int) -> None:
         from cupy.cuda import driver, function
-        from tiledmm_backends.cupy_cuda import hopper
 
         self.cp, self.hopper, self.cfg = cp, hopper, cfg
         self.defs = defines(cfg)
@@ -163,16 +141,8 @@ class Tf32Kernel:
         """The 3-D map of a float32 matrix or stack (boxes of 32 floats x ``box_rows``)."""
         rows, cols = x.shape[-2:]
         nb, bs = (x.shape[0], x.strides[0]) if x.ndim == 3 and x.strides[0] else (1, 0)
-        dims, strides, box = self.hopper.map_args(rows, cols, x.strides[-2], box_rows, 4, nb, bs)
-        raw = C.create_string_buffer(192)
-        addr = (C.addressof(raw) + 63) & ~63
-        # rank 3, no interleave 0, swizzle 128B 3, L2 promotion 256B 3, out-of-bounds zeros 0
-        rc = self.drv.encode(addr, dtype, 3, x.data.ptr, (C.c_uint64 * 3)(*dims),
-                             (C.c_uint64 * 2)(*strides), (C.c_uint32 * 3)(*box),
-                             (C.c_uint32 * 3)(1, 1, 1), 0, 3, 3, 0)  # fmt: skip
-        if rc:
-            raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} ({dims}, {strides}, {box})")
-        return raw, addr
+        return self.drv.tensor_map(x.data.ptr, rows, cols, x.strides[-2], box_rows, nb, bs, 4,
+                                   dtype)  # fmt: skip
 
     def prepare(self, a: Any, b: Any, c: Any, group_m: int | None = None):
         """(pack + GEMM, GEMM alone): launches on the current stream with maps and arguments
@@ -188,10 +158,7 @@ class Tf32Kernel:
             self._bt[key] = cp.empty((nbt, n, kp), cp.float32)
         bt = self._bt[key][:, :, :k]
         bt2 = bt if b_stack else bt[0]
-        pack_args = (b, self._bt[key], np.int32(k), np.int32(n),
-                     np.int64(b.strides[-2] // 4), np.int64(b.strides[-1] // 4),
-                     np.int64(b.strides[0] // 4 if b_stack else 0), np.int32(kp),
-                     np.int64(n * kp))  # fmt: skip
+        args_pack = pack_args(b, self._bt[key], k, n, kp)
         grid = pack_grid(n, kp, nbt)
         areg = self.defs["AREG"]
         ma = self.tensor_map(a, self.bm, MAP_FLOAT32 if areg else MAP_TFLOAT32)
@@ -215,7 +182,7 @@ class Tf32Kernel:
             self.drv.launch_argv(self.fn.ptr, ggrid, self.threads, self.smem, stream, keep[1])
 
         def both():
-            self.pack(grid, (32, 8, 1), pack_args)
+            self.pack(grid, hopper_tf32.BLOCK, args_pack)
             gemm()
 
         return both, gemm
