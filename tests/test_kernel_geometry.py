@@ -82,7 +82,8 @@ def test_lookup_order_device_then_backend_then_kind():
     assert tuned.block_tile == (128, 128, 16) and dict(tuned.options)["stages"] == 2
     assert "tuned on NVIDIA H200" in tuned.source
     default = K.load_geometry("register", "float32", other, backend="cupy")
-    assert default.block_tile == (128, 128, 8) and default.source == "default for gpu"
+    assert default.block_tile == (128, 128, 16) and dict(default.options)["group_m"] == 1
+    assert default.source.startswith("GPU default") and "H200" not in default.source[:40]
     # a per-backend override: OpenCL's register float32 on the H200 prefetches fragments
     shared = K.load_geometry("register", "float32", H200, backend="cupy")
     ocl = K.load_geometry("register", "float32", H200, backend="opencl")
