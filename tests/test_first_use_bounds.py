@@ -143,6 +143,23 @@ def test_a_single_first_use_counts_every_compile_within_its_budget(be, tmp_path,
     assert _entries(tmp_path)[0]["measured"]["class_seconds"] <= BUDGET + 0.1
 
 
+def test_a_compile_seen_in_another_class_bounds_what_a_run_begins(be, tmp_path, caplog):
+    """A class whose current tiles another class compiled evaluates them cheaply; its next
+    candidate still needs a compile. A run begins one only where the time left holds the
+    costliest evaluation the process has seen (on an H100 the cheap first evaluation let such
+    runs take 2.4-3.0 s of 2)."""
+    tiledmm.matmul(*_operands(256, 256, 256), backend=be.name)  # square: compiles (0.4 s each)
+    compiled = set(be.compiled)
+    first_use.configure(shortlist=len(SPEED), budget=0.3)
+    with caplog.at_level(logging.INFO, logger="tiledmm"):
+        a, b = _operands(255, 257, 253)  # odd: its current tiles are compiled already
+        assert rel_error(tiledmm.matmul(a, b, backend=be.name), a @ b) < 1e-12
+    assert tuning.shape_class(255, 257, 253) == "odd"
+    runs = _runs(caplog)
+    assert runs and max(runs) <= 0.3 + 0.1, runs
+    assert be.compiled == compiled  # no candidate begun: each would compile past the budget
+
+
 def test_a_class_is_tuned_once_and_its_total_is_bounded_over_its_shapes(be, tmp_path, caplog):
     """Calls of one class, each 8x the FLOPs of the last (a refinement each, before): one run,
     and the class's first-use seconds stay within its budget; a new process (the entry says the

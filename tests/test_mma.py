@@ -444,18 +444,21 @@ def test_gpu_mma_tf32_and_batched():
 
 
 def test_model_default_fits_the_problem_and_requests_are_kept():
-    """The model default takes the small tiles where the large ones leave SMs idle (1024^3 f64:
-    64 blocks of 128x128 on 132 SMs), the large ones at 4096^3; requested tiles stay."""
-    assert make_plan(1024, 1024, 1024, dtype="float64", kernel="mma", device=H200).block_tile[
-        :2
-    ] == (64, 64)
-    assert make_plan(4096, 4096, 4096, dtype="float64", kernel="mma", device=H200).block_tile[
-        :2
-    ] == (128, 128)
+    """The model default takes the small tiles where the large ones leave SMs idle (512^3 f64:
+    32 blocks of 128x64 on 132 SMs), the large ones at 1024^3 and 4096^3 (on the H100, 1024^3:
+    128x64 35.5 TFLOP/s, 64x64 32.6-34.6); requested tiles stay."""
+
+    def tiles(n: int, geo=None) -> tuple:
+        p = make_plan(n, n, n, dtype="float64", kernel="mma", device=H200, geometry=geo)
+        return p.block_tile[:2], p.options
+
+    assert tiles(512)[0] == (64, 64)
+    assert tiles(1024)[0] == tiles(4096)[0] == (128, 64)
+    assert dict(tiles(4096)[1])["copy_after"] == 1 and dict(tiles(4096)[1])["min_blocks"] == 2
     base = default_mma_geometry("float64", H200)
-    geo = tiledmm.Geometry((128, 64, 16), (32, 32), base.options, None, "requested")
-    p = make_plan(1024, 1024, 1024, dtype="float64", kernel="mma", device=H200, geometry=geo)
-    assert p.block_tile == (128, 64, 16) and "fit" not in p.options
+    geo = tiledmm.Geometry((128, 128, 16), (32, 64), base.options, None, "requested")
+    bt, opts = tiles(512, geo)
+    assert bt == (128, 128) and "fit" not in opts
 
 
 def test_16bit_tiles_halved_for_grids_under_one_block_per_sm():

@@ -166,6 +166,9 @@ def search_space(kernel: str, dtype: str, device: Any) -> list[Geometry] | None:
         opts = {"fm": fm, "fn": fn, "fk": fk, "stages": st, "group_m": 8}
         if kind == "f64" and wt == (32, 32):  # 128 registers: 2 blocks of 8 warps, 3 of 4
             opts["min_blocks"] = 2 if bt[0] * bt[1] > 64 * 64 else 3
+            if bt == (128, 64, 16) and st == 3:  # also with the copies after the first k-step
+                ca = dict(opts, copy_after=1)
+                out.append(Geometry(bt, wt, tuple(sorted(ca.items())), source="search space"))
         if hop:
             opts["hopper"] = 0
         out.append(Geometry(bt, wt, tuple(sorted(opts.items())), source="search space"))

@@ -128,6 +128,7 @@ def reset() -> None:
         _done.clear()
         _seen.clear()
         _warned.clear()
+        first_run.costliest.clear()
 
 
 def prepare(be: Backend, m: int, n: int, k: int, dtype: str, kernel: str = "auto",
