@@ -149,11 +149,14 @@ def main(argv=None) -> int:
         os.environ[first_use.BUDGET] = str(args.budget)
     var.use("first_use")
     logging.basicConfig(level=logging.WARNING)
+    for h in logging.getLogger().handlers:  # the console: INFO and up
+        h.setLevel(logging.INFO)
     lines: list[str] = []
     handler = logging.Handler()
-    handler.emit = lambda r: lines.append(r.getMessage())
+    handler.emit = lambda r: lines.append(r.getMessage())  # INFO, and first use's DEBUG lines
+    handler.addFilter(lambda r: r.levelno >= logging.INFO or r.getMessage().startswith("first"))
     logging.getLogger("tiledmm").addHandler(handler)
-    logging.getLogger("tiledmm").setLevel(logging.INFO)
+    logging.getLogger("tiledmm").setLevel(logging.DEBUG)
 
     be = tiledmm.get_backend(args.backend)
     dev = be.device()
