@@ -23,8 +23,8 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
     """Tiles of the mma family before tuning (the screens of benches/probes/mma.py): f64
     128x64x16 with 8 warps of 32x32, two blocks per SM, the next stage's copies issued after
     the first k-step (``copy_after`` 1; H100 session 21: 0.87 of cuBLAS DGEMM at 4096^3 and
-    8192^3, where 128x128x16 with 32x64 warps ran 0.76-0.79; the H200 screen chose the same
-    tile), 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32 with 8 warps
+    8192^3, where 128x128x16 with 32x64 warps ran 0.76-0.79; the H200's screen chose the same
+    tile without ``copy_after``), 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32 with 8 warps
     of 64x64 (0.37 of cuBLAS TF32 against 0.32 for 128x128x32 with 64x32 warps; from sm_90
     rounded by cvt.rn, 4 stages and the cross-stage fragment pipe: 0.46-0.48 on the H200, cvt.rna
     0.39); ``small``: a

@@ -47,6 +47,7 @@ KEEP_MARGIN = 1.05
 log = logging.getLogger("tiledmm")
 
 #: backend name -> the costliest evaluation (compile included) any run of this process timed
+#: (runs of two classes may race on it: a lost update only leaves the smaller of two costs)
 costliest: dict[str, float] = {}
 
 
