@@ -500,36 +500,14 @@ __device__ __forceinline__ void tf32_stage(float (&acc)[WGM][NACC],
 
 // TF32 B^T: bt[z] (N x kp, K-major, rows kp floats apart, columns K..kp zero) = B[z] (K x N,
 // strides ldb, sb elements; matrix z at b + z * b_bs) transposed and rounded to TF32
-// (cvt.rna), for the kernel's B map; 32 (k) x 64 (n) tiles, block (32, 8), grid (ceil(N / 64),
+// (cvt.rna), for the kernel's B map; sm90_sync.cuh's pack_bt_tile, grid (ceil(N / 64),
 // ceil(kp / 32), batch)
 extern "C" __global__ void __launch_bounds__(256)
 hopper_tf32_pack_bt(const float *__restrict__ b, float *__restrict__ bt, int k, int n,
                     long long ldb, long long sb, long long b_bs, int kp, long long bt_bs)
 {
-  __shared__ float tile[32][65];
-  const int k0 = blockIdx.y * 32, n0 = blockIdx.x * 64, x = threadIdx.x, y = threadIdx.y;
-  b += blockIdx.z * b_bs;
-  bt += blockIdx.z * bt_bs;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int kk = k0 + y + 8 * i;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int nn = n0 + x + 32 * h;
-      float v = 0.f;
-      if (kk < k && nn < n)
-        v = __uint_as_float(tf32_rna(__float_as_uint(b[kk * ldb + nn * sb])));
-      tile[y + 8 * i][x + 32 * h] = v;
-    }
-  }
-  __syncthreads();
-  const int kk = k0 + x;
-  if (kk >= kp) return;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int nn = n0 + y + 8 * i;
-    if (nn < n) bt[(long long)nn * kp + kk] = tile[x][y + 8 * i];
-  }
+  pack_bt_tile(b + blockIdx.z * b_bs, bt + blockIdx.z * bt_bs, k, n, ldb, sb, n, kp,
+               [](float v) { return __uint_as_float(tf32_rna(__float_as_uint(v))); });
 }
 #endif
 

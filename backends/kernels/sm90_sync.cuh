@@ -1,5 +1,5 @@
 // What the two Hopper kernels share (hopper_gemm.cu, wgmma.cu): the by-value tensor map, shared
-// addresses, and the mbarrier steps of their TMA pipelines. The hosts (backends/cupy_cuda/
+// addresses, the mbarrier steps of their TMA pipelines, and the TF32 B^T pack's tile. The hosts (backends/cupy_cuda/
 // hopper.py and wgmma.py, their ``source``) put this text after the defines and before the
 // kernel's own, as NVRTC gets it (no include paths).
 
@@ -35,5 +35,34 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
                  "selp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     if (tries > (1u << 26)) asm volatile("trap;");
+  }
+}
+
+// One 32 (k) x 64 (n) tile of a TF32 B^T pack, block (32, 8): B (K x N, strides ldb, sb
+// elements) rounded by round(float) -> float and written transposed to bt (rows nn < rows, kp
+// floats apart, K..kp zero); the caller offsets b and bt to its matrix.
+template <class Round>
+__device__ __forceinline__ void pack_bt_tile(const float *__restrict__ b, float *__restrict__ bt,
+                                             int k, int n, long long ldb, long long sb, int rows,
+                                             int kp, Round round)
+{
+  __shared__ float tile[32][65];
+  const int k0 = blockIdx.y * 32, n0 = blockIdx.x * 64, x = threadIdx.x, y = threadIdx.y;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int kk = k0 + y + 8 * i;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int nn = n0 + x + 32 * h;
+      tile[y + 8 * i][x + 32 * h] = kk < k && nn < n ? round(b[kk * ldb + nn * sb]) : 0.f;
+    }
+  }
+  __syncthreads();
+  const int kk = k0 + x;
+  if (kk >= kp) return;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int nn = n0 + y + 8 * i;
+    if (nn < rows) bt[(long long)nn * kp + kk] = tile[x][y + 8 * i];
   }
 }

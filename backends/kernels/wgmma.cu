@@ -148,26 +148,11 @@ extern "C" __global__ void tf32_pack_a2(const float *__restrict__ a, float *__re
   }
 }
 
+// Bt[Np x Kp] as tf32_pack_bt, in 32 (k) x 64 (n) tiles (sm90_sync.cuh's pack_bt_tile)
 extern "C" __global__ void tf32_pack_bt2(const float *__restrict__ b, float *__restrict__ bt,
                                          int k, int n, long long ldb, long long sb, int np, int kp)
 {
-  __shared__ float t[32][65];
-  const int k0 = blockIdx.y * 32, n0 = blockIdx.x * 64, x = threadIdx.x, y = threadIdx.y;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int kk = k0 + y + 8 * i;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int nn = n0 + x + 32 * h;
-      t[y + 8 * i][x + 32 * h] = kk < k && nn < n ? to_tf32(b[kk * ldb + nn * sb]) : 0.f;
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int nn = n0 + y + 8 * i;
-    if (nn < np) bt[(long long)nn * kp + k0 + x] = t[x][y + 8 * i];
-  }
+  pack_bt_tile(b, bt, k, n, ldb, sb, np, kp, [](float v) { return to_tf32(v); });
 }
 
 // ---- wgmma m64nBNk8 TF32, both operands by shared-memory descriptor ----
