@@ -24,22 +24,25 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
     128x64x16 with 8 warps of 32x32, two blocks per SM, the next stage's copies issued after
     the first k-step (``copy_after`` 1; H100 session 21: 0.87 of cuBLAS DGEMM at 4096^3 and
     8192^3, where 128x128x16 with 32x64 warps ran 0.76-0.79; the H200's screen chose the same
-    tile without ``copy_after``), 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32 with 8 warps
-    of 64x64 (0.37 of cuBLAS TF32 against 0.32 for 128x128x32 with 64x32 warps; from sm_90
-    rounded by cvt.rn, 4 stages and the cross-stage fragment pipe: 0.46-0.48 on the H200, cvt.rna
-    0.39); ``small``: a
-    quarter of the block (f64 64x64 with 4 warps of 32x32, 16-bit 128x128, TF32 128x64) for
-    products with too few large blocks to fill the device. ``fit``: the planner
-    plans both and keeps the one it predicts faster (option ``fit``; gone from the plan)."""
+    tile without ``copy_after``), 16-bit 128x256x32 with 8 warps of 64x64, TF32 128x256x32
+    with 8 warps of 64x64 (0.37 of cuBLAS TF32 against 0.32 for 128x128x32 with 64x32 warps;
+    from sm_90 rounded by cvt.rn, 4 stages and the cross-stage fragment pipe: 0.46-0.48 on the
+    H200, cvt.rna 0.39); ``small``: a quarter of the block (f64 64x64 with 4 warps of 32x32,
+    16-bit 128x128, TF32 128x64) for products with too few large blocks to fill the device.
+    ``fit``: the planner plans both and keeps the one it predicts faster (option ``fit``; gone
+    from the plan)."""
     k = tc.kind(dtype, precision) or "f64"
     fm, fn, fk = tc.default_fragment(k, nvidia.compute_capability(device))
     opts: dict[str, Any] = {"fm": fm, "fn": fn, "fk": fk, "stages": 3, "group_m": 8}
     if precision:
         opts["precision"] = precision
     if k == "f64":
-        bt, wt = ((64, 64, 16), (32, 32)) if small else ((128, 64, 16), (32, 32))
-        if not small:  # 128 registers: two blocks of 8 warps per SM (86 KB each)
-            opts.update(min_blocks=2, copy_after=1)
+        # 128 registers per thread: three blocks of 4 warps per SM (57 KB each) or two of 8
+        # warps (86 KB each), these with the copies after the first k-step
+        bt, wt = (64, 64, 16) if small else (128, 64, 16), (32, 32)
+        opts["min_blocks"] = 3 if small else 2
+        if not small:
+            opts["copy_after"] = 1
     elif k in ("f16", "bf16"):
         bt, wt = ((128, 128, 32), (64, 64)) if small else ((128, 256, 32), (64, 64))
     else:
@@ -48,9 +51,7 @@ def default_mma_geometry(dtype: str, device: DeviceSpec, precision: str | None =
             opts["tf32_round"] = 3
             if not small:  # the H200 screen's winner: ldmatrix A, 4 stages, the fragment pipe
                 opts.update(stages=4, tf32_ldsm=1, tf32_pipe=3, tf32_copy_b=2)
-    if small and k == "f64":  # 128 registers: three blocks of 4 warps per SM (57 KB each)
-        opts.update(stages=3, min_blocks=3)
-    elif small:
+    if small and k != "f64":
         opts["stages"] = 4
     if fit:
         opts["fit"] = 1
