@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
 BASE = {"use_local": 1, "vm": 4, "vn": 4, "pad": 4}
 VARIANTS = {  # name: (block tile, options beside BASE); thread tile 8x8
@@ -32,18 +33,20 @@ SHAPES = [(1, 1024, 1024, 1024), (1, 2048, 2048, 2048), (1, 4096, 4096, 4096),
           (8, 1024, 1024, 1024)]  # fmt: skip
 
 
-def _database(device: str, block_tile, options: dict) -> str:
-    """A fresh cache folder whose tuning database holds these tiles for three classes."""
-    folder = tempfile.mkdtemp()
+def _database(device: str, block_tile, options: dict) -> None:
+    """A fresh cache folder (``TILEDMM_CACHE_DIR``) whose tuning database holds these tiles for
+    three classes."""
+    folder = Path(tempfile.mkdtemp())
+    os.environ["TILEDMM_CACHE_DIR"] = str(folder)
+    from tiledmm.core import tuning
+
     entries = [{"device": device, "vendor": "NVIDIA", "kind": "gpu", "backend": "cupy",
                 "dtype": "float32", "family": "register", "shape_class": c,
                 "block_tile": list(block_tile), "thread_tile": [8, 8],
                 "options": BASE | options,
                 "measured": {"gflops": 1.0, "date": "2026-12-07T00:00:00"}}
                for c in ("square", "odd", "batched")]  # fmt: skip
-    with open(os.path.join(folder, "tuning.json"), "w") as f:
-        json.dump({"format": 1, "entries": entries}, f)
-    return folder
+    tuning.write(folder / "tuning.json", entries)
 
 
 def _seconds(cp, fn, reps: int) -> float:
@@ -67,7 +70,7 @@ def main(name: str) -> dict:
     import cupy as cp
 
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    os.environ["TILEDMM_CACHE_DIR"] = _database(device, *VARIANTS[name])
+    _database(device, *VARIANTS[name])
     import tiledmm
 
     rng, rows = cp.random.default_rng(0), []
