@@ -24,16 +24,27 @@ def available_backends() -> list[str]:
     return sorted(b.name for b in tiledmm.backends() if b.available)
 
 
+#: nvcc's target flags for the Hopper kernels (wgmma and setmaxnreg exist only on sm_90a)
+SM90A = ("-gencode=arch=compute_90a,code=sm_90a", "-std=c++17")
+
+
+def nvcc_run(text: str, tmp_path: Path, target=("-arch=sm_90",),
+             timeout: float = 120) -> subprocess.CompletedProcess:  # fmt: skip
+    """Compile CUDA source ``text`` to a cubin as NVRTC would see it (no host headers), warnings
+    as errors, ptxas's report in ``stderr``; ``target``: nvcc's architecture flags."""
+    src = tmp_path / "k.cu"
+    src.write_text(text)
+    return subprocess.run(
+        ["nvcc", *target, "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
+         "-o", str(tmp_path / "k.cubin"), str(src)],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
 def nvcc_build(text: str, tmp_path: Path) -> None:
     """Compile CUDA source ``text`` for sm_90 as NVRTC would see it (no host headers): no
     warnings, no register spills (the ``nvcc``-marked tests; no GPU needed)."""
-    src = tmp_path / "k.cu"
-    src.write_text(text)
-    res = subprocess.run(
-        ["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-Xptxas", "-v",
-         "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    res = nvcc_run(text, tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
 

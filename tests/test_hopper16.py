@@ -6,7 +6,6 @@ where it is installed, and the kernel itself on a compute capability 9.x GPU."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import types
 from dataclasses import replace
 
@@ -15,7 +14,7 @@ import pytest
 from tiledmm_backends.cupy_cuda import hopper, hopper_batch
 
 import tiledmm
-from tests.helpers import aligned_array, batch_operands, device_array
+from tests.helpers import SM90A, aligned_array, batch_operands, device_array, nvcc_run
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.planner import hopper as hplan
 from tiledmm.planner.make import make_plan
@@ -354,13 +353,7 @@ def test_kernel_builds_for_sm90a(name, dtype, tmp_path):
     extra = {"cluster2": dict(cluster=2), "staged": dict(stages=3, epi=1, cluster=2)}
     cfg = dict(hplan.CONFIGS["large"], **extra[name]) if name in extra else hplan.CONFIGS[name]
     d = hopper.defines(dtype, cfg)
-    src = tmp_path / "k.cu"
-    src.write_text(hopper.source(d))
-    res = subprocess.run(
-        ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-std=c++17", "-Werror",
-         "all-warnings", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    res = nvcc_run(hopper.source(d), tmp_path, SM90A, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert " 0 bytes spill stores" in res.stderr, res.stderr[-2000:]
 

@@ -10,7 +10,6 @@ compute capability 9.x device through ``tiledmm.matmul``."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import types
 from dataclasses import replace
 
@@ -20,7 +19,7 @@ from tiledmm_backends.cupy_cuda import hopper, hopper_batch, hopper_bound, hoppe
 
 import tiledmm
 from benches.probes import hopper_tf32 as probe
-from tests.helpers import aligned_array, batch_operands, device_array
+from tests.helpers import SM90A, aligned_array, batch_operands, device_array, nvcc_run
 from tiledmm.device import nvidia
 from tiledmm.device.nvidia import reference_h200
 from tiledmm.model import hopper as hm
@@ -438,22 +437,12 @@ def test_a_fragments_follow_the_ptx_layout():
 # ------------------------------------------------------------------ the kernel's build (nvcc)
 
 
-def _nvcc(text: str, tmp_path) -> subprocess.CompletedProcess:
-    src = tmp_path / "k.cu"
-    src.write_text(text)
-    return subprocess.run(
-        ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-std=c++17", "-Werror",
-         "all-warnings", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("name", sorted(probe.CONFIGS))
 def test_tf32_builds_for_sm90a(name, tmp_path):
     """As NVRTC gets it (defines first, no host headers), for sm_90a: both entries (the GEMM
     and the B^T pack) build with no warnings, no spills, and no wgmma serialized by ptxas."""
-    res = _nvcc(hopper.source(probe.defines(probe.CONFIGS[name])), tmp_path)
+    res = nvcc_run(hopper.source(probe.defines(probe.CONFIGS[name])), tmp_path, SM90A, 300)
     assert res.returncode == 0, res.stderr[-2000:]
     for entry in ("hopper_gemm", "hopper_tf32_pack_bt"):
         assert f"Compiling entry function '{entry}'" in res.stderr, res.stderr[-2000:]
@@ -464,7 +453,7 @@ def test_tf32_builds_for_sm90a(name, tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_tf32_rejects_the_tma_store_epilogue(tmp_path):
     d = dict(probe.defines(probe.CONFIGS["L"]), EPI=1)
-    res = _nvcc(hopper.source(d), tmp_path)
+    res = nvcc_run(hopper.source(d), tmp_path, SM90A, 300)
     assert res.returncode != 0 and "EPI 0" in res.stderr
 
 
