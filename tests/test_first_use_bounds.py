@@ -276,3 +276,23 @@ def test_the_short_list_ranks_k_slices_for_skinny_products(monkeypatch):
         assert ranked, shape
         slices = [int(sl.plan(g).options.get("split_k", 1)) for g in ranked]
         assert slices[0] > 1 and dict(ranked[0].options)["split_k"] == "auto", (shape, ranked)
+
+
+def test_a_backend_whose_one_evaluation_fills_the_budget_starts_no_more_runs(be, tmp_path,
+                                                                           caplog):
+    """numba-cuda compiled one register kernel in 5-6 s on an H100 (session 19), so every class
+    spent 5-13 s of its 2 s. Once one evaluation took the whole class budget, no run could time
+    a second candidate: later classes start none (their calls compile only what they run)."""
+    be.compile = 1.2  # > BUDGET: the square class's first evaluation alone overruns
+    with caplog.at_level(logging.INFO, logger="tiledmm"):
+        tiledmm.matmul(*_operands(256, 256, 256), backend=be.name)
+        first = _runs(caplog)
+        calls = len(be.calls)
+        a, b = _operands(255, 257, 253)  # odd: a new class
+        t0 = time.monotonic()
+        assert rel_error(tiledmm.matmul(a, b, backend=be.name), a @ b) < 1e-12
+        took = time.monotonic() - t0
+    assert first and first[0] >= 1.2
+    assert any("one evaluation on" in r.getMessage() for r in caplog.records)
+    assert len(be.calls) == calls + 1  # the user's call alone, no short list
+    assert took < 0.2 and _runs(caplog)[-1] < 0.05

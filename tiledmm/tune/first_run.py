@@ -11,7 +11,10 @@ candidate is begun only when the time left holds the costliest evaluation so far
 tiles' included, whose cost holds a compile): a run overruns by at most a compile slower than
 every one before it. "Before" spans the process (:data:`costliest`, per backend): on an H100
 (session 21) the classes whose current tiles another class had compiled began their next
-candidate on that cheap first evaluation, and its compile took them to 2.4-3.0 s of 2.
+candidate on that cheap first evaluation, and its compile took them to 2.4-3.0 s of 2. Where
+that costliest evaluation alone fills the class's budget (numba-cuda: one compile of a register
+kernel took 5-6 s on an H100, session 19, each class then 5-13 s of its 2), no candidate could
+begin after the first evaluation, so the run is not started at all.
 """
 
 from __future__ import annotations
@@ -96,6 +99,12 @@ def run(be: Backend, family: str, dtype: str, cls: str, shape, size: int, budget
     dev = be.device()
     start = clock()
     deadline = start + budget
+    dear = costliest.get(be.name, 0.0)
+    if dear >= budget:  # no candidate could begin after the first evaluation: nothing to choose
+        log.info("first use: %s: one evaluation on %s took %.2f s, the class has %.3g s; "
+                 "untuned (in %.2f s; TILEDMM_FIRST_USE_BUDGET raises the budget)", what,
+                 be.name, dear, budget, clock() - start)  # fmt: skip
+        return None, True
     current = current_tiles(be, family, dtype, dev, cls)
     b, m, n, k = shape
     peak = dev.peak(dtype) or dev.peak("float32")
