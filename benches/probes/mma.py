@@ -80,6 +80,12 @@ CONFIGS = {
          {"min_blocks": 4, "ca": 1}),
         ("128x128x16/4x2/16x8x8/s3/ca1", "f64", 128, 128, 16, 4, 2, 3, (16, 8, 8), {"ca": 1}),
         ("256x64x16/8x2/16x8x8/s3/ca1", "f64", 256, 64, 16, 8, 2, 3, (16, 8, 8), {"ca": 1}),
+        # session 22 (H100): cuBLAS's DGEMM kernel there is 128x64x16, 3 stages, 2x2 warps of
+        # 64x32 (128 threads, 246 registers, 2 blocks per SM): 1.5 shared loads per DMMA, not 2
+        *[(f"128x64x16/2x2/16x8x8/s3/mb2{sfx}", "f64", 128, 64, 16, 2, 2, 3, (16, 8, 8),
+           {"min_blocks": 2, **x})
+          for sfx, x in (("", {}), ("/ca1", {"ca": 1}), ("/u0", {"kk_unroll": 0}),
+                         ("/u0/ca1", {"kk_unroll": 0, "ca": 1}), ("/g1", {"group_m": 1}))],
     ],
     "f16": [
         ("128x256x32/2x4/s3", "f16", 128, 256, 32, 2, 4, 3, None, {}),
