@@ -1,5 +1,8 @@
 """16-bit ``auto`` as users call it (issue 38): ``tiledmm.matmul(a, b)`` on CuPy float16 arrays
 (kernel "auto", no ``out=``) beside ``cupy.matmul`` (cuBLAS) on the same arrays, in one process.
+``--dtype`` float32 or float64 runs the same shapes in that dtype; bfloat16 is not a CuPy dtype
+(on an H100, session 22, it ran some other product at 0.06-0.29 of cuBLAS with error 0): its
+rows come from ``benches.studies.mma_results --dtypes bfloat16`` on torch tensors.
 
     python -m benches.studies.half_auto --out benches/data/h200-half-auto.json [--shapes set]
 
@@ -84,13 +87,15 @@ def measure(cp, batch: int, m: int, n: int, k: int, dtype: str, rounds: int = 4)
 
 
 def main(argv=None) -> int:
-    import cupy as cp
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dtype", default="float16")
+    p.add_argument("--dtype", default="float16", choices=["float16", "float32", "float64"],
+                   help="CuPy arrays of this dtype (bfloat16, which CuPy lacks, runs on torch "
+                   "tensors: benches.studies.mma_results --dtypes bfloat16)")
     p.add_argument("--shapes", default=",".join(SHAPES), help="classes: " + ",".join(SHAPES))
     p.add_argument("--out", default="half-auto.json")
     args = p.parse_args(argv)
+    import cupy as cp
+
     rows = []
     for cls in args.shapes.split(","):
         for bt, m, n, k in SHAPES[cls]:
