@@ -550,7 +550,7 @@ def worker(kind: str, out: str, budget: float, screen_all: bool, only: str = "")
         f"CUPY_TF32={os.environ.get('CUPY_TF32')}")  # fmt: skip
     R = Runner(cp, budget)
     try:
-        cfgs = [c for c in CONFIGS[kind] if only in c[0]]
+        cfgs = [c for c in CONFIGS[kind] if (c[0] == only[1:] if only[:1] == "=" else only in c[0])]
         run_kind(R, kind, SHAPES[kind], cfgs, screen_all)
     except Exception as exc:  # noqa: BLE001
         log(f"{kind} aborted: {exc}")
@@ -579,7 +579,8 @@ def main(argv=None) -> int:
     p.add_argument("--all", action="store_true", help="every config at every shape")
     p.add_argument("--no-opencl", action="store_true")
     p.add_argument("--no-probe", action="store_true", help="skip benches/probes/mma_probe.py")
-    p.add_argument("--only", default="", help="configs whose name contains this (e.g. for ncu)")
+    p.add_argument("--only", default="",
+                   help="configs whose name contains this (e.g. for ncu); =NAME: that one only")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
