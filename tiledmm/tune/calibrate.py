@@ -257,9 +257,11 @@ def calibrate(
 
 
 def measure(backend: Backend, quick: bool = False, deadline: float | None = None,
-            ceilings: bool = True, dtype: str = "float32") -> tuple[str, dict]:  # fmt: skip
+            ceilings: bool = True, dtype: str = "float32",
+            family: str = "auto") -> tuple[str, dict]:  # fmt: skip
     """(device name, calibration record): ``backend``'s per-call host cost (``host_cost``,
-    measured with ``dtype``) and, with ``ceilings``, its device's ceilings.
+    measured with ``dtype`` on the ``family`` of kernels) and, with ``ceilings``, its device's
+    ceilings.
 
     The ceilings are measured by ``backend.vendor_backend()``, the backend whose vendor GEMM
     the benchmarks compare against: cuBLAS through CuPy for OpenCL on an NVIDIA GPU, the host
@@ -271,7 +273,7 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
     asked, backend = backend, backend.vendor_backend()
     dev = backend.device()
     record: dict[str, Any] = {
-        "host_cost": {asked.name: measure_host_cost(asked, quick, dtype, deadline)},
+        "host_cost": {asked.name: measure_host_cost(asked, quick, dtype, deadline, family)},
         "date": _dt.date.today().isoformat(),
         "backend": asked.name,
         "quick": bool(quick),

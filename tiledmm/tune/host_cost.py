@@ -52,11 +52,13 @@ def device_timed(be: Backend) -> bool:
 
 
 def measure_host_cost(be: Backend, quick: bool = False, dtype: str = "float32",
-                      deadline: float | None = None) -> dict[str, Any]:  # fmt: skip
+                      deadline: float | None = None,
+                      family: str = "auto") -> dict[str, Any]:  # fmt: skip
     """The host cost entry of ``be`` (a calibration record's ``host_cost[be.name]``):
     ``seconds`` (median wall less the kernel), ``wall``, ``kernel`` and how it was known,
     ``host_arrays`` where relevant. Calls stop at ``deadline`` (``time.monotonic``), after
-    :data:`MIN_CALLS` at least."""
+    :data:`MIN_CALLS` at least. ``family``: the kernel family the tiny product runs ("auto":
+    the one dispatch picks for it)."""
     dtype = dtype if dtype in be.dtypes else be.dtypes[0]
     dt = np.dtype(dtype)
     m, n, k = SHAPE
@@ -64,14 +66,14 @@ def measure_host_cost(be: Backend, quick: bool = False, dtype: str = "float32",
     a, b = (rng.random((m, k)) * 2 - 1).astype(dt), (rng.random((k, n)) * 2 - 1).astype(dt)
     A, B = be.asarray(a, dt), be.asarray(b, dt)
     calls = CALLS[bool(quick)]
+    call = lambda: engine.matmul(A, B, backend=be, kernel=family)  # noqa: E731
     _local.on, was = True, calibrating()
     try:
-        wall = _walls(be, lambda: engine.matmul(A, B, backend=be), calls, deadline)
-        plan = dispatch.plan_for(be, m, n, k, dtype)
+        wall = _walls(be, call, calls, deadline)
+        plan = dispatch.plan_for(be, m, n, k, dtype, family)
         if device_timed(be):
             repeat = max(MIN_CALLS, min(calls, len(wall)))
-            kernel = statistics.median(be.timings(lambda: engine.matmul(A, B, backend=be),
-                                                  repeat=repeat, warmup=1))  # fmt: skip
+            kernel = statistics.median(be.timings(call, repeat=repeat, warmup=1))
             how = "device time (the backend's timings)"
         else:
             kernel = plan.predicted_seconds - plan.device.host_cost(be.name)
@@ -88,7 +90,8 @@ def measure_host_cost(be: Backend, quick: bool = False, dtype: str = "float32",
             "date": _dt.date.today().isoformat(),
         }
         if not be.accepts(a):  # host operands in, a host result out: the copies as well
-            host = _walls(be, lambda: engine.matmul(a, b, backend=be), calls, deadline)
+            host = _walls(be, lambda: engine.matmul(a, b, backend=be, kernel=family), calls,
+                          deadline)  # fmt: skip
             entry["host_arrays"] = max(0.0, statistics.median(host) - kernel)
     finally:
         _local.on = was
