@@ -153,7 +153,8 @@ def _compiled_family(be: Backend, m: int, n: int, k: int, dtype: str, kernel: st
     tiles are arguments), so the calibration then compiles what the call needs: on a 2-core
     EPYC its first 1024^3 call took 7.7 s, 3.7 s of it compiling the tiled family for the tiny
     product and 3.9 s the register family, after which first use had no time for candidates.
-    A GPU backend compiles per tile, so the tiny product's own family costs no more there."""
+    PoCL compiles per tile either way (its first call cost the same, 8.0-8.9 s); so do the GPU
+    backends, where the tiny product keeps its own family."""
     try:
         if be.device().is_gpu:
             return "auto"
