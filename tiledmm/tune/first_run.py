@@ -124,14 +124,17 @@ def run(be: Backend, family: str, dtype: str, cls: str, shape, size: int, budget
     task.operands()
     base, (first, *rest) = current.key(), task.candidates
     need = CALLS_PER_CANDIDATE * max(1, len(rest))
-    cost: list[float] = []  # what each evaluation took, compiles included
+    own = 0.0  # this run's costliest evaluation, compiles included (kept should another
+    # class's run overwrite ``costliest`` with a smaller cost)
 
     def evaluate(g: Geometry, calls: int, skip_edges: bool = False) -> dict:
+        nonlocal own
         t0 = clock()
         left = deadline - t0
         rec = task.evaluate(g, REPEAT_SHARE * left, skip_edges, max_call=left / calls)
-        cost.append(clock() - t0)
-        costliest[be.name] = max(costliest.get(be.name, 0.0), cost[-1])
+        took = clock() - t0
+        own = max(own, took)
+        costliest[be.name] = max(costliest.get(be.name, 0.0), took)
         return rec
 
     rec = evaluate(first, need)
@@ -147,7 +150,7 @@ def run(be: Backend, family: str, dtype: str, cls: str, shape, size: int, budget
         task.operands()
         rec = evaluate(first, need, skip_edges=True)
     for g in rest:  # one that would overrun (the costliest evaluation so far) is not begun
-        if deadline - clock() < max(max(cost), costliest.get(be.name, 0.0)):
+        if deadline - clock() < max(own, costliest.get(be.name, 0.0)):
             break
         rec = evaluate(g, CALLS_PER_CANDIDATE)
         if rec["status"] != "ok":
