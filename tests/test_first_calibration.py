@@ -297,31 +297,44 @@ def test_modelcheck_adds_the_host_cost_to_wall_timed_rows_only(tmp_path):
 
 
 class TwoFamilies(Fake):
-    """The fake with two families, recording the family of every product it runs."""
+    """The fake with two families, recording the family of every product it runs; the first
+    product of a family sleeps ``compile`` seconds (a compile, as numba-cpu's), each product
+    of a family in ``extra`` that many seconds more (a tiny product padded to a large block,
+    as NumPy's register family)."""
 
     name, kernels = "fake-calibration-two", ("naive", "tiled")
 
     def __init__(self):
         super().__init__()
         self.families: list[str] = []
+        self.compile, self.extra = 0.05, {}
 
     def run(self, plan, a, b, out):
+        if plan.kernel not in self.families:
+            time.sleep(self.compile)
         self.families.append(plan.kernel)
+        time.sleep(self.extra.get(plan.kernel, 0.0))
         super().run(plan, a, b, out)
 
 
 _TWO: list[TwoFamilies] = []
 
 
-def test_a_cpu_calibration_runs_the_family_of_the_call_that_starts_it(fake, tmp_path):
-    """numba-cpu compiles once per family: calibrating on the tiny product's own family, its
-    first 1024^3 call compiled two families (7.7 s on the repository's EPYC) and left first
-    use no time for candidates. On a CPU the tiny product now runs the caller's family."""
+def _two() -> TwoFamilies:
     if not _TWO:
         _TWO.append(TwoFamilies())
         tiledmm.register_backend(_TWO[0])
     be = _TWO[0]
     be.families.clear()
+    be.compile, be.extra = 0.05, {}
+    return be
+
+
+def test_a_cpu_calibration_runs_the_family_of_the_call_that_starts_it(fake, tmp_path):
+    """numba-cpu compiles once per family: calibrating on the tiny product's own family, its
+    first 1024^3 call compiled two families (7.7 s on the repository's EPYC) and left first
+    use no time for candidates. On a CPU the tiny product now runs the caller's family."""
+    be = _two()
     tiny = dispatch.plan_for(be, *host_cost.SHAPE, "float64").kernel
     other = next(f for f in be.kernels if f != tiny)
     rng = np.random.default_rng(3)
@@ -330,3 +343,22 @@ def test_a_cpu_calibration_runs_the_family_of_the_call_that_starts_it(fake, tmp_
     assert rel_error(c, a @ b) < 1e-12
     assert _record(tmp_path)["host_cost"][be.name]["family"] == other
     assert set(be.families) == {other}  # the calibration's products and the call's
+
+
+def test_a_family_that_compiled_nothing_leaves_the_host_cost_to_the_lighter_one(fake, tmp_path):
+    """NumPy compiles nothing, and its register family pads the tiny product to a 256^3 block
+    (1.16 ms a call on the EPYC, 0.32 ms of it the model's kernel time): measured on that
+    family alone, its host cost was 0.84 ms, added to every prediction. Where the caller's
+    family compiled nothing, the tiny product's own family is timed too and the lighter kept."""
+    be = _two()
+    be.compile = 0.0
+    tiny = dispatch.plan_for(be, *host_cost.SHAPE, "float64").kernel
+    other = next(f for f in be.kernels if f != tiny)
+    be.extra = {other: 0.004}
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((48, 40)), rng.standard_normal((40, 56))
+    assert rel_error(tiledmm.matmul(a, b, backend=be.name, kernel=other), a @ b) < 1e-12
+    cost = _record(tmp_path)["host_cost"][be.name]
+    assert cost["family"] == tiny and cost["seconds"] < 0.002
+    assert cost["heavier"][other] >= 0.004
+    assert set(be.families) == {tiny, other}

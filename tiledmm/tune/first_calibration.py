@@ -23,6 +23,8 @@ line on the ``tiledmm`` logger says what was measured.
   (``tests/conftest.py``).
 - The tiny product runs, on a CPU, the family the call that started the calibration will run
   (numba-cpu compiles once per family: the call then finds it compiled); on a GPU its own.
+  Where that family compiled nothing (NumPy), the tiny product's own family is timed too and
+  the lighter host cost kept (``host_cost.measure_host_cost``).
 - Once per process per (device, backend): a failure (an exception, an unwritable cache) is
   remembered, and dispatch runs on the estimates. After a record is saved the plan caches
   are cleared, so the next call is planned on the measurements.
