@@ -150,7 +150,8 @@ class Tuner:
             rec.update(status=kind, error=f"{name}: {str(exc)[:300]}")
         else:
             first = time.perf_counter() - t0
-            rec["rel_error"] = err if math.isfinite(err) else None
+            # the first call's seconds, its compile included (what first use's budget pays)
+            rec.update(rel_error=err if math.isfinite(err) else None, first_seconds=round(first, 4))
             best = task.best()
             limit = max(TIMEOUT_MIN, 20 * best["seconds"]) if best else 60.0
             if first > limit and best and err <= TOL.get(self.dtype, 1e-4):
