@@ -227,6 +227,18 @@ def test_small_products_wait_larger_calls_refine(fake, tmp_path):
     assert e["measured"]["call_shape"] == [1, 256, 256, 256]
 
 
+def test_host_bound_products_wait_for_a_larger_call(fake, tmp_path, monkeypatch):
+    """Where the backend's measured host cost outweighs the product's kernel whatever the
+    tiles, first use leaves the class to a larger call (PoCL on the EPYC spent 3.84 s of the
+    class's 5 on 64^3: 12 us of kernel beside 257 us of host cost)."""
+    dev = replace(fake.device(), host_costs=((fake.name, 1e-3),))
+    monkeypatch.setattr(fake, "device", lambda: dev)
+    tiledmm.matmul(*_operands(64, 64, 64), backend=fake.name)
+    assert not (tmp_path / "tuning.json").exists()
+    tiledmm.matmul(*_operands(512, 512, 512), backend=fake.name)
+    assert _entries(tmp_path)[0]["measured"]["call_shape"] == [1, 512, 512, 512]
+
+
 def test_a_full_tune_entry_is_never_overridden(fake, tmp_path):
     dev = fake.device()
     mine = dict(device=dev.name, vendor=dev.vendor, kind=dev.kind, backend=fake.name,
