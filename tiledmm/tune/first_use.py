@@ -18,7 +18,8 @@ it, marked ``measured.first_use`` (a later ``tiledmm tune`` replaces it). One IN
   dispatch is what it was without this module); ``TILEDMM_FIRST_USE_BUDGET`` (seconds) and
   ``TILEDMM_FIRST_USE_SHORTLIST``; :func:`configure` sets the same from Python and wins.
 - A product too small to time (its FLOPs at the device's peak take less than a launch) is
-  not tuned; one too slow to time a few calls within the budget is timed on a smaller shape
+  not tuned, nor one whose measured host cost outweighs its kernel whatever the tiles; one
+  too slow to time a few calls within the budget is timed on a smaller shape
   of the same class. A first-use entry is tuned again when a call of its class is
   :data:`REFINE_FLOPS` times larger than the call it was tuned for (the largest products, where
   the time goes, decide the tiles; ``shapefit`` fits them to smaller grids), with what is left
