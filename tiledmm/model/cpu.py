@@ -26,6 +26,8 @@ CPU_MISSES_IN_FLIGHT = 16
 #: Fraction of the FMA peak PoCL's barrier-free register micro-kernel reaches (measured on
 #: the EPYC and the Xeon: 0.40-0.64; its generated code is not read off; docs/model.md).
 POCL_REGISTER_EFFICIENCY = 0.5
+#: x86 FMA latency (clocks) and FMA pipes per core (Haswell to Zen 4: 4-5 clocks, 2 pipes)
+FMA_LATENCY, FMA_PIPES = 4, 2
 #: Clocks per element Numba's tile packing costs on one core (a guarded scalar copy per
 #: element from layout-generic operands: compare, select, strided load, store; docs/model.md).
 NUMBA_PACK_CLOCKS = 2.5
@@ -113,11 +115,14 @@ def cpu_levels(
                          f"work-item loops, {POCL_ITEM_CLOCKS:g} clocks per multiply-add",
                          "FLOP"))  # fmt: skip
     if engine == "gemm-c" and kernel == "register":
-        # PoCL's micro-kernel runs at a measured fraction of the FMA peak (docs/model.md)
-        t = flops / (peak * POCL_REGISTER_EFFICIENCY)
+        # PoCL's micro-kernel runs at a measured fraction of the FMA peak (docs/model.md),
+        # less where its accumulators cannot cover the FMA pipes' latency or spill
+        vec = str(opts.get("cpu_vec", lanes))  # "simd": the device's lanes
+        eff, why = _micro_kernel(tm, tn, int(vec) if vec.isdigit() else lanes, dev)
+        t = flops / (peak * POCL_REGISTER_EFFICIENCY * eff)
         out.append(Level("compute", flops, flops / t, t,
-                         f"PoCL micro-kernel at {POCL_REGISTER_EFFICIENCY:g} of the FMA peak",
-                         "FLOP"))  # fmt: skip
+                         f"PoCL micro-kernel at {POCL_REGISTER_EFFICIENCY * eff:.2g} of the FMA "
+                         f"peak ({why})", "FLOP"))  # fmt: skip
     pack = 0.0
     if engine == "numba-cpu" and kernel in ("tiled", "register") and clock:
         # before each K step the block packs its A and B tiles (guarded scalar copies): a
@@ -179,6 +184,22 @@ def cpu_levels(
         out = [replace(lv, seconds=lv.seconds + pack, serial=pack,
                        note=f"{lv.note}; {note}" if lv.note else note) for lv in out]  # fmt: skip
     return out
+
+
+def _micro_kernel(tm: int, tn: int, vec: int, dev: DeviceSpec) -> tuple[float, str]:
+    """The share of the FMA pipes a tm x tn register micro-tile keeps busy (``vec`` lanes per
+    vector along N): its ``tm * tn / vec`` vector accumulators are the independent FMAs in
+    flight, FMA_LATENCY x FMA_PIPES of them fill the pipes; past the ISA's vector registers
+    (accumulators, the B vectors and one broadcast A) the compiler spills accumulators."""
+    acc = max(1, tm * tn // max(1, vec))
+    regs = acc + max(1, tn // max(1, vec)) + 1
+    vregs = 32 if dev.simd_bytes >= 64 else 16  # AVX-512: 32 zmm; AVX2/SSE: 16
+    eff = min(1.0, acc / (FMA_LATENCY * FMA_PIPES))
+    why = f"{acc} accumulators"
+    if regs > vregs:
+        eff *= vregs / regs
+        why += f", {regs} of {vregs} vector registers"
+    return eff, why
 
 
 def _numba_rank1(g: dict, s: int, dev: DeviceSpec, flops: float, clocks: float) -> list[Level]:
