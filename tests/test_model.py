@@ -242,6 +242,8 @@ def test_calibration_schema_takes_levels_and_keeps_old_records():
     assert calibration_problem(old | {"levels": {"L2": 3e11}, "sustained": 0.8}) is None
     assert "levels" in calibration_problem(old | {"levels": {"L2": -1}})
     assert "sustained" in calibration_problem(old | {"sustained": 2})
+    assert calibration_problem(old | {"fma_accumulators": 10}) is None
+    assert "fma_accumulators" in calibration_problem(old | {"fma_accumulators": 0})
 
 
 def test_naive_wavefronts_and_fills_match_the_counters():
@@ -729,3 +731,20 @@ def test_pocl_micro_tiles_are_ranked_by_accumulators_and_registers():
     assert t[6, 16] < t[6, 8] < t[2, 8] and t[6, 16] < t[8, 16]
     # 8 accumulators (4 clocks x 2 pipes) fill the pipes: 6 reach 6/8 of them, 2 reach 2/8
     assert t[6, 8] / t[6, 16] == pytest.approx(8 / 6) and t[2, 8] / t[6, 16] == pytest.approx(4)
+
+
+def test_a_measured_accumulator_count_sets_the_micro_tiles_share_of_the_pipes():
+    """Where `tiledmm calibrate`'s accumulator probe measured the chains that fill the FMA
+    pipes (10 on the EPYC through PoCL, where the ISA's 4 x 2 says 8), an 8-accumulator tile
+    (8x8) keeps 8/10 of them busy and a 12-accumulator one (6x16) all."""
+    from tiledmm.device.host import host_cpu
+
+    t = {}
+    for full in (0, 10):
+        dev = replace(host_cpu(), simd_bytes=32, fma_accumulators=full)
+        for tm, tn in ((6, 16), (8, 8)):
+            geo = Geometry((48, 64, 1), (tm, tn), (("cpu_vec", 8), ("use_local", 0)))
+            p = make_plan(1024, 1024, 1024, dtype="float32", kernel="register", device=dev,
+                          geometry=geo, backend="opencl")  # fmt: skip
+            t[full, tm] = p.level("compute").seconds
+    assert t[0, 8] == pytest.approx(t[0, 6]) and t[10, 8] / t[10, 6] == pytest.approx(10 / 8)

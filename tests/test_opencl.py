@@ -233,6 +233,10 @@ def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
     cost = rec["host_cost"]["opencl"]
     assert "device time" in cost["kernel_from"] and cost["host_arrays"] >= 0
     assert BE.device().host_cost("opencl") == cost["seconds"]
+    # the accumulator probe: the vector FMA chains that fill a core's pipes, in the host's
+    # record, which PoCL's spec (and the register micro-kernel's model) reads
+    assert rec["fma_accumulators"] in calibrate.ACC_CHAINS
+    assert BE.device().fma_accumulators == rec["fma_accumulators"]
 
 
 @pytest.mark.parametrize("geo", GPU_STYLE[:2], ids=str)

@@ -16,6 +16,9 @@
  *     consecutive vectors (two wavefronts, no bank conflict). Local-memory bandwidth =
  *     groups * THREADS * reps * PROBE_UNROLL * 16 / time.
  *   fma_probe: 8 independent FMA chains per item, REPS steps: FLOPs = items * REPS * 16.
+ *   acc_probe (OpenCL on a CPU: CPU_VEC, PROBE_ACC_CHAINS): that many independent vector FMA chains
+ *     of CPU_VEC lanes per item, as a register micro-tile's accumulators; FLOPs = items * reps
+ *     * PROBE_ACC_CHAINS * CPU_VEC * 2. The chains that fill a core's FMA pipes: latency x pipes.
  */
 #include "gemm_common.h"
 
@@ -88,3 +91,19 @@ KERNEL fma_probe(const int reps, const real x, GLOBAL real *RESTRICT out)
   UNROLL for (int q = 0; q < 8; ++q) s += c[q];
   out[gid] = s;
 }
+
+#if defined(TILEDMM_OPENCL) && defined(CPU_VEC) && defined(PROBE_ACC_CHAINS)
+KERNEL acc_probe(const int reps, const real x, GLOBAL realN *RESTRICT out)
+{
+  const int gid = GROUP_X() * THREADS + LOCAL_ID();
+  realN c[PROBE_ACC_CHAINS];
+  UNROLL for (int q = 0; q < PROBE_ACC_CHAINS; ++q) c[q] = (realN)((real)(gid + q));
+  const realN a = (realN)(x), b = (realN)((real)0.5);
+  for (int r = 0; r < reps; ++r) {
+    UNROLL for (int q = 0; q < PROBE_ACC_CHAINS; ++q) c[q] = fma(c[q], a, b);
+  }
+  realN s = c[0];
+  UNROLL for (int q = 1; q < PROBE_ACC_CHAINS; ++q) s += c[q];
+  out[gid] = s;
+}
+#endif

@@ -54,10 +54,13 @@ def calibration_problem(record: Any) -> str | None:
     Schema: ``{"peak_flops": {dtype: FLOP/s, ...}, "bandwidth": bytes/s, "date": str,
     "method": str, ...}``; every rate positive and finite, at least one dtype; optional
     ``"levels": {level: bytes/s}``, ``"fma_peaks": {dtype: FLOP/s}`` (per-level calibration,
-    same rule) and ``"sustained"`` (0 < x <= 1); optional ``"host_cost": {backend: {"seconds":
-    s, ...}}``, each backend's measured per-call host cost (s >= 0, finite). A record of host
-    costs alone (no ``peak_flops`` and no ``bandwidth``: a first-use calibration that ran out
-    of time before the ceilings) is valid too. Other keys free (older files stay valid).
+    same rule), ``"sustained"`` (0 < x <= 1) and ``"fma_accumulators"`` (a count >= 1: the
+    vector FMA chains that fill a CPU core's pipes,
+    ``tiledmm.tune.calibrate.measure_fma_accumulators``); optional ``"host_cost": {backend:
+    {"seconds": s, ...}}``, each backend's measured per-call host cost (s >= 0, finite). A
+    record of host costs alone (no ``peak_flops`` and no ``bandwidth``: a first-use
+    calibration that ran out of time before the ceilings) is valid too. Other keys free
+    (older files stay valid).
     """
     if not isinstance(record, dict):
         return f"it is a {type(record).__name__}, not an object"
@@ -88,6 +91,9 @@ def calibration_problem(record: Any) -> str | None:
                 return f"{key}[{name!r}] is {value!r}, not a positive finite number"
     if "sustained" in record and not (_rate(record["sustained"]) and record["sustained"] <= 1):
         return f"sustained is {record['sustained']!r}, not a fraction in (0, 1]"
+    acc = record.get("fma_accumulators", 1)
+    if not (isinstance(acc, int) and not isinstance(acc, bool) and acc >= 1):
+        return f"fma_accumulators is {acc!r}, not a count >= 1"
     return _common_problem(record)
 
 

@@ -58,6 +58,9 @@ class DeviceSpec:
     sustained: float = 1.0
     latency: float = 0.0
     loaded: tuple[str, ...] = ()
+    # CPU: independent vector FMA chains that keep a core's FMA pipes full (latency x pipes),
+    # measured by `tiledmm calibrate`'s accumulator probe; 0: the model's ISA default
+    fma_accumulators: int = 0
     # ``host_costs``: (backend, seconds) per backend whose per-call host cost `tiledmm calibrate`
     # measured on this device (launch path, argument packing, enqueue, allocation, dispatcher);
     # a backend not listed costs ``launch_overhead`` (the estimate).
@@ -151,6 +154,7 @@ class DeviceSpec:
             levels=tuple(levels.items()),
             fma_peaks=tuple(sorted(fma.items())),
             sustained=float(cal.get("sustained", self.sustained)),
+            fma_accumulators=int(cal.get("fma_accumulators", self.fma_accumulators)),
             loaded=tuple(sorted(loaded)),
             host_costs=costs,
             ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",

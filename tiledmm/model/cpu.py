@@ -189,13 +189,15 @@ def cpu_levels(
 def _micro_kernel(tm: int, tn: int, vec: int, dev: DeviceSpec) -> tuple[float, str]:
     """The share of the FMA pipes a tm x tn register micro-tile keeps busy (``vec`` lanes per
     vector along N): its ``tm * tn / vec`` vector accumulators are the independent FMAs in
-    flight, FMA_LATENCY x FMA_PIPES of them fill the pipes; past the ISA's vector registers
+    flight, ``dev.fma_accumulators`` of them fill the pipes (measured by `tiledmm calibrate`;
+    else FMA_LATENCY x FMA_PIPES); past the ISA's vector registers
     (accumulators, the B vectors and one broadcast A) the compiler spills accumulators."""
     acc = max(1, tm * tn // max(1, vec))
     regs = acc + max(1, tn // max(1, vec)) + 1
     vregs = 32 if dev.simd_bytes >= 64 else 16  # AVX-512: 32 zmm; AVX2/SSE: 16
-    eff = min(1.0, acc / (FMA_LATENCY * FMA_PIPES))
-    why = f"{acc} accumulators"
+    full = dev.fma_accumulators or FMA_LATENCY * FMA_PIPES  # measured, else the ISA's
+    eff = min(1.0, acc / full)
+    why = f"{acc} accumulators of {full}"
     if regs > vregs:
         eff *= vregs / regs
         why += f", {regs} of {vregs} vector registers"

@@ -34,6 +34,7 @@ __all__ = [
     "measure_bandwidth",
     "measure_cpu_levels",
     "measure_gpu_levels",
+    "measure_fma_accumulators",
     "probe_runs",
     "stream_layout",
     "writable_cache",
@@ -206,6 +207,46 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
         yield "fma_peaks", dtype, lambda f=fma, a=args: f(groups, a), items * FMA_REPS * 16
 
 
+#: Vector FMA chains per item the accumulator probe tries, and the share of the best rate
+#: that counts as the pipes filled (a shared machine's rates scatter by 10-40%: the smallest
+#: count at 0.9 of the best, not the best itself).
+ACC_CHAINS, ACC_FULL = (2, 4, 6, 8, 10, 12, 16), 0.9
+
+
+def measure_fma_accumulators(be: Backend, quick: bool = False,
+                             deadline: float | None = None) -> int | None:  # fmt: skip
+    """The independent vector FMA chains that keep a CPU core's FMA pipes full (FMA latency x
+    pipes, as the backend's compiler schedules them): ``acc_probe`` of ``kernels/probes.cl`` at
+    each of :data:`ACC_CHAINS` through ``be.compile_probe``, the smallest count within
+    :data:`ACC_FULL` of the best rate. The register micro-kernel's model uses it
+    (``tiledmm.model.cpu``). None where the backend has no probe hook or no CPU vectors, or
+    the deadline came first. On the EPYC through PoCL: 8 chains 0.80-0.87 of the best, 10 at it
+    (benches/results/logs/epyc-pocl-fma-accumulators-s23.txt)."""
+    dev = be.device()
+    lanes = max(1, dev.simd_bytes // 4)
+    items = max(1, dev.compute_units) * 16
+    reps = (1 << 20) if quick else (1 << 22)
+    f32 = np.dtype("float32")
+    rates: dict[int, float] = {}
+    for chains in ACC_CHAINS:
+        if _late(deadline):
+            return None
+        defs = {"REAL_BYTES": 4, "THREADS": 1, "CPU_VEC": lanes, "PROBE_ACC_CHAINS": chains}
+        try:
+            run = be.compile_probe("acc_probe", defs)
+        except Exception:  # noqa: BLE001 - a compiler without vectors: no measurement
+            return None
+        if run is None:
+            return None
+        sink = be.asarray(np.zeros(items * lanes, np.float32), f32)
+        steps = max(1, reps // chains)
+        args = (np.int32(steps), np.float32(0.999), sink)
+        times = be.timings(lambda f=run, a=args: f(items, a), repeat=5, warmup=1)
+        rates[chains] = items * steps * chains * lanes * 2 / min(times)
+    best = max(rates.values())
+    return min(c for c, r in rates.items() if r >= ACC_FULL * best)
+
+
 def measure_gpu_levels(be: Backend, quick: bool = False,
                        deadline: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Per-level ceilings of a GPU: each of :func:`probe_runs` timed (median of device-event
@@ -308,6 +349,10 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
         levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}
+        if asked is not backend and hasattr(asked, "compile_probe"):  # OpenCL on this CPU
+            acc = measure_fma_accumulators(asked, quick, deadline)
+            if acc:
+                extra["fma_accumulators"] = acc
     record.update(extra)
     record.update(
         peak_flops=peaks,
