@@ -74,7 +74,9 @@ def cmd_info(args: argparse.Namespace) -> int:
                 print(f"    {name}: {bw / 1e9:.4g} GB/s")
             if dev.fma_peaks:
                 fma = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in dev.fma_peaks)
-                print(f"    FMA pipes: {fma} (sustained clock x{dev.sustained:g})")
+                chains = (f"; {dev.fma_accumulators} vector FMA chains fill a core's pipes"
+                          if dev.fma_accumulators else "")  # fmt: skip
+                print(f"    FMA pipes: {fma} (sustained clock x{dev.sustained:g}{chains})")
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
             for line in describe(tiledmm.get_backend(r.name), dev):  # calibrated? tuned how?
