@@ -110,7 +110,8 @@ class Backend:
         self, kernel: str, defines: dict[str, int], source: str | None = None
     ) -> Callable[[int, tuple], Any] | None:
         """Optional, for ``tiledmm calibrate``: compile the level probe ``kernel``
-        (``stream_probe``, ``shared_probe``, ``fma_probe``) from the backend's own probe source
+        (``stream_probe``, ``shared_probe``, ``fma_probe``; ``acc_probe`` for OpenCL on a
+        CPU) from the backend's own probe source
         (``source``, when given, instead) with ``defines`` and return
         ``launch(groups, args)``, which runs it on ``groups`` 1-D groups of
         ``defines["THREADS"]`` work-items with native arrays and scalars (int32 or the probe's

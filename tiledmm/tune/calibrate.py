@@ -226,7 +226,7 @@ def measure_fma_accumulators(be: Backend, quick: bool = False,
     lanes = max(1, dev.simd_bytes // 4)
     items = max(1, dev.compute_units) * 16
     reps = (1 << 20) if quick else (1 << 22)
-    f32 = np.dtype("float32")
+    sink = be.asarray(np.zeros(items * lanes, np.float32), np.dtype("float32"))
     rates: dict[int, float] = {}
     for chains in ACC_CHAINS:
         if _late(deadline):
@@ -238,7 +238,6 @@ def measure_fma_accumulators(be: Backend, quick: bool = False,
             return None
         if run is None:
             return None
-        sink = be.asarray(np.zeros(items * lanes, np.float32), f32)
         steps = max(1, reps // chains)
         args = (np.int32(steps), np.float32(0.999), sink)
         times = be.timings(lambda f=run, a=args: f(items, a), repeat=5, warmup=1)
@@ -349,7 +348,7 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
         levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}
-        if asked is not backend and hasattr(asked, "compile_probe"):  # OpenCL on this CPU
+        if asked is not backend:  # OpenCL on this CPU (others have no acc_probe: None)
             acc = measure_fma_accumulators(asked, quick, deadline)
             if acc:
                 extra["fma_accumulators"] = acc

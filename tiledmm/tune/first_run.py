@@ -108,11 +108,12 @@ def run(be: Backend, family: str, dtype: str, cls: str, shape, size: int, budget
     current = current_tiles(be, family, dtype, dev, cls)
     b, m, n, k = shape
     peak = dev.peak(dtype) or dev.peak("float32")
-    if peak and 2.0 * b * m * n * k / peak < dev.launch_overhead:
+    at_peak = 2.0 * b * m * n * k / peak if peak else math.inf  # any tiles' kernel, at best
+    if at_peak < dev.launch_overhead:
         return None, False  # launch-bound even at the device's peak: tiles cannot show
     predict = _predictor(be, family, dtype, cls, current)
     host = dev.host_cost(be.name)
-    if peak and 2.0 * b * m * n * k / peak < host and (predict(shape) or 0.0) - b * host < host:
+    if at_peak < host and (predict(shape) or 0.0) - b * host < host:
         # host-bound: the call's measured host cost outweighs the current tiles' kernel (and
         # any tiles' at the peak); a larger call of the class tunes it (PoCL on the EPYC,
         # session 23: 3.84 s of the class's 5 went to 64^3, 12 us of kernel beside 257 us)

@@ -71,23 +71,22 @@ def measure_host_cost(be: Backend, quick: bool = False, dtype: str = "float32",
     calls = CALLS[bool(quick)]
     _local.on, was = True, calibrating()
     try:
-        entry = _entry(be, family, dtype, A, B, calls, deadline)
+        entry, compiled = _entry(be, family, dtype, A, B, calls, deadline)
         own = dispatch.plan_for(be, m, n, k, dtype, "auto").kernel
-        if entry.pop("compiled") is False and not device_timed(be) and own != entry["family"]:
+        if not compiled and not device_timed(be) and own != entry["family"]:
             # the family asked for compiled nothing here (its first call ran as fast as the
             # rest), so the tiny product's own family costs nothing to run too; the lighter
             # one is kept: a family that pads the tiny product to a large block puts that
             # block's work in the wall, where the model's kernel time misses it (NumPy's
             # register family on the 2-core EPYC: 1.16 ms a call, 0.32 ms of it the model's
             # kernel, where its naive family's call takes 19 us)
-            light = _entry(be, "auto", dtype, A, B, calls, deadline)
-            light.pop("compiled")
+            light, _ = _entry(be, "auto", dtype, A, B, calls, deadline)
             if light["seconds"] < entry["seconds"]:
                 entry = dict(light, heavier={entry["family"]: entry["seconds"]})
         if not be.accepts(a):  # host operands in, a host result out: the copies as well
             fam = entry["family"]
-            host = _walls(be, lambda: engine.matmul(a, b, backend=be, kernel=fam), calls,
-                          deadline)  # fmt: skip
+            _, host = _walls(be, lambda: engine.matmul(a, b, backend=be, kernel=fam), calls,
+                             deadline)  # fmt: skip
             entry["host_arrays"] = max(0.0, statistics.median(host) - entry["kernel"])
     finally:
         _local.on = was
@@ -95,13 +94,12 @@ def measure_host_cost(be: Backend, quick: bool = False, dtype: str = "float32",
 
 
 def _entry(be: Backend, family: str, dtype: str, A: Any, B: Any, calls: int,
-           deadline: float | None) -> dict[str, Any]:  # fmt: skip
-    """The host cost of the tiny product on ``family`` (``compiled``: whether its first call
-    took :data:`COMPILED` times the median or more, i.e. it compiled or loaded something)."""
+           deadline: float | None) -> tuple[dict[str, Any], bool]:  # fmt: skip
+    """The host cost entry of the tiny product on ``family``, and whether its first call took
+    :data:`COMPILED` times the median or more (it compiled or loaded something)."""
     m, n, k = SHAPE
     call = lambda: engine.matmul(A, B, backend=be, kernel=family)  # noqa: E731
-    first: list[float] = []
-    wall = _walls(be, call, calls, deadline, first)
+    first, wall = _walls(be, call, calls, deadline)
     plan = dispatch.plan_for(be, m, n, k, dtype, family)
     if device_timed(be):
         repeat = max(MIN_CALLS, min(calls, len(wall)))
@@ -110,7 +108,7 @@ def _entry(be: Backend, family: str, dtype: str, A: Any, B: Any, calls: int,
     else:
         kernel = plan.predicted_seconds - plan.device.host_cost(be.name)
         how = "the model's kernel time (timings are wall time)"
-    return {
+    entry = {
         "seconds": max(0.0, statistics.median(wall) - kernel),
         "wall": statistics.median(wall),
         "kernel": kernel,
@@ -120,20 +118,19 @@ def _entry(be: Backend, family: str, dtype: str, A: Any, B: Any, calls: int,
         "dtype": dtype,
         "family": plan.kernel,
         "date": _dt.date.today().isoformat(),
-        "compiled": first[0] >= COMPILED * statistics.median(wall),
     }
+    return entry, first >= COMPILED * statistics.median(wall)
 
 
-def _walls(be: Backend, call, calls: int, deadline: float | None,
-           first: list[float] | None = None) -> list[float]:  # fmt: skip
-    """Wall seconds of each of up to ``calls`` calls, each waited for, after the warm-up
-    (``first``: gets the first warm-up call's seconds)."""
+def _walls(be: Backend, call, calls: int, deadline: float | None) -> tuple[float, list[float]]:
+    """The first warm-up call's wall seconds, and those of each of up to ``calls`` calls after
+    the warm-up, each waited for."""
+    first = 0.0
     for i in range(WARMUP):
         t0 = time.perf_counter()
         call()
         be.synchronize()
-        if i == 0 and first is not None:
-            first.append(time.perf_counter() - t0)
+        first = first if i else time.perf_counter() - t0
     out: list[float] = []
     while len(out) < calls and (len(out) < MIN_CALLS or deadline is None
                                 or time.monotonic() < deadline):  # fmt: skip
@@ -141,4 +138,4 @@ def _walls(be: Backend, call, calls: int, deadline: float | None,
         call()
         be.synchronize()
         out.append(time.perf_counter() - t0)
-    return out
+    return first, out
