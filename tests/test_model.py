@@ -725,12 +725,37 @@ def test_pocl_micro_tiles_are_ranked_by_accumulators_and_registers():
     t = {}
     for tm, tn in ((6, 16), (6, 8), (2, 8), (8, 16)):
         geo = Geometry((48, 64, 1), (tm, tn), (("cpu_vec", 8), ("kc", 256), ("use_local", 0)))
-        p = make_plan(1024, 1024, 1024, dtype="float32", kernel="register", device=dev,
+        p = make_plan(960, 1024, 1024, dtype="float32", kernel="register", device=dev,
                       geometry=geo, backend="opencl")  # fmt: skip
         t[tm, tn] = p.level("compute").seconds
     assert t[6, 16] < t[6, 8] < t[2, 8] and t[6, 16] < t[8, 16]
     # 8 accumulators (4 clocks x 2 pipes) fill the pipes: 6 reach 6/8 of them, 2 reach 2/8
     assert t[6, 8] / t[6, 16] == pytest.approx(8 / 6) and t[2, 8] / t[6, 16] == pytest.approx(4)
+
+
+def test_pocl_micro_kernel_pays_for_its_micro_tiles_padding_not_the_blocks():
+    """PoCL's register micro-kernel skips work-items past M or N (``register.cl``: dead items
+    stay only for the barriers), so a 48-wide N costs a 64- or a 128-wide block the same
+    compute, and 16 rows cost three 6-row micro-tiles (18 rows), not a 48-row block. Before,
+    the model priced the block's padding: on the EPYC PoCL log the 1024x48x1024 task's
+    24x128 tiles were predicted at half the rate of 24x64, and measured the same (re-timed
+    median, ``benches/results/logs/epyc-tune-opencl-2m-s23-remeasured.jsonl``). Groups go to
+    the cores in waves: one group on a 2-core device keeps half of them busy."""
+    from tiledmm.device.host import host_cpu
+
+    dev = replace(host_cpu(), simd_bytes=32, compute_units=2)
+
+    def compute(m, n, k, bm, bn):
+        geo = Geometry((bm, bn, 1), (6, 16), (("cpu_vec", 8), ("kc", 0), ("use_local", 0)))
+        p = make_plan(m, n, k, dtype="float32", kernel="register", device=dev, geometry=geo,
+                      backend="opencl")  # fmt: skip
+        return p.level("compute").seconds
+
+    assert compute(1024, 48, 1024, 24, 128) == pytest.approx(compute(1024, 48, 1024, 24, 64))
+    assert compute(16, 1024, 1024, 48, 64) == pytest.approx(compute(18, 1024, 1024, 24, 64))
+    assert compute(16, 1024, 1024, 48, 64) < compute(48, 1024, 1024, 48, 64)
+    # one group (one core of two busy) takes as long as two groups of twice the work
+    assert compute(48, 64, 512, 48, 64) == pytest.approx(compute(48, 128, 512, 48, 64))
 
 
 def test_a_measured_accumulator_count_sets_the_micro_tiles_share_of_the_pipes():
@@ -744,7 +769,7 @@ def test_a_measured_accumulator_count_sets_the_micro_tiles_share_of_the_pipes():
         dev = replace(host_cpu(), simd_bytes=32, fma_accumulators=full)
         for tm, tn in ((6, 16), (8, 8)):
             geo = Geometry((48, 64, 1), (tm, tn), (("cpu_vec", 8), ("use_local", 0)))
-            p = make_plan(1024, 1024, 1024, dtype="float32", kernel="register", device=dev,
+            p = make_plan(960, 1024, 1024, dtype="float32", kernel="register", device=dev,
                           geometry=geo, backend="opencl")  # fmt: skip
             t[full, tm] = p.level("compute").seconds
     assert t[0, 8] == pytest.approx(t[0, 6]) and t[10, 8] / t[10, 6] == pytest.approx(10 / 8)

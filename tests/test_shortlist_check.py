@@ -105,3 +105,35 @@ def line_of(out: str, name: str) -> list[str]:
     """The words of ``name``'s line in the criterion's table (after its heading)."""
     table = out.split("issue 37's criterion", 1)[1]
     return next(x.split() for x in table.splitlines() if x.strip().startswith(name))
+
+
+def test_retime_keeps_the_median_of_the_log_and_new_passes(tmp_path):
+    """`python -m tiledmm.tune.retime` times a log's correct candidates again (the NumPy
+    backend here, a small odd product) and records the median of the logged rate and each
+    pass's; failed candidates are left out, and the result reads as a tuner log."""
+    from tiledmm.tune import retime
+
+    shape = [1, 37, 29, 41]
+    log = tmp_path / "tiny-numpy.jsonl"
+    recs = [dict(task="float32|register|1x37x29x41", geometry=Geometry(bt, (1, 1)).key(),
+                 family="register", shape=shape, cls="odd", status="ok", gflops=g)
+            for bt, g in (((16, 16, 16), 1e-9), ((32, 32, 32), 1e9))]  # fmt: skip
+    recs.append(dict(recs[0], geometry=Geometry((8, 8, 8), (1, 1)).key(), status="wrong result"))
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "retimed-numpy.jsonl"
+    assert retime.main([str(log), "--backend", "numpy", "--passes", "2", "--rounds", "1",
+                        "--out", str(out)]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2
+    low, high = rows
+    # three samples each: the logged one and two passes; the median drops the absurd log rate
+    assert len(low["gflops_samples"]) == len(high["gflops_samples"]) == 3
+    assert 1e-9 < low["gflops"] < 1e9 and 1e-9 < high["gflops"] < 1e9
+    assert low["seconds"] * low["gflops"] == pytest.approx(2 * 37 * 29 * 41 / 1e9)
+    assert sc.check_log(out, sc.device_from_record(_host_record()))["tasks"] is not None
+
+
+def _host_record() -> dict:
+    from tiledmm.device.host import host_cpu
+
+    return host_cpu().to_dict()

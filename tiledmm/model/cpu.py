@@ -119,7 +119,9 @@ def cpu_levels(
         # less where its accumulators cannot cover the FMA pipes' latency or spill
         vec = str(opts.get("cpu_vec", lanes))  # "simd": the device's lanes
         eff, why = _micro_kernel(tm, tn, int(vec) if vec.isdigit() else lanes, dev)
-        t = flops / (peak * POCL_REGISTER_EFFICIENCY * eff)
+        live, balance = _pocl_live_work(g, cores)
+        why += f"; {balance:.2g} of the cores busy" if balance < 1 else ""
+        t = live / (peak * POCL_REGISTER_EFFICIENCY * eff * balance)
         out.append(Level("compute", flops, flops / t, t,
                          f"PoCL micro-kernel at {POCL_REGISTER_EFFICIENCY * eff:.2g} of the FMA "
                          f"peak ({why})", "FLOP"))  # fmt: skip
@@ -184,6 +186,18 @@ def cpu_levels(
         out = [replace(lv, seconds=lv.seconds + pack, serial=pack,
                        note=f"{lv.note}; {note}" if lv.note else note) for lv in out]  # fmt: skip
     return out
+
+
+def _pocl_live_work(g: dict, cores: int) -> tuple[float, float]:
+    """(FLOPs, busy share of the cores) of PoCL's register micro-kernel (``USE_LOCAL`` 0):
+    work-items past M or N skip the K loop (``register.cl``), so the block tile's padding
+    costs nothing and the micro-tile's does; K is never padded (the K blocks end at K). The
+    groups go to the cores in waves; the last wave's idle cores are the busy share's loss."""
+    m, n, k, tm, tn = g["m"], g["n"], g["k"], g["tm"], g["tn"]
+    live = 2.0 * math.ceil(m / tm) * tm * math.ceil(n / tn) * tn * k
+    groups = g["gx"] * g["gy"]
+    waves = math.ceil(groups / cores) if groups else 1
+    return live, groups / (waves * cores) if groups else 1.0
 
 
 def _micro_kernel(tm: int, tn: int, vec: int, dev: DeviceSpec) -> tuple[float, str]:
