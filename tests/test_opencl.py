@@ -237,6 +237,28 @@ def test_calibrate_measures_through_the_yardstick(tmp_path, monkeypatch):
     # record, which PoCL's spec (and the register micro-kernel's model) reads
     assert rec["fma_accumulators"] in calibrate.ACC_CHAINS
     assert BE.device().fma_accumulators == rec["fma_accumulators"]
+    # the FMA peaks are the pipes' (the probe's best rate where the vendor GEMM is slower)
+    for dt, peak in rec["peak_flops"].items():
+        assert rec["fma_peaks"][dt] >= peak
+
+
+def test_the_accumulator_probe_raises_fma_peaks_above_a_slow_vendor_gemm(tmp_path, monkeypatch):
+    """Calibrated with one BLAS thread (the first-contact study) the vendor GEMM ran at one
+    core's rate, and the PoCL model priced every core at it. The probe's rate, the FMA pipes
+    of every core, now sets ``fma_peaks`` where it is higher (float64 at half); the vendor
+    rate stays ``peak_flops``."""
+    from tiledmm.tune import calibrate
+
+    if BE.device().is_gpu:
+        pytest.skip("CPU devices")
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(calibrate._SIZES, ("cpu", True), (64,))
+    monkeypatch.setitem(calibrate._COPY_BYTES, ("cpu", True), 1 << 20)
+    monkeypatch.setattr(calibrate, "measure_fma_accumulators", lambda *a, **k: (10, 4e15))
+    [(_, rec, _)] = list(calibrate.calibrate("opencl", quick=True))
+    assert rec["fma_peaks"] == {"float32": 4e15, "float64": 2e15}
+    assert rec["peak_flops"]["float32"] < 4e15
+    assert BE.device().fma_peak("float32") == 4e15
 
 
 @pytest.mark.parametrize("geo", GPU_STYLE[:2], ids=str)

@@ -213,12 +213,14 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
 ACC_CHAINS, ACC_FULL = (2, 4, 6, 8, 10, 12, 16), 0.9
 
 
-def measure_fma_accumulators(be: Backend, quick: bool = False,
-                             deadline: float | None = None) -> int | None:  # fmt: skip
+def measure_fma_accumulators(
+    be: Backend, quick: bool = False, deadline: float | None = None
+) -> tuple[int, float] | None:
     """The independent vector FMA chains that keep a CPU core's FMA pipes full (FMA latency x
     pipes, as the backend's compiler schedules them): ``acc_probe`` of ``kernels/probes.cl`` at
     each of :data:`ACC_CHAINS` through ``be.compile_probe``, the smallest count within
-    :data:`ACC_FULL` of the best rate. The register micro-kernel's model uses it
+    :data:`ACC_FULL` of the best rate, and that best rate (float32 FLOP/s on every core: the
+    FMA pipes' peak as this compiler reaches it). The register micro-kernel's model uses both
     (``tiledmm.model.cpu``). None where the backend has no probe hook or no CPU vectors, or
     the deadline came first. On the EPYC through PoCL: 8 chains 0.80-0.87 of the best, 10 at it
     (benches/results/logs/epyc-pocl-fma-accumulators-s23.txt)."""
@@ -243,7 +245,7 @@ def measure_fma_accumulators(be: Backend, quick: bool = False,
         times = be.timings(lambda f=run, a=args: f(items, a), repeat=5, warmup=1)
         rates[chains] = items * steps * chains * lanes * 2 / min(times)
     best = max(rates.values())
-    return min(c for c, r in rates.items() if r >= ACC_FULL * best)
+    return min(c for c, r in rates.items() if r >= ACC_FULL * best), best
 
 
 def measure_gpu_levels(be: Backend, quick: bool = False,
@@ -351,7 +353,13 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
         if asked is not backend:  # OpenCL on this CPU (others have no acc_probe: None)
             acc = measure_fma_accumulators(asked, quick, deadline)
             if acc:
-                extra["fma_accumulators"] = acc
+                extra["fma_accumulators"], rate = acc
+                # the pipes' own rate where the vendor GEMM's is lower (one BLAS thread, a
+                # reference BLAS): fma_peaks are the FMA pipes' peak, not the library's
+                fma = extra["fma_peaks"]
+                for dt, lanes_per in (("float32", 1), ("float64", 2)):
+                    if dt in fma:
+                        fma[dt] = max(fma[dt], rate / lanes_per)
     record.update(extra)
     record.update(
         peak_flops=peaks,
