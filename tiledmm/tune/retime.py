@@ -23,21 +23,10 @@ from pathlib import Path
 from ..core.registry import get_backend
 from ..planner.geometry import Geometry
 from .search import Tuner
+from .shortlist_check import read_tasks
 from .task import Task
 
 __all__ = ["retime", "main"]
-
-
-def _tasks(path: Path) -> dict[str, dict[str, dict]]:
-    tasks: dict[str, dict[str, dict]] = {}
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if r.get("status") == "ok" and r.get("gflops"):
-            tasks.setdefault(r["task"], {})[r["geometry"]] = r
-    return tasks
 
 
 def retime(log: Path, backend: str, passes: int = 2, rounds: int = 5) -> list[dict]:
@@ -45,7 +34,7 @@ def retime(log: Path, backend: str, passes: int = 2, rounds: int = 5) -> list[di
     ``passes`` new measurements of ``rounds`` interleaved rounds."""
     be = get_backend(backend)
     out = []
-    for key, recs in _tasks(log).items():
+    for key, recs in read_tasks(log).items():
         first = next(iter(recs.values()))
         dtype = key.split("|")[0]
         tuner = Tuner(be, dtype, budget=1e9, log=Path("/dev/null"), resume=False)

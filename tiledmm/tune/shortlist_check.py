@@ -43,8 +43,8 @@ from ..planner.make import make_plan
 from ..planner.plans import PlanError
 from . import first_use
 
-__all__ = ["rank_task", "check_log", "spearman", "device_from_record", "criterion", "main", "KS",
-           "WITHIN", "TARGET"]  # fmt: skip
+__all__ = ["rank_task", "check_log", "read_tasks", "spearman", "device_from_record", "criterion",
+           "main", "KS", "WITHIN", "TARGET"]  # fmt: skip
 
 KS = tuple(range(1, 9))
 #: a candidate "within 5%" of the best: at least this fraction of its measured rate
@@ -162,14 +162,9 @@ def rank_task(records: list[dict], device: DeviceSpec, backend: str, dtype: str,
                 within_by_tile=within_t)  # fmt: skip
 
 
-def check_log(path: Path, device: DeviceSpec | None = None, backend: str | None = None,
-              ks: tuple[int, ...] = KS) -> dict:  # fmt: skip
-    """:func:`rank_task` for every task of one tuner log."""
-    backend = backend or next((b for b in BACKENDS if b in path.name), "cupy")
-    device = device or (reference_h200() if "h200" in path.name else None)
-    if device is None:
-        raise ValueError(f"{path}: which device? give --device (a results file of its machine)")
-    tasks: dict[str, list[dict]] = {}
+def read_tasks(path: Path) -> dict[str, dict[str, dict]]:
+    """A tuner log's correct, timed records: task -> geometry key -> record (the last)."""
+    tasks: dict[str, dict[str, dict]] = {}
     for line in path.read_text().splitlines():
         try:
             r = json.loads(line)
@@ -177,8 +172,18 @@ def check_log(path: Path, device: DeviceSpec | None = None, backend: str | None 
             continue
         if r.get("status") == "ok" and r.get("gflops"):
             tasks.setdefault(r["task"], {})[r["geometry"]] = r
+    return tasks
+
+
+def check_log(path: Path, device: DeviceSpec | None = None, backend: str | None = None,
+              ks: tuple[int, ...] = KS) -> dict:  # fmt: skip
+    """:func:`rank_task` for every task of one tuner log."""
+    backend = backend or next((b for b in BACKENDS if b in path.name), "cupy")
+    device = device or (reference_h200() if "h200" in path.name else None)
+    if device is None:
+        raise ValueError(f"{path}: which device? give --device (a results file of its machine)")
     out = {}
-    for task, recs in tasks.items():
+    for task, recs in read_tasks(path).items():
         res = rank_task(list(recs.values()), device, backend, task.split("|")[0], ks)
         if res is not None:
             out[task] = res
