@@ -126,6 +126,26 @@ def test_save_rejects_an_invalid_record_and_repairs_the_file(cache: Path) -> Non
     assert json.loads(cache.read_text()) == {"Third CPU": GOOD, HOST: GOOD}
 
 
+def test_per_backend_probes_survive_another_backends_calibration(cache: Path) -> None:
+    """Several backends share the host's record: numba-cpu's register loop costs and PoCL's
+    accumulator count stay when the other backend calibrates afterwards (each record holds only
+    its own probe), and both reach the host's spec; a loop cost that is not two positive
+    seconds is refused with the reason."""
+    loop = {"step": 3.7e-8, "column": 9.5e-10}
+    save_calibration(HOST, _record(loop_costs={"numba-cpu": loop}))
+    save_calibration(HOST, _record(fma_accumulators=10))
+    saved = json.loads(cache.read_text())[HOST]
+    assert saved["loop_costs"] == {"numba-cpu": loop} and saved["fma_accumulators"] == 10
+    save_calibration(HOST, _record(loop_costs={"numba-cpu": {"step": 4e-8, "column": 1e-9}}))
+    saved = json.loads(cache.read_text())[HOST]
+    assert saved["loop_costs"]["numba-cpu"]["step"] == 4e-8 and saved["fma_accumulators"] == 10
+    dev = tiledmm.host_cpu()
+    assert dev.loop_cost("numba-cpu") == (4e-8, 1e-9) and dev.fma_accumulators == 10
+    assert dev.loop_cost("opencl") is None
+    with pytest.raises(ValueError, match="loop_costs\\['numba-cpu'\\]"):
+        save_calibration(HOST, _record(loop_costs={"numba-cpu": {"step": -1.0, "column": 1e-9}}))
+
+
 @pytest.mark.parametrize("text", ["[]", "null", json.dumps({HOST: {"peak_flops": 1}})])
 def test_calibrate_repairs_a_corrupt_cache(
     cache: Path, text: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

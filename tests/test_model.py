@@ -773,3 +773,33 @@ def test_a_measured_accumulator_count_sets_the_micro_tiles_share_of_the_pipes():
                           geometry=geo, backend="opencl")  # fmt: skip
             t[full, tm] = p.level("compute").seconds
     assert t[0, 8] == pytest.approx(t[0, 6]) and t[10, 8] / t[10, 6] == pytest.approx(10 / 8)
+
+
+def test_numba_register_loop_at_its_measured_costs():
+    """Where `tiledmm calibrate`'s loop probe timed numba-cpu's register loop (seconds per K
+    step of a 4 x TN micro-tile and per column: 37 ns and 0.95 ns on the EPYC), the model
+    prices the loop with them: a 4x512 micro-tile ahead of 4x64 ahead of 4x32 (measured
+    61.5, 41 and 32 GFLOP/s at 1024^3 in session 24's EPYC tune), where the unfused rate
+    priced them alike; the formula over the padded blocks, in waves over the cores."""
+    from tiledmm.device.host import host_cpu
+
+    base = replace(host_cpu(), compute_units=2)
+    dev = replace(base, loop_costs=(("numba-cpu", (37e-9, 0.95e-9)),))
+
+    def compute(d, m, n, k, bm, bn, bk, tn):
+        geo = Geometry((bm, bn, bk), (4, tn))
+        p = make_plan(m, n, k, dtype="float32", kernel="register", device=d, geometry=geo,
+                      backend="numba-cpu")  # fmt: skip
+        lv = p.level("compute")
+        return lv.seconds - lv.serial  # the loop (tile packing is its own serial phase)
+
+    t = {tn: compute(dev, 1024, 1024, 1024, 256, 512, 128, tn) for tn in (32, 64, 512)}
+    assert t[512] < t[64] < t[32]
+    # 2 x 4 blocks in 4 waves of 2; per block 64 rows x 512/tn slices x 8 K tiles x 32 steps
+    assert t[512] == pytest.approx(4 * 64 * 1 * 8 * 32 * (37e-9 + 512 * 0.95e-9))
+    # an odd K rounds each K tile up to whole 4-step groups, M and N to whole blocks
+    assert compute(dev, 1000, 1000, 1001, 256, 512, 130, 512) == pytest.approx(
+        4 * 64 * 1 * 8 * 33 * (37e-9 + 512 * 0.95e-9))
+    # without the probe: the unfused multiply-add rate, the same for every micro-tile width
+    assert compute(base, 1024, 1024, 1024, 256, 512, 128, 32) == pytest.approx(
+        compute(base, 1024, 1024, 1024, 256, 512, 128, 512))

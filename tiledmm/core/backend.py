@@ -111,7 +111,9 @@ class Backend:
     ) -> Callable[[int, tuple], Any] | None:
         """Optional, for ``tiledmm calibrate``: compile the level probe ``kernel``
         (``stream_probe``, ``shared_probe``, ``fma_probe``; ``acc_probe`` for OpenCL on a
-        CPU) from the backend's own probe source
+        CPU; ``register_block``, a compiled CPU register kernel on one block with ``defines``'
+        BM/BN/BK/TN and args ``(A, B, C)``: ``tiledmm.tune.loop_probe``) from the backend's own
+        probe source
         (``source``, when given, instead) with ``defines`` and return
         ``launch(groups, args)``, which runs it on ``groups`` 1-D groups of
         ``defines["THREADS"]`` work-items with native arrays and scalars (int32 or the probe's

@@ -57,13 +57,18 @@ def calibration_problem(record: Any) -> str | None:
     same rule), ``"sustained"`` (0 < x <= 1) and ``"fma_accumulators"`` (a count >= 1: the
     vector FMA chains that fill a CPU core's pipes,
     ``tiledmm.tune.calibrate.measure_fma_accumulators``); optional ``"host_cost": {backend:
-    {"seconds": s, ...}}``, each backend's measured per-call host cost (s >= 0, finite). A
+    {"seconds": s, ...}}``, each backend's measured per-call host cost (s >= 0, finite), and
+    ``"loop_costs": {backend: {"step": s, "column": s}}``, its register loop's seconds per
+    K step and per column on one core (positive; ``measure_loop_costs``). A
     record of host costs alone (no ``peak_flops`` and no ``bandwidth``: a first-use
     calibration that ran out of time before the ceilings) is valid too. Other keys free
     (older files stay valid).
     """
     if not isinstance(record, dict):
         return f"it is a {type(record).__name__}, not an object"
+    why = _loop_cost_problem(record.get("loop_costs", {}))
+    if why:
+        return why
     if "host_cost" in record:
         why = _host_cost_problem(record["host_cost"])
         if why:
@@ -101,6 +106,16 @@ def _common_problem(record: dict) -> str | None:
     for key in ("date", "method"):
         if key in record and not isinstance(record[key], str):
             return f"{key} is {record[key]!r}, not a string"
+    return None
+
+
+def _loop_cost_problem(table: Any) -> str | None:
+    """Why ``table`` is not a ``{backend: {"step": s, "column": s}}`` (None if it is)."""
+    if not isinstance(table, dict):
+        return f"loop_costs is {table!r}, not an object of {{backend: {{'step', 'column'}}}}"
+    for name, entry in table.items():
+        if not (isinstance(entry, dict) and all(_rate(entry.get(k)) for k in ("step", "column"))):
+            return f"loop_costs[{name!r}] is {entry!r}, not positive 'step' and 'column' seconds"
     return None
 
 
@@ -171,7 +186,8 @@ def save_calibration(device_name: str, record: dict) -> Path:
     """Store ``record`` for ``device_name``, keeping the file's other valid records; a corrupt
     file (or record) is overwritten. The stored record's host costs of other backends stay
     (``host_cost`` is per backend, and several backends share a device); a record of host
-    costs alone keeps the stored record's ceilings, date and method. Raises ValueError for an
+    costs alone keeps the stored record's ceilings, date and method. Likewise ``loop_costs``,
+    and a stored ``fma_accumulators`` where ``record`` has none. Raises ValueError for an
     invalid ``record``."""
     why = calibration_problem(record)
     if why:
@@ -180,8 +196,14 @@ def save_calibration(device_name: str, record: dict) -> Path:
     with locked(path):  # another process's records, saved meanwhile, stay (atomicfile)
         data, _ = read_calibration(path)
         old = data.get(device_name, {})
-        costs = old.get("host_cost", {}) | record.get("host_cost", {})
         new = old if has_ceilings(old) and not has_ceilings(record) else record
-        data[device_name] = new | ({"host_cost": costs} if costs else {})
+        # per-backend measurements of other backends stay, and the accumulator probe's count
+        # (OpenCL's) where a later backend's record has none
+        for key in ("host_cost", "loop_costs"):
+            table = old.get(key, {}) | record.get(key, {})
+            new = new | ({key: table} if table else {})
+        if "fma_accumulators" in old and "fma_accumulators" not in new:
+            new = new | {"fma_accumulators": old["fma_accumulators"]}
+        data[device_name] = new
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
     return path

@@ -65,6 +65,10 @@ class DeviceSpec:
     # measured on this device (launch path, argument packing, enqueue, allocation, dispatcher);
     # a backend not listed costs ``launch_overhead`` (the estimate).
     host_costs: tuple[tuple[str, float], ...] = ()
+    # ``loop_costs``: (backend, (step, column)) where `tiledmm calibrate` timed the backend's
+    # register loop on one core (``register_block`` probe): seconds per K step of a micro-tile
+    # beyond its columns, and per column of it (numba-cpu: its 4 x TN micro-tile's loop)
+    loop_costs: tuple[tuple[str, tuple[float, float]], ...] = ()
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (falls back to half the float32 figure for float64)."""
@@ -112,6 +116,11 @@ class DeviceSpec:
         ``launch_overhead`` (an estimate). What a plan adds to the kernel's time."""
         return dict(self.host_costs).get(backend, self.launch_overhead)
 
+    def loop_cost(self, backend: str) -> tuple[float, float] | None:
+        """(seconds per K step, seconds per column) of ``backend``'s register micro-tile loop
+        on one core, where `tiledmm calibrate` measured it (``loop_costs``); else None."""
+        return dict(self.loop_costs).get(backend)
+
     def host_cost_source(self, backend: str = "") -> str:
         """Where :meth:`host_cost` comes from, in words."""
         if backend in dict(self.host_costs):
@@ -128,7 +137,8 @@ class DeviceSpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks", "host_costs"):
+        for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks", "host_costs",
+                    "loop_costs"):  # fmt: skip
             d[key] = dict(d[key])
         d["loaded"] = list(d["loaded"])
         return d
@@ -141,8 +151,11 @@ class DeviceSpec:
             return self
         costs = {k: float(v["seconds"]) for k, v in cal.get("host_cost", {}).items()}
         costs = tuple(sorted((dict(self.host_costs) | costs).items()))
+        loops = {k: (float(v["step"]), float(v["column"]))
+                 for k, v in cal.get("loop_costs", {}).items()}  # fmt: skip
+        loops = tuple(sorted((dict(self.loop_costs) | loops).items()))
         if not has_ceilings(cal):
-            return replace(self, host_costs=costs)
+            return replace(self, host_costs=costs, loop_costs=loops)
         levels = dict(self.levels) | {k: float(v) for k, v in cal.get("levels", {}).items()}
         fma = dict(self.fma_peaks) | {k: float(v) for k, v in cal.get("fma_peaks", {}).items()}
         loaded = set(self.loaded) | set(cal.get("levels", {}))
@@ -157,5 +170,6 @@ class DeviceSpec:
             fma_accumulators=int(cal.get("fma_accumulators", self.fma_accumulators)),
             loaded=tuple(sorted(loaded)),
             host_costs=costs,
+            loop_costs=loops,
             ceilings_source=f"measured {cal.get('date', '')} ({cal.get('method', 'calibrate')})",
         )

@@ -131,7 +131,10 @@ def cpu_levels(
         # phase the loops do not overlap, added to every level below
         packed = g["gx"] * g["gy"] * math.ceil(g["kp"] / bk) * (bm + bn) * bk
         pack = packed * NUMBA_PACK_CLOCKS / clock / cores
-    if engine == "numba-cpu" and kernel == "register" and clock:
+    loop = dev.loop_cost("numba-cpu") if engine == "numba-cpu" else None
+    if engine == "numba-cpu" and kernel == "register" and loop:
+        out.append(_numba_register_loop(g, loop, cores, flops))
+    elif engine == "numba-cpu" and kernel == "register" and clock:
         # fastmath off: multiply and add stay two instructions (half the FMA peak)
         t = 2 * flops / peak
         out.append(Level("compute", flops, flops / t, t, "unfused mul+add", "FLOP"))
@@ -216,6 +219,21 @@ def _micro_kernel(tm: int, tn: int, vec: int, dev: DeviceSpec) -> tuple[float, s
         eff *= vregs / regs
         why += f", {regs} of {vregs} vector registers"
     return eff, why
+
+
+def _numba_register_loop(g: dict, loop: tuple[float, float], cores: int, flops: float) -> Level:
+    """Numba's register loop at its measured costs (``dev.loop_costs``, `tiledmm calibrate`'s
+    ``register_block`` probe): per K step of a 4 x TN micro-tile a fixed cost and one per
+    column, over the padded blocks (the loops run whole tiles) and BK rounded up to 4 steps;
+    the blocks go to the cores in waves."""
+    step, column = loop
+    bm, bn, bk, tn = g["bm"], g["bn"], g["bk"], g["tn"]
+    blocks = g["gx"] * g["gy"]
+    per_block = (bm // 4) * (bn // tn) * math.ceil(g["k"] / bk) * -(-bk // 4) * (step + tn * column)
+    t = math.ceil(blocks / cores) * per_block if blocks else 0.0
+    return Level("compute", flops, flops / t if t else 0.0, t,
+                 f"4x{tn} loop: {step * 1e9:.3g} ns per K step + {column * 1e9:.3g} ns per "
+                 f"column (measured, one core)", "FLOP")  # fmt: skip
 
 
 def _numba_rank1(g: dict, s: int, dev: DeviceSpec, flops: float, clocks: float) -> list[Level]:

@@ -77,6 +77,10 @@ def cmd_info(args: argparse.Namespace) -> int:
                 chains = (f"; {dev.fma_accumulators} vector FMA chains fill a core's pipes"
                           if dev.fma_accumulators else "")  # fmt: skip
                 print(f"    FMA pipes: {fma} (sustained clock x{dev.sustained:g}{chains})")
+            loop = dev.loop_cost(r.name)
+            if loop:
+                print(f"    register loop (one core, measured): {loop[0] * 1e9:.3g} ns per K step "
+                      f"+ {loop[1] * 1e9:.3g} ns per micro-tile column")  # fmt: skip
             for key, value in dev.extra:
                 print(f"    {key}: {value}")
             for line in describe(tiledmm.get_backend(r.name), dev):  # calibrated? tuned how?

@@ -26,6 +26,7 @@ import numpy as np
 from ..core.backend import Backend
 from ..device.calibration import calibration_path, save_calibration
 from .host_cost import measure_host_cost
+from .loop_probe import measure_loop_costs
 
 __all__ = [
     "calibrate",
@@ -350,16 +351,20 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
         levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}
-        if asked is not backend:  # OpenCL on this CPU (others have no acc_probe: None)
-            acc = measure_fma_accumulators(asked, quick, deadline)
-            if acc:
-                extra["fma_accumulators"], rate = acc
-                # the pipes' own rate where the vendor GEMM's is lower (one BLAS thread, a
-                # reference BLAS): fma_peaks are the FMA pipes' peak, not the library's
-                fma = extra["fma_peaks"]
-                for dt, lanes_per in (("float32", 1), ("float64", 2)):
-                    if dt in fma:
-                        fma[dt] = max(fma[dt], rate / lanes_per)
+        # the asked backend's own CPU probe (OpenCL: acc_probe; numba-cpu: register_block;
+        # a backend without one answers None at once)
+        loop = measure_loop_costs(asked, quick, deadline)
+        if loop:
+            extra["loop_costs"] = {asked.name: loop}
+        acc = measure_fma_accumulators(asked, quick, deadline)
+        if acc:
+            extra["fma_accumulators"], rate = acc
+            # the pipes' own rate where the vendor GEMM's is lower (one BLAS thread, a
+            # reference BLAS): fma_peaks are the FMA pipes' peak, not the library's
+            fma = extra["fma_peaks"]
+            for dt, lanes_per in (("float32", 1), ("float64", 2)):
+                if dt in fma:
+                    fma[dt] = max(fma[dt], rate / lanes_per)
     record.update(extra)
     record.update(
         peak_flops=peaks,

@@ -65,6 +65,8 @@ def device_from_record(d: dict) -> DeviceSpec:
     for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks"):
         if isinstance(d.get(key), dict):
             d[key] = tuple(d[key].items())
+    if isinstance(d.get("loop_costs"), dict):
+        d["loop_costs"] = tuple((k, tuple(v)) for k, v in d["loop_costs"].items())
     if "loaded" in d:
         d["loaded"] = tuple(d["loaded"])
     return DeviceSpec(**d)

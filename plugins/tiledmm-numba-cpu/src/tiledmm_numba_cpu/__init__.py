@@ -105,6 +105,23 @@ class NumbaCpuBackend(Backend):
         with runtime.launch_lock():
             fn(a, b, out, bm, bn, bk, plan.thread_tile[1])
 
+    def compile_probe(self, kernel: str, defines: dict[str, int], source: str | None = None):
+        """``register_block`` (`tiledmm calibrate`'s loop probe, ``tiledmm.tune.loop_probe``):
+        the register kernel on ``(A, B, C)`` with ``defines``' BM, BN, BK and TN, one block per
+        BM x BN of C (one block: one core). No other probe on this backend."""
+        if kernel != "register_block" or source is not None:
+            return None
+        dtype = np.dtype("float64" if defines.get("REAL_BYTES") == 8 else "float32")
+        fn = runtime.kernels().kernel("register", dtype)
+        bm, bn, bk, tn = (int(defines[k]) for k in ("BM", "BN", "BK", "TN"))
+
+        def launch(groups: int, args: tuple) -> None:
+            a, b, c = args
+            with runtime.launch_lock():
+                fn(a, b, c, bm, bn, bk, tn)
+
+        return launch
+
 
 def _pow2_at_most(limit: int, lo: int, hi: int) -> int:
     t = lo
