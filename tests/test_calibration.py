@@ -306,3 +306,27 @@ def test_bandwidth_copy_uses_each_array_kinds_device_copy():
     other = types.SimpleNamespace(copy=lambda: calls.append(("copy",)))
     _copy_fn(other, object())()
     assert calls[-1] == ("copy",)
+
+
+def test_loop_probe_separates_a_k_steps_cost_from_its_columns(cache: Path) -> None:
+    """numba-cpu's ``register_block`` probe timed at a narrow and a wide micro-tile gives both
+    costs positive; a backend without the probe (numpy) gives None at once."""
+    pytest.importorskip("tiledmm_numba_cpu")
+    from tiledmm.tune.loop_probe import measure_loop_costs
+
+    cost = measure_loop_costs(tiledmm.get_backend("numba-cpu"), quick=True)
+    assert cost is not None and cost["step"] > 0 and cost["column"] > 0
+    assert measure_loop_costs(tiledmm.get_backend("numpy"), quick=True) is None
+
+
+def test_calibrating_numba_cpu_records_its_loop_costs(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("tiledmm_numba_cpu")
+    monkeypatch.setitem(calibrate._SIZES, ("cpu", True), (48,))
+    monkeypatch.setitem(calibrate._COPY_BYTES, ("cpu", True), 1 << 18)
+    [(name, rec, _)] = list(calibrate.calibrate("numba-cpu", quick=True))
+    assert set(rec["loop_costs"]) == {"numba-cpu"}
+    assert tiledmm.host_cpu().loop_cost("numba-cpu") == tuple(
+        rec["loop_costs"]["numba-cpu"][k] for k in ("step", "column")
+    )

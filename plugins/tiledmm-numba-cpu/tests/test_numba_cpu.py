@@ -161,13 +161,9 @@ def test_split_bench_times_packing_and_loop(tmp_path):
         assert r["pack_clocks_per_element"] > 0
 
 
-def test_register_block_probe_runs_the_register_kernel_and_times_its_loop():
+def test_register_block_probe_runs_the_register_kernel():
     """`tiledmm calibrate`'s loop probe: ``compile_probe("register_block")`` runs the register
-    kernel on one block (a right product, NaN-poisoned output), no other probe name exists,
-    and ``measure_loop_costs`` separates a K step's fixed cost from its per-column one
-    (both positive; the wide micro-tile's step costs more than the narrow one's)."""
-    from tiledmm.tune.loop_probe import measure_loop_costs
-
+    kernel on one block (a right product, NaN-poisoned output); no other probe name exists."""
     be = tiledmm.get_backend("numba-cpu")
     assert be.compile_probe("acc_probe", {"THREADS": 1}) is None
     run = be.compile_probe("register_block", {"BM": 8, "BN": 32, "BK": 12, "TN": 8})
@@ -177,5 +173,3 @@ def test_register_block_probe_runs_the_register_kernel_and_times_its_loop():
     c = np.full((8, 32), np.nan, np.float32)
     run(1, (a, b, c))
     np.testing.assert_allclose(c, _reference(a, b), rtol=2e-5, atol=2e-5)
-    cost = measure_loop_costs(be, quick=True)
-    assert cost is not None and cost["step"] > 0 and cost["column"] > 0
