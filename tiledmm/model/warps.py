@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache, wraps
 
 __all__ = [
     "Counts",
@@ -49,6 +50,30 @@ REGISTER_SCALAR_INSTR = 16
 #: K steps whose loads a gemm-c naive warp keeps in flight, by element size (nvcc 13.0 sm_90
 #: SASS of naive.cl at 32 registers; docs/model.md "Where the model is still wrong").
 NAIVE_IN_FLIGHT = {4: 5.0, 8: 2.0}
+
+
+#: the plan fields a block's warp simulations read (never the product's M, N, K)
+TILE_FIELDS = ("bm", "bn", "bk", "tm", "tn", "threads", "warps")
+
+
+def per_tile(fn):
+    """Memoize a simulation of one block's warps on the tile alone: a tuner ranks a few
+    thousand candidates on each of its shapes (6-12 ms a plan at 128x128/8x8 without it, most
+    of it these bank and sector walks; an H100 `tiledmm tune --budget 80s` spent its budget
+    ranking), and every shape repeats the same tiles."""
+    cached = lru_cache(maxsize=8192)(
+        lambda tile, s, engine, opts, *rest: fn(dict(tile), s, engine, dict(opts), *rest)
+    )
+
+    @wraps(fn)
+    def wrapper(g: dict, s: int, engine: str, opts: dict, *rest):
+        tile = tuple((f, g[f]) for f in TILE_FIELDS if f in g)
+        try:
+            return cached(tile, s, engine, tuple(sorted(opts.items())), *rest)
+        except TypeError:  # an unhashable option value: simulate without the cache
+            return fn(g, s, engine, opts, *rest)
+
+    return wrapper
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -128,6 +153,7 @@ def naive_counts(g: dict, s: int, engine: str) -> Counts:
     )
 
 
+@per_tile
 def _tiled_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, int]:
     """(FMAs per k group, LDS instructions, wavefronts) for one warp of the tiled family."""
     bn, bk = g["bn"], g["bk"]
@@ -141,6 +167,7 @@ def _tiled_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, in
     return vec, n, wf
 
 
+@per_tile
 def _register_loads(g: dict, s: int, engine: str, opts: dict) -> tuple[int, int, int]:
     """(FMAs per k step, LDS instructions, wavefronts) for one warp of the register family."""
     tm, tn, bm, bn = g["tm"], g["tn"], g["bm"], g["bn"]
@@ -236,6 +263,7 @@ def _scalar_fetch_wavefronts(g: dict, s: int) -> float:
     return reads + writes
 
 
+@per_tile
 def _store_wavefronts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> int:
     """Shared-store wavefronts of one block's staging per K step, from a bank simulation of
     every warp's store addresses (tiled.cl: A rows padded by a word when read as scalars, B
@@ -270,6 +298,7 @@ def _store_wavefronts(g: dict, s: int, engine: str, opts: dict, kernel: str) -> 
     return total
 
 
+@per_tile
 def c_store_sectors(g: dict, s: int, engine: str, opts: dict, kernel: str) -> int:
     """32-byte sectors one block's C stores move through L1 to the L2, from the warps' store
     addresses: a store instruction moves every sector its warp touches, whole, however few of
