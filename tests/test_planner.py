@@ -282,3 +282,22 @@ def test_batch_plan_counts_the_whole_launch():
     assert one.predicted_seconds < whole.predicted_seconds < 32 * one.predicted_seconds
     odd = make_plan(257, 300, 64, dtype="float32", kernel="register", device=REF, geometry=geo)
     assert batch_plan(odd, 4).padded_shape[0] == 4 * odd.padded_shape[0]  # each padded alone
+
+
+def test_register_shared_rows_count_their_padding():
+    """register.cl's shared rows are BM + PAD and BN + PAD long: a 64x128x32 double-buffered
+    float32 tile fits 48 KiB exactly without padding and is refused with pad 4 (50 KiB; ptxas
+    refused eight such candidates in an H100 tune, session 24), the message naming pad=0."""
+    from tiledmm.device.nvidia import reference_h200
+    from tiledmm.planner.make import make_plan
+
+    dev = reference_h200()
+
+    def plan(pad):
+        geo = tiledmm.Geometry((64, 128, 32), (8, 8), (("pad", pad), ("stages", 2)))
+        return make_plan(4096, 4096, 4096, dtype="float32", kernel="register", device=dev,
+                         backend="cupy", geometry=geo)  # fmt: skip
+
+    assert plan(0).shared_bytes == 48 * 1024
+    with pytest.raises(tiledmm.PlanError, match="pad=0"):
+        plan(4)

@@ -118,12 +118,15 @@ def plan_product(m: int, n: int, k: int, *, dtype: str, kernel: str, device: Dev
         )
     opts = dict(geo.options)
     stages = int(opts.get("stages", 1))
-    shared = 0 if kernel == "naive" else (bm * bk + bk * bn) * s * stages
+    # the register kernel's shared rows are BM + PAD and BN + PAD long (register.cl)
+    pad = int(opts.get("pad", 0)) if kernel == "register" else 0
+    shared = 0 if kernel == "naive" else (bk * (bm + pad) + bk * (bn + pad)) * s * stages
     if shared > device.max_shared_per_block:
         where = "shared memory" if device.is_gpu else "the per-core cache (L2)"
         raise PlanError(
             f"block tile {bm}x{bn}x{bk} ({dtype}) needs {kib(shared)} of {where} per block, "
             f"but {device.name} has {kib(device.max_shared_per_block)}; use a smaller block_tile"
+            + (f" or pad=0 (its rows are {pad} elements longer)" if pad else "")
         )
     regs = geo.registers or _estimate_registers(kernel, (tm, tn), s)
     if device.is_gpu and regs > device.max_registers_per_thread:

@@ -62,7 +62,7 @@ def device_from_record(d: dict) -> DeviceSpec:
     """A DeviceSpec from ``DeviceSpec.to_dict()`` as results files record it."""
     known = {f.name for f in fields(DeviceSpec)}
     d = {k: v for k, v in d.items() if k in known}
-    for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks"):
+    for key in ("caches", "peak_flops", "extra", "levels", "fma_peaks", "host_costs"):
         if isinstance(d.get(key), dict):
             d[key] = tuple(d[key].items())
     if isinstance(d.get("loop_costs"), dict):
