@@ -352,8 +352,10 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}
         # the asked backend's own CPU probe (OpenCL: acc_probe; numba-cpu: register_block;
-        # a backend without one answers None at once)
-        loop = measure_loop_costs(asked, quick, deadline)
+        # a backend without one answers None at once). The loop probe compiles numba-cpu's
+        # register kernel (3-6 s on a fresh machine): `tiledmm calibrate` only, never within
+        # first use's budget
+        loop = measure_loop_costs(asked, quick) if deadline is None else None
         if loop:
             extra["loop_costs"] = {asked.name: loop}
         acc = measure_fma_accumulators(asked, quick, deadline)

@@ -3,7 +3,9 @@
 A compiled CPU register kernel whose micro-tile is ``rows x TN`` spends, per K step of a
 micro-tile, a fixed cost (the row slices, the A values, the loop's set-up) and a cost per
 column of it. Timing one block of the backend's register family at a narrow and a wide ``TN``
-on one core separates the two: ``seconds per step = step + TN x column``. On the 2-core EPYC,
+on one core separates the two: ``seconds per step = step + TN x column``. `tiledmm calibrate`
+runs it; first use's calibration does not (numba compiles the kernel in 3-6 s on a fresh
+machine, past first use's budget), so there the model keeps its unfused rate. On the 2-core EPYC,
 numba-cpu's 4 x TN loop: 37 ns per step and 0.76 ns per column (TN 8-512 fall within 10% of
 that line), so 4x512 runs 1.6x the rate of 4x64 and the model's single unfused rate priced
 them alike.
