@@ -330,3 +330,34 @@ def test_calibrating_numba_cpu_records_its_loop_costs(
     assert tiledmm.host_cpu().loop_cost("numba-cpu") == tuple(
         rec["loop_costs"]["numba-cpu"][k] for k in ("step", "column")
     )
+
+
+def test_cpu_levels_drop_a_level_no_faster_than_the_kept_one_behind_it(monkeypatch) -> None:
+    """A cache level whose copy measured no faster than the nearest *kept* level behind it is
+    dropped (the planner keeps its estimate): in a session-24 EPYC calibration the L2 copy
+    came out below the L3's, was dropped, and the L1 copy (8.9 GB/s: NumPy's per-call cost,
+    not the cache) was then compared with nothing and kept, pricing every L1 access at it."""
+    rates = iter([8.9e9, 40e9, 51.7e9])  # L1, L2, L3 bytes/s, as measured
+
+    class Clock:
+        t = 0.0
+
+    def fake_perf_counter():
+        return Clock.t
+
+    def fake_copyto(dst, src):
+        Clock.t += 2 * src.nbytes / current[0]
+
+    current = [0.0]
+    real_ones = np.ones
+
+    def ones(n, dtype):  # each level's buffers: its rate for the copies that follow
+        current[0] = next(rates)
+        return real_ones(n, dtype)
+
+    monkeypatch.setattr("time.perf_counter", fake_perf_counter)
+    monkeypatch.setattr(calibrate.np, "copyto", fake_copyto)
+    monkeypatch.setattr(calibrate.np, "ones", ones)
+    caches = {"L1": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
+    out = calibrate.measure_cpu_levels(caches, quick=True, cores=1, dram=30e9)
+    assert out == pytest.approx({"L3": 51.7e9})

@@ -143,9 +143,12 @@ def measure_cpu_levels(
         out[name] = 2 * n * 4 / best * (cores if name in PRIVATE_LEVELS else 1)
     if dram:
         out["DRAM"] = dram
-    for near, far in (("L3", "DRAM"), ("L2", "L3"), ("L1", "L2")):
-        if near in out and far in out and out[near] <= out[far]:
-            del out[near]
+    behind = 0.0  # the nearest kept level behind (farther from the core)
+    for name in ("DRAM", "L3", "L2", "L1"):
+        if name in out and out[name] <= behind:
+            del out[name]  # compared with what was kept: a dropped L2 leaves L1 to the L3
+        elif name in out:
+            behind = out[name]
     out.pop("DRAM", None)
     return out
 
