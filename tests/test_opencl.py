@@ -326,3 +326,11 @@ def test_register_kernel_writes_output_views(dtype):
         full = be.to_numpy(big)
         assert matmul_error(full[:, c0 : c0 + n], a, b) < tol(dtype), (m, n, k, width, c0)
         assert np.isnan(full[:, :c0]).all() and np.isnan(full[:, c0 + n :]).all()
+
+
+def test_compile_probe_answers_none_for_a_probe_it_does_not_have(capfd):
+    """`tiledmm calibrate` asks every CPU backend for the loop probe (numba-cpu's
+    ``register_block``): OpenCL has none and says so, without handing PoCL's compiler a kernel
+    that is not in ``probes.cl`` (which printed "16 errors generated." on every calibration)."""
+    assert BE.compile_probe("register_block", {"BM": 64, "BN": 512, "BK": 128, "TN": 32}) is None
+    assert "error" not in capfd.readouterr().err

@@ -22,7 +22,7 @@ from tiledmm.util.lru import LRUCache
 
 from .. import kernels as K
 from ..kernels import launch
-from ..kernels.probe import probe_source
+from ..kernels.probe import has_probe, probe_source
 from .arrays import ARRAYS, compile_kernel, cupy_module
 from .mma import MmaFamily
 
@@ -104,6 +104,8 @@ class CupySharedSource(K.SharedSourceTables, Backend):
         """A calibration probe (``kernels/probes.cl``) compiled as CUDA C, cached per source and
         device; its ``launch(groups, args)`` runs grid ``(groups,)``, block ``(THREADS,)`` on
         the current stream."""
+        if not has_probe(kernel, source):
+            return None
         src = probe_source(source, defines)
         key = (src, kernel, cupy_module().cuda.runtime.getDevice())
         fn = self._modules.get_or_make(key, lambda: compile_kernel(src, kernel))

@@ -40,7 +40,7 @@ from tiledmm import Backend, DeviceSpec, Geometry, get_backend, hookimpl
 
 from .. import kernels as K
 from ..kernels import launch
-from ..kernels.probe import probe_source
+from ..kernels.probe import has_probe, probe_source
 from . import choice, platforms
 from .bound import Bound, bind
 from .device import device_spec
@@ -159,6 +159,8 @@ class OpenCLSharedSource(K.SharedSourceTables, Backend):
         """A calibration probe (``kernels/probes.cl``) built once for this device; its
         ``launch(groups, args)`` enqueues ``groups`` groups of ``THREADS`` work-items on the
         queue (so ``timings`` sees its event), arrays passed as their buffers."""
+        if not has_probe(kernel, source):
+            return None
         st = self.state()
         kern = st.kernel(kernel, probe_source(source, defines))
         threads = int(defines["THREADS"])
