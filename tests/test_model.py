@@ -777,7 +777,7 @@ def test_a_measured_accumulator_count_sets_the_micro_tiles_share_of_the_pipes():
 
 def test_numba_register_loop_at_its_measured_costs():
     """Where `tiledmm calibrate`'s loop probe timed numba-cpu's register loop (seconds per K
-    step of a 4 x TN micro-tile and per column: 37 ns and 0.95 ns on the EPYC), the model
+    step of a 4 x TN micro-tile and per column: about 33 ns and 0.71 ns on the EPYC), the model
     prices the loop with them: a 4x512 micro-tile ahead of 4x64 ahead of 4x32 (measured
     61.5, 41 and 32 GFLOP/s at 1024^3 in session 24's EPYC tune), where the unfused rate
     priced them alike; the formula over the padded blocks, in waves over the cores."""

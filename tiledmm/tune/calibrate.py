@@ -214,6 +214,9 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
 #: Vector FMA chains per item the accumulator probe tries, and the share of the best rate
 #: that counts as the pipes filled (a shared machine's rates scatter by 10-40%: the smallest
 #: count at 0.9 of the best, not the best itself).
+#: How long the host's BLAS threads are left alone before a one-core probe (OpenBLAS's
+#: default THREAD_TIMEOUT: 2^28 cycles of spinning, about 0.1 s, before a worker sleeps)
+BLAS_PARK_SECONDS = 0.3
 ACC_CHAINS, ACC_FULL = (2, 4, 6, 8, 10, 12, 16), 0.9
 
 
@@ -351,6 +354,10 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
     elif dev.kind == "gpu":
         extra = measure_gpu_levels(backend, quick, deadline)  # ceilings at the loaded clock
     else:
+        # the one-core probes below ran 1.3-2x slow in some runs: the vendor GEMM's BLAS
+        # threads spin on the cores after its last call (OpenBLAS: 2^28 cycles, ~0.1 s) and
+        # took the probe's core; they park when left alone that long
+        time.sleep(BLAS_PARK_SECONDS)
         levels = measure_cpu_levels(dict(dev.caches), quick, dev.compute_units, bw)
         levels["DRAM"] = bw
         extra = {"levels": levels, "fma_peaks": dict(peaks)}

@@ -6,8 +6,8 @@ column of it. Timing one block of the backend's register family at a narrow and 
 on one core separates the two: ``seconds per step = step + TN x column``. `tiledmm calibrate`
 runs it; first use's calibration does not (numba compiles the kernel in 3-6 s on a fresh
 machine, past first use's budget), so there the model keeps its unfused rate. On the 2-core EPYC,
-numba-cpu's 4 x TN loop: 37 ns per step and 0.76 ns per column (TN 8-512 fall within 10% of
-that line), so 4x512 runs 1.6x the rate of 4x64 and the model's single unfused rate priced
+numba-cpu's 4 x TN loop: 32-33 ns per step and 0.71 ns per column (TN 8-512 fall within 10% of
+such a line), so 4x512 runs 1.6x the rate of 4x64 and the model's single unfused rate priced
 them alike.
 """
 
@@ -21,8 +21,10 @@ from ..core.backend import Backend
 
 __all__ = ["measure_loop_costs", "BLOCK", "NARROW", "WIDE"]
 
-#: the probe's block (BM, BN, BK) and K: one block, so one core runs it (a few ms)
-BLOCK, K = (64, 512, 128), 512
+#: the probe's block (BM, BN, BK) and K: one block, so one core runs it (a few ms). The block
+#: is numba-cpu's default (its B panel in a quarter of L2), whose cache traffic the per-column
+#: cost includes: on the EPYC 0.71 ns here, 0.88-0.91 with a 64x512x128 block
+BLOCK, K = (128, 512, 64), 512
 NARROW, WIDE = 32, 512
 ROWS = 4  # the micro-tile's rows (numba-cpu's MICRO_ROWS)
 ROUNDS, ROUNDS_QUICK = 6, 3
