@@ -55,9 +55,10 @@ def calibration_problem(record: Any) -> str | None:
     "method": str, ...}``; every rate positive and finite, at least one dtype; optional
     ``"levels": {level: bytes/s}``, ``"fma_peaks": {dtype: FLOP/s}`` (per-level calibration,
     same rule), ``"sustained"`` (0 < x <= 1) and ``"fma_accumulators"`` (a count >= 1: the
-    vector FMA chains that fill a CPU core's pipes,
-    ``tiledmm.tune.calibrate.measure_fma_accumulators``); optional ``"host_cost": {backend:
-    {"seconds": s, ...}}``, each backend's measured per-call host cost (s >= 0, finite), and
+    vector FMA chains that fill a CPU core's pipes, and ``"fma_probe"``, their float32 FLOP/s
+    on every core, both from ``tiledmm.tune.calibrate.measure_fma_accumulators``); optional
+    ``"host_cost": {backend: {"seconds": s, ...}}``, each backend's measured per-call host
+    cost (s >= 0, finite), and
     ``"loop_costs": {backend: {"step": s, "column": s}}``, its register loop's seconds per
     K step and per column on one core (positive; ``measure_loop_costs``). A
     record of host costs alone (no ``peak_flops`` and no ``bandwidth``: a first-use
@@ -96,6 +97,8 @@ def calibration_problem(record: Any) -> str | None:
                 return f"{key}[{name!r}] is {value!r}, not a positive finite number"
     if "sustained" in record and not (_rate(record["sustained"]) and record["sustained"] <= 1):
         return f"sustained is {record['sustained']!r}, not a fraction in (0, 1]"
+    if "fma_probe" in record and not _rate(record["fma_probe"]):
+        return f"fma_probe is {record['fma_probe']!r}, not a positive finite number"
     acc = record.get("fma_accumulators", 1)
     if not (isinstance(acc, int) and not isinstance(acc, bool) and acc >= 1):
         return f"fma_accumulators is {acc!r}, not a count >= 1"
@@ -187,8 +190,8 @@ def save_calibration(device_name: str, record: dict) -> Path:
     file (or record) is overwritten. The stored record's host costs of other backends stay
     (``host_cost`` is per backend, and several backends share a device); a record of host
     costs alone keeps the stored record's ceilings, date and method. Likewise ``loop_costs``,
-    and a stored ``fma_accumulators`` where ``record`` has none. Raises ValueError for an
-    invalid ``record``."""
+    and a stored ``fma_accumulators`` and ``fma_probe`` where ``record`` has none. Raises
+    ValueError for an invalid ``record``."""
     why = calibration_problem(record)
     if why:
         raise ValueError(f"calibration record for {device_name!r} not saved: {why}")
@@ -202,8 +205,9 @@ def save_calibration(device_name: str, record: dict) -> Path:
         for key in ("host_cost", "loop_costs"):
             table = old.get(key, {}) | record.get(key, {})
             new = new | ({key: table} if table else {})
-        if "fma_accumulators" in old and "fma_accumulators" not in new:
-            new = new | {"fma_accumulators": old["fma_accumulators"]}
+        for key in ("fma_accumulators", "fma_probe"):  # OpenCL's probe, kept for the device
+            if key in old and key not in new:
+                new = new | {key: old[key]}
         data[device_name] = new
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
     return path

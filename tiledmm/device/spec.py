@@ -158,6 +158,10 @@ class DeviceSpec:
             return replace(self, host_costs=costs, loop_costs=loops)
         levels = dict(self.levels) | {k: float(v) for k, v in cal.get("levels", {}).items()}
         fma = dict(self.fma_peaks) | {k: float(v) for k, v in cal.get("fma_peaks", {}).items()}
+        probe = float(cal.get("fma_probe", 0.0))  # the accumulator probe's float32 FLOP/s
+        for dt, per in (("float32", 1), ("float64", 2)):  # the pipes' rate, not the library's
+            if probe and dt in fma:
+                fma[dt] = max(fma[dt], probe / per)
         loaded = set(self.loaded) | set(cal.get("levels", {}))
         loaded |= {"compute"} if cal.get("fma_peaks") else set()
         return replace(

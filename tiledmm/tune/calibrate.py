@@ -370,13 +370,9 @@ def measure(backend: Backend, quick: bool = False, deadline: float | None = None
             extra["loop_costs"] = {asked.name: loop}
         acc = measure_fma_accumulators(asked, quick, deadline)
         if acc:
-            extra["fma_accumulators"], rate = acc
-            # the pipes' own rate where the vendor GEMM's is lower (one BLAS thread, a
-            # reference BLAS): fma_peaks are the FMA pipes' peak, not the library's
-            fma = extra["fma_peaks"]
-            for dt, lanes_per in (("float32", 1), ("float64", 2)):
-                if dt in fma:
-                    fma[dt] = max(fma[dt], rate / lanes_per)
+            # the pipes' own rate (float32, every core) raises fma_peaks where the vendor
+            # GEMM's is lower (one BLAS thread, a reference BLAS): DeviceSpec.with_calibration
+            extra["fma_accumulators"], extra["fma_probe"] = acc
     record.update(extra)
     record.update(
         peak_flops=peaks,
