@@ -131,13 +131,14 @@ def cpu_levels(
         # phase the loops do not overlap, added to every level below
         packed = g["gx"] * g["gy"] * math.ceil(g["kp"] / bk) * (bm + bn) * bk
         pack = packed * NUMBA_PACK_CLOCKS / clock / cores
-    loop = dev.loop_cost("numba-cpu") if engine == "numba-cpu" else None
-    if engine == "numba-cpu" and kernel == "register" and loop:
-        out.append(_numba_register_loop(g, loop, cores, flops))
-    elif engine == "numba-cpu" and kernel == "register" and clock:
-        # fastmath off: multiply and add stay two instructions (half the FMA peak)
-        t = 2 * flops / peak
-        out.append(Level("compute", flops, flops / t, t, "unfused mul+add", "FLOP"))
+    if engine == "numba-cpu" and kernel == "register":
+        loop = dev.loop_cost("numba-cpu")
+        if loop:
+            out.append(_numba_register_loop(g, loop, cores, flops))
+        elif clock:
+            # fastmath off: multiply and add stay two instructions (half the FMA peak)
+            t = 2 * flops / peak
+            out.append(Level("compute", flops, flops / t, t, "unfused mul+add", "FLOP"))
     if engine == "numba-cpu" and kernel == "tiled" and clock:
         out += _numba_rank1(g, s, dev, flops, clock * cores)
     if engine == "numpy" and kernel == "register":
@@ -199,8 +200,13 @@ def _pocl_live_work(g: dict, cores: int) -> tuple[float, float]:
     m, n, k, tm, tn = g["m"], g["n"], g["k"], g["tm"], g["tn"]
     live = 2.0 * math.ceil(m / tm) * tm * math.ceil(n / tn) * tn * k
     groups = g["gx"] * g["gy"]
-    waves = math.ceil(groups / cores) if groups else 1
-    return live, groups / (waves * cores) if groups else 1.0
+    return live, groups / (_waves(groups, cores) * cores) if groups else 1.0
+
+
+def _waves(blocks: int, cores: int) -> int:
+    """Rounds of one block per core that ``blocks`` blocks take (a CPU grid's blocks go to the
+    cores as they free up; the last round may leave cores idle)."""
+    return math.ceil(blocks / cores)
 
 
 def _micro_kernel(tm: int, tn: int, vec: int, dev: DeviceSpec) -> tuple[float, str]:
@@ -230,7 +236,7 @@ def _numba_register_loop(g: dict, loop: tuple[float, float], cores: int, flops: 
     bm, bn, bk, tn = g["bm"], g["bn"], g["bk"], g["tn"]
     blocks = g["gx"] * g["gy"]
     per_block = (bm // 4) * (bn // tn) * math.ceil(g["k"] / bk) * -(-bk // 4) * (step + tn * column)
-    t = math.ceil(blocks / cores) * per_block if blocks else 0.0
+    t = _waves(blocks, cores) * per_block
     return Level("compute", flops, flops / t if t else 0.0, t,
                  f"4x{tn} loop: {step * 1e9:.3g} ns per K step + {column * 1e9:.3g} ns per "
                  f"column (measured, one core)", "FLOP")  # fmt: skip

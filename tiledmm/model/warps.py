@@ -67,11 +67,13 @@ def per_tile(fn):
 
     @wraps(fn)
     def wrapper(g: dict, s: int, engine: str, opts: dict, *rest):
-        tile = tuple((f, g[f]) for f in TILE_FIELDS if f in g)
+        key = (tuple((f, g[f]) for f in TILE_FIELDS if f in g), s, engine,
+               tuple(sorted(opts.items())), *rest)  # fmt: skip
         try:
-            return cached(tile, s, engine, tuple(sorted(opts.items())), *rest)
+            hash(key)
         except TypeError:  # an unhashable option value: simulate without the cache
             return fn(g, s, engine, opts, *rest)
+        return cached(*key)
 
     return wrapper
 

@@ -211,12 +211,12 @@ def probe_runs(be: Backend, quick: bool = False) -> Iterator[tuple[str, str, Any
         yield "fma_peaks", dtype, lambda f=fma, a=args: f(groups, a), items * FMA_REPS * 16
 
 
-#: Vector FMA chains per item the accumulator probe tries, and the share of the best rate
-#: that counts as the pipes filled (a shared machine's rates scatter by 10-40%: the smallest
-#: count at 0.9 of the best, not the best itself).
 #: How long the host's BLAS threads are left alone before a one-core probe (OpenBLAS's
 #: default THREAD_TIMEOUT: 2^28 cycles of spinning, about 0.1 s, before a worker sleeps)
 BLAS_PARK_SECONDS = 0.3
+#: Vector FMA chains per item the accumulator probe tries, and the share of the best rate
+#: that counts as the pipes filled (a shared machine's rates scatter by 10-40%: the smallest
+#: count at 0.9 of the best, not the best itself).
 ACC_CHAINS, ACC_FULL = (2, 4, 6, 8, 10, 12, 16), 0.9
 
 

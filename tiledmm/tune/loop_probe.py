@@ -13,8 +13,6 @@ them alike.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..core.backend import Backend
@@ -30,12 +28,11 @@ ROWS = 4  # the micro-tile's rows (numba-cpu's MICRO_ROWS)
 ROUNDS, ROUNDS_QUICK = 6, 3
 
 
-def measure_loop_costs(be: Backend, quick: bool = False,
-                       deadline: float | None = None) -> dict[str, float] | None:  # fmt: skip
+def measure_loop_costs(be: Backend, quick: bool = False) -> dict[str, float] | None:
     """``{"step": s, "column": s}`` of ``be``'s register loop on one core, from its
     ``register_block`` probe (``Backend.compile_probe``) at ``TN`` = :data:`NARROW` and
-    :data:`WIDE`; None where the backend has no such probe, the deadline came first, or the
-    two timings do not give positive costs."""
+    :data:`WIDE`; None where the backend has no such probe or the two timings do not give
+    positive costs."""
     bm, bn, bk = BLOCK
     rng = np.random.default_rng(0)
     a = rng.standard_normal((bm, K)).astype(np.float32)
@@ -54,8 +51,6 @@ def measure_loop_costs(be: Backend, quick: bool = False,
     # core slowed (by neighbours, or the vendor BLAS's threads still spinning) by 1.5x
     best = dict.fromkeys(runs, float("inf"))
     for _ in range(ROUNDS_QUICK if quick else ROUNDS):
-        if deadline is not None and time.monotonic() > deadline:
-            return None
         for tn, run in runs.items():
             times = be.timings(lambda f=run: f(1, (a, b, c)), repeat=5, warmup=1)
             best[tn] = min(best[tn], *times)
